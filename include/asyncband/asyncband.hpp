@@ -1,0 +1,12 @@
+// asyncband/asyncband.hpp: every core primitive. The runtime headers (asyncband/runtime/*) and
+// the Asio bridge (asyncband/asio.hpp) are separate: the core depends on the standard library alone.
+#pragma once
+
+#include "auto_reset_event.hpp"
+#include "barrier.hpp"
+#include "block_on.hpp"
+#include "latch.hpp"
+#include "manual_reset_event.hpp"
+#include "result.hpp"
+#include "scheduler.hpp"
+#include "wait_group.hpp"

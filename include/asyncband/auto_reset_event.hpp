@@ -1,0 +1,89 @@
+// asyncband/auto_reset_event.hpp
+#pragma once
+
+#include <atomic>
+
+#include "detail/wait_functions.hpp"
+#include "detail/wait_queue.hpp"
+#include "result.hpp"
+
+namespace asyncband {
+
+/// A notification with at most one stored permit (the semantics of tokio's and Asyncband's
+/// Notify).
+///
+/// Contract
+/// - notify_one(): hands one permit to the longest-waiting waiter; with no waiter, stores it
+///   (at most one: notifying again while a permit is stored changes nothing).
+/// - notify_all(): wakes every current waiter and stores nothing.
+/// - A wait consumes the stored permit if there is one and completes at once.
+/// - Synchronization: a notify happens-before the completion of the wait it wakes or whose
+///   permit that wait consumes.
+/// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
+///   the waiter resumes. A waiter that had already been handed a permit by notify_one passes it
+///   on, as if notify_one were called again: the permit goes to the next waiter or is stored.
+///   A notify_all wake-up is not a permit and is not passed on.
+/// - Fairness: FIFO. notify_one always serves the head of the queue; a new wait never takes a
+///   permit while others are queued (a permit is only stored when no one waits).
+/// - The event must outlive every pending wait.
+class auto_reset_event : public detail::wait_functions<auto_reset_event> {
+  class wait_node;
+  friend class detail::queued_waiter<auto_reset_event>;
+  friend class detail::wait_functions<auto_reset_event>;
+
+ public:
+  auto_reset_event() noexcept = default;
+  explicit auto_reset_event(bool initially_set) noexcept : permit_(initially_set) {}
+  auto_reset_event(const auto_reset_event&) = delete;
+  auto_reset_event& operator=(const auto_reset_event&) = delete;
+
+  /// Wakes the head waiter with a permit, or stores one permit if nobody waits.
+  void notify_one() noexcept {
+    queue_.wake([this](detail::wait_list& waiters, detail::wake_batch& batch) {
+      if (waiters.empty()) {
+        permit_.store(true, std::memory_order_release);
+      } else {
+        static_cast<wait_node&>(*waiters.front()).holds_permit = true;
+        waiters.claim_front(batch);
+      }
+    });
+  }
+
+  /// Wakes every current waiter; stores nothing.
+  void notify_all() noexcept { queue_.wake_all(); }
+
+  /// True if a permit is stored (a wait would complete at once).
+  [[nodiscard]] bool is_set() const noexcept { return permit_.load(std::memory_order_acquire); }
+
+  /// Consumes the stored permit if there is one.
+  [[nodiscard]] bool try_wait() noexcept { return permit_.exchange(false, std::memory_order_acq_rel); }
+
+ private:
+  class wait_node : public detail::queued_waiter<auto_reset_event> {
+   public:
+    using value_type = void;
+    static constexpr bool transferable = true;
+    using queued_waiter::queued_waiter;
+
+    // Set under the lock by the notify_one that claims this waiter, or by a consumed stored
+    // permit: what a late cancellation must pass on.
+    bool holds_permit = false;
+
+    // A stored permit exists only when nobody waits, so taking it lock-free cannot barge.
+    bool try_ready() noexcept { return holds_permit = owner().try_wait(); }
+    bool enqueue() noexcept {
+      return owner().queue_.complete_or_enqueue(*this, [this] { return holds_permit = owner().try_wait(); });
+    }
+    void take() noexcept {}
+    void give_back() noexcept {
+      if (holds_permit) owner().notify_one();
+    }
+  };
+
+  detail::wait_queue& queue() noexcept { return queue_; }
+
+  std::atomic<bool> permit_{false};
+  detail::wait_queue queue_;
+};
+
+}  // namespace asyncband

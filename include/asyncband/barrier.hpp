@@ -1,0 +1,102 @@
+// asyncband/barrier.hpp
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+
+#include "detail/wait_functions.hpp"
+#include "detail/wait_queue.hpp"
+
+namespace asyncband {
+
+/// What a barrier wait tells its caller.
+struct barrier_wait_result {
+  /// Exactly one participant of each generation is the leader: the one whose arrival completed it.
+  bool leader = false;
+  [[nodiscard]] bool is_leader() const noexcept { return leader; }
+};
+
+/// A reusable barrier for a fixed number of participants: each generation completes when that
+/// many waits have arrived, and the next generation starts at once.
+///
+/// Contract
+/// - Arrival commits when the wait starts (before any suspension). A wait whose stop token is
+///   already stopped when it starts does not arrive. A wait cancelled after it started keeps
+///   its arrival: the generation still completes when the others arrive; only the waiting ends.
+/// - The arrival that completes a generation returns at once as its leader and wakes every
+///   waiter of that generation (after releasing the barrier's lock). Waiters are claimed under
+///   the lock when their generation completes, so a waiter that resumes late can never be
+///   confused with, or counted in, a later generation.
+/// - Synchronization: every arrival of a generation happens-before the return of every wait of
+///   that generation.
+/// - n = 0 is treated as 1. A negative n, or one above max(), throws std::invalid_argument.
+/// - The barrier must outlive every pending wait.
+class barrier : public detail::wait_functions<barrier> {
+  class wait_node;
+  friend class detail::queued_waiter<barrier>;
+  friend class detail::wait_functions<barrier>;
+
+ public:
+  [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept {
+    return std::numeric_limits<std::ptrdiff_t>::max();
+  }
+
+  explicit barrier(std::ptrdiff_t participants)
+      : participants_(checked(participants)), remaining_(participants_) {}
+  barrier(const barrier&) = delete;
+  barrier& operator=(const barrier&) = delete;
+
+  [[nodiscard]] std::ptrdiff_t participants() const noexcept { return participants_; }
+
+  /// Completed generations so far (a snapshot).
+  [[nodiscard]] std::uint64_t generation() const {
+    const std::lock_guard lock(queue_.mutex());
+    return generation_;
+  }
+
+ private:
+  class wait_node : public detail::queued_waiter<barrier> {
+   public:
+    using value_type = barrier_wait_result;
+    static constexpr bool transferable = false;
+    using queued_waiter::queued_waiter;
+
+    bool try_ready() noexcept { return false; }  // arrival must take the lock
+    bool enqueue() noexcept {
+      return owner().queue_.complete_or_enqueue(*this, [this](detail::wait_list& waiters, detail::wake_batch& batch) {
+        return leader_ = owner().arrive_locked(waiters, batch);
+      });
+    }
+    barrier_wait_result take() const noexcept { return {leader_}; }
+
+   private:
+    bool leader_ = false;
+  };
+
+  /// Under the lock: records one arrival; if it completes the generation, claims every waiter
+  /// into `batch` (resolved once the lock is released) and returns true: this arrival leads.
+  bool arrive_locked(detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
+    if (--remaining_ > 0) return false;
+    remaining_ = participants_;
+    ++generation_;
+    waiters.claim_all(batch);
+    return true;
+  }
+
+  static std::ptrdiff_t checked(std::ptrdiff_t n) {
+    if (n < 0) throw std::invalid_argument("asyncband::barrier: negative participant count");
+    return n == 0 ? 1 : n;
+  }
+
+  detail::wait_queue& queue() noexcept { return queue_; }
+
+  const std::ptrdiff_t participants_;
+  std::ptrdiff_t remaining_;  // guarded by queue_.mutex()
+  std::uint64_t generation_ = 0;
+  mutable detail::wait_queue queue_;
+};
+
+}  // namespace asyncband

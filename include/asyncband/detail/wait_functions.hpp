@@ -1,0 +1,54 @@
+// asyncband/detail/wait_functions.hpp: the five public forms of a primitive's wait, written once.
+//
+// A primitive `P` with a node type `P::wait_node` (constructible from `P*`) derives from
+// wait_functions<P> and befriends it, and gets:
+//   co_await p.wait();                 // yields wait_node::value_type
+//   co_await p.wait(stop_token);       // yields result<value_type>: ok or cancelled
+//   p.wait_blocking();                 // the plain-thread twin
+//   p.wait_blocking(stop_token);       // result<value_type>
+//   p.wait_timeout(duration);          // result<value_type>: ok or timeout
+#pragma once
+
+#include <chrono>
+#include <stop_token>
+#include <utility>
+
+#include "wait_operation.hpp"
+
+namespace asyncband::detail {
+
+template <class Owner>
+class wait_functions {
+ public:
+  // Owner::wait_node is named only inside the bodies, where Owner is complete.
+
+  /// Waits without a way to cancel. `co_await x.wait();`
+  [[nodiscard]] auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
+
+  /// Waits until completion or until `stop` is requested; yields result<...>.
+  [[nodiscard]] auto wait(std::stop_token stop) noexcept {
+    return wait_awaiter<typename Owner::wait_node, true>(std::move(stop), self());
+  }
+
+  /// Blocks the calling thread until completion.
+  auto wait_blocking() { return block_wait<typename Owner::wait_node, false>({}, {}, self()); }
+
+  /// Blocks the calling thread until completion or until `stop` is requested.
+  auto wait_blocking(std::stop_token stop) {
+    return block_wait<typename Owner::wait_node, true>(std::move(stop), {}, self());
+  }
+
+  /// Blocks the calling thread until completion or until `timeout` has passed.
+  template <class Rep, class Period>
+  auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return block_wait<typename Owner::wait_node, true>({}, std::chrono::steady_clock::now() + timeout, self());
+  }
+
+ protected:
+  wait_functions() = default;
+
+ private:
+  Owner* self() noexcept { return static_cast<Owner*>(this); }
+};
+
+}  // namespace asyncband::detail

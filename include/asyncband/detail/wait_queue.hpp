@@ -1,0 +1,90 @@
+// asyncband/detail/wait_queue.hpp: a primitive's lock and its FIFO of waiters, with the three
+// things every primitive does with them: queue a waiter unless it can complete, cancel a queued
+// waiter, and wake waiters (claim under the lock, resolve after it).
+#pragma once
+
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "waiter.hpp"
+
+namespace asyncband::detail {
+
+class wait_queue {
+ public:
+  wait_queue() = default;
+  wait_queue(const wait_queue&) = delete;
+  wait_queue& operator=(const wait_queue&) = delete;
+
+  /// Under the lock: if `ready()` (which may consume a grant) is true, completes without
+  /// queueing and returns true; otherwise links `w` at the back and returns false. A `ready`
+  /// taking (wait_list&, wake_batch&) may also claim other waiters: they are resolved after the
+  /// lock is released (a barrier's last arrival completes itself and wakes its generation).
+  template <class Ready>
+  bool complete_or_enqueue(waiter& w, Ready&& ready) noexcept {
+    if constexpr (std::is_invocable_v<Ready, wait_list&, wake_batch&>) {
+      wake_batch batch;
+      bool completed = false;
+      {
+        const std::lock_guard lock(mutex_);
+        completed = std::forward<Ready>(ready)(waiters_, batch);
+        if (!completed) waiters_.push_back(w);
+      }
+      batch.resolve_all();
+      return completed;
+    } else {
+      const std::lock_guard lock(mutex_);
+      if (std::forward<Ready>(ready)()) return true;
+      waiters_.push_back(w);
+      return false;
+    }
+  }
+
+  /// Unlinks `w` with outcome `why` if it is still queued (true); false if a waker claimed it.
+  bool cancel(waiter& w, wait_status why) noexcept {
+    const std::lock_guard lock(mutex_);
+    return waiters_.unlink_if_linked(w, why);
+  }
+
+  /// Runs `claim(waiters, batch)` under the lock, then resolves what it claimed after unlocking.
+  template <class Claim>
+  void wake(Claim&& claim) noexcept {
+    wake_batch batch;
+    {
+      const std::lock_guard lock(mutex_);
+      std::forward<Claim>(claim)(waiters_, batch);
+    }
+    batch.resolve_all();
+  }
+
+  /// Wakes every queued waiter with outcome `status`.
+  void wake_all(wait_status status = wait_status::ok) noexcept {
+    wake([status](wait_list& waiters, wake_batch& batch) { waiters.claim_all(batch, status); });
+  }
+
+  [[nodiscard]] std::mutex& mutex() noexcept { return mutex_; }
+  [[nodiscard]] wait_list& waiters() noexcept { return waiters_; }  // only under mutex()
+
+ private:
+  std::mutex mutex_;
+  wait_list waiters_;
+};
+
+/// Base of a node whose primitive keeps its waiters in a wait_queue reachable as `owner->queue()`.
+/// Supplies the common cancellation; the primitive's node adds try_ready, enqueue and take.
+template <class Owner>
+class queued_waiter : public waiter {
+ public:
+  explicit queued_waiter(Owner* owner) noexcept : owner_(owner) {}
+
+  bool cancel(wait_status why) noexcept { return owner_->queue().cancel(*this, why); }
+
+ protected:
+  [[nodiscard]] Owner& owner() const noexcept { return *owner_; }
+
+ private:
+  Owner* owner_;
+};
+
+}  // namespace asyncband::detail

@@ -1,0 +1,271 @@
+// asyncband/detail/waiter.hpp: the waiter core's node, its FIFO list, and the wake batch.
+//
+// Every waiting operation of every primitive is a `waiter` living in the awaiting frame (or on
+// the blocked thread's stack). A primitive keeps its waiters in a `wait_list` guarded by the
+// primitive's own mutex. The protocol, in full in docs/design.md:
+//
+//  * Claiming. Whoever removes a node from the list under the primitive's lock (a waker, a
+//    cancellation, a close) is its one resolver, and writes its `status` there.
+//  * Resolving. After releasing the lock, the resolver calls resolve(): one fetch_or of
+//    `resolved` into the node's handshake. The waiting side ends its suspension with one
+//    fetch_or of `suspended`. Whichever of the two comes second resumes the coroutine: the
+//    resolver (through the coroutine's scheduler, or inline) or await_suspend (by returning
+//    false). So the coroutine is resumed exactly once, and nothing touches the node after the
+//    step that may hand it to another thread.
+//  * Waking never happens under a lock: the waker collects claimed nodes into a wake_batch and
+//    resolves them after unlocking.
+#pragma once
+
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "../result.hpp"
+#include "../scheduler.hpp"
+
+namespace asyncband::detail {
+
+// ---------------------------------------------------------------------------------------------
+// Test hooks. With ASYNCBAND_TESTING defined, the core calls a per-thread hook at the points
+// where threads can interleave, so that the test scheduler can run another operation exactly
+// there and reproduce a race deterministically. Without it they compile to nothing.
+enum class test_point : unsigned char {
+  published,          ///< A waiter is linked and visible to wakers; its stop callback is not yet set.
+  before_arm,         ///< The stop callback is registered; the waiter is about to suspend.
+  claimed_for_wake,   ///< A waker claimed nodes and released the lock; nothing is resolved yet.
+  claimed_for_cancel  ///< A cancellation unlinked a node and released the lock; not yet resolved.
+};
+
+#ifdef ASYNCBAND_TESTING
+struct test_hook {
+  void (*fn)(void* ctx, test_point) = nullptr;
+  void* ctx = nullptr;
+};
+inline thread_local test_hook current_test_hook{};
+inline void at_test_point(test_point p) {
+  const test_hook hook = current_test_hook;
+  if (hook.fn != nullptr) hook.fn(hook.ctx, p);
+}
+#else
+inline void at_test_point(test_point) noexcept {}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+/// Blocks a plain thread until a resolver releases it. Lives on the blocked thread's stack.
+/// unpark() finishes touching the parker before the parked thread can return (it notifies
+/// under the parker's own mutex), so the parker may be destroyed as soon as park() returns.
+class parker {
+ public:
+  void park() {
+    std::unique_lock lock(mutex_);
+    ready_cv_.wait(lock, [this] { return released_; });
+  }
+
+  /// Returns false if the deadline passed first.
+  template <class Clock, class Duration>
+  bool park_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    std::unique_lock lock(mutex_);
+    return ready_cv_.wait_until(lock, deadline, [this] { return released_; });
+  }
+
+  void unpark() noexcept {
+    const std::lock_guard lock(mutex_);
+    released_ = true;
+    ready_cv_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_cv_;
+  bool released_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+/// Where a resolved waiter continues: a coroutine (on its scheduler or inline) or a parked thread.
+class resume_target {
+ public:
+  resume_target() noexcept = default;
+  resume_target(std::coroutine_handle<> h, scheduler_ref sched) noexcept : handle_(h), sched_(sched) {}
+  explicit resume_target(parker* p) noexcept : parker_(p) {}
+
+  void run() const noexcept {
+    if (parker_ != nullptr) {
+      parker_->unpark();
+    } else {
+      sched_.resume(handle_);
+    }
+  }
+
+ private:
+  std::coroutine_handle<> handle_{};
+  scheduler_ref sched_{};
+  parker* parker_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+/// The intrusive node of one waiting operation. Primitives derive from it to add what a waiter
+/// carries (a requested count, a generation, a value).
+class waiter {
+ public:
+  waiter() noexcept = default;
+  waiter(const waiter&) = delete;
+  waiter& operator=(const waiter&) = delete;
+
+  // Guarded by the owning primitive's lock while linked; read by the waiter after resumption.
+  waiter* next = nullptr;
+  waiter* prev = nullptr;
+  bool linked = false;
+  wait_status status = wait_status::ok;
+
+  void set_target(resume_target t) noexcept { target_ = t; }
+
+  /// The waiting side, once setup is done: returns true if the waiter must stay suspended
+  /// (a resolver will resume it), false if it was already resolved (continue now).
+  [[nodiscard]] bool arm() noexcept {
+    return (handshake_.fetch_or(suspended, std::memory_order_acq_rel) & resolved) == 0;
+  }
+
+  /// The resolver, after releasing the primitive's lock. Resumes the waiter if it has armed;
+  /// otherwise the waiter sees `resolved` when it arms and continues by itself. The node may
+  /// be gone once this returns; callers must have read anything they need from it before.
+  void resolve() noexcept {
+    const resume_target target = target_;  // the node may die right after the fetch_or
+    const auto prev_state = handshake_.fetch_or(resolved, std::memory_order_acq_rel);
+    if ((prev_state & (suspended | abandoned)) == suspended) target.run();
+  }
+
+  [[nodiscard]] bool is_resolved() const noexcept {
+    return (handshake_.load(std::memory_order_acquire) & resolved) != 0;
+  }
+  [[nodiscard]] bool is_suspended_unresolved() const noexcept {
+    return (handshake_.load(std::memory_order_acquire) & (suspended | resolved)) == suspended;
+  }
+
+  /// The awaiting frame is being destroyed while suspended. Returns false if a resolver had
+  /// already handed the coroutine on (its resumption is in flight: destroying it is undefined).
+  /// After this, a resolver that claims the node will not resume it.
+  [[nodiscard]] bool abandon() noexcept {
+    return (handshake_.fetch_or(abandoned, std::memory_order_acq_rel) & resolved) == 0;
+  }
+
+  /// After abandon(): a resolver that already claimed the node is between its unlock and its
+  /// resolve(); wait out those few instructions so the node outlives them.
+  void await_resolver() const noexcept {
+    while (!is_resolved()) std::this_thread::yield();
+  }
+
+ private:
+  static constexpr std::uint8_t suspended = 1;
+  static constexpr std::uint8_t resolved = 2;
+  static constexpr std::uint8_t abandoned = 4;
+
+  resume_target target_{};
+  std::atomic<std::uint8_t> handshake_{0};
+};
+
+// ---------------------------------------------------------------------------------------------
+/// Waiters claimed under a lock, resolved after it is released. Singly linked through `next`.
+class wake_batch {
+ public:
+  wake_batch() noexcept = default;
+  wake_batch(const wake_batch&) = delete;
+  wake_batch& operator=(const wake_batch&) = delete;
+  ~wake_batch() { assert(head_ == nullptr && "wake_batch destroyed with unresolved waiters"); }
+
+  /// Under the lock: the node is already unlinked and its status written.
+  void add(waiter& w) noexcept {
+    w.next = nullptr;
+    if (tail_ == nullptr) {
+      head_ = &w;
+    } else {
+      tail_->next = &w;
+    }
+    tail_ = &w;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
+
+  /// After the lock is released: resolves every node in FIFO order.
+  void resolve_all() noexcept {
+    waiter* w = head_;
+    head_ = tail_ = nullptr;
+    if (w == nullptr) return;
+    at_test_point(test_point::claimed_for_wake);
+    while (w != nullptr) {
+      waiter* const next = w->next;  // read before resolve(): the node may be gone after it
+      w->resolve();
+      w = next;
+    }
+  }
+
+ private:
+  waiter* head_ = nullptr;
+  waiter* tail_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+/// The FIFO of waiters of one primitive. Not synchronized: the primitive's lock guards it.
+class wait_list {
+ public:
+  wait_list() noexcept = default;
+  wait_list(const wait_list&) = delete;
+  wait_list& operator=(const wait_list&) = delete;
+
+  [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
+  [[nodiscard]] waiter* front() const noexcept { return head_; }
+
+  void push_back(waiter& w) noexcept {
+    assert(!w.linked);
+    w.next = nullptr;
+    w.prev = tail_;
+    if (tail_ == nullptr) {
+      head_ = &w;
+    } else {
+      tail_->next = &w;
+    }
+    tail_ = &w;
+    w.linked = true;
+  }
+
+  void remove(waiter& w) noexcept {
+    assert(w.linked);
+    (w.prev == nullptr ? head_ : w.prev->next) = w.next;
+    (w.next == nullptr ? tail_ : w.next->prev) = w.prev;
+    w.next = w.prev = nullptr;
+    w.linked = false;
+  }
+
+  /// The cancellation path of most primitives: if `w` is still queued, unlink it with outcome
+  /// `why` and return true (the caller then resolves it after unlocking); false if a waker
+  /// claimed it first.
+  bool unlink_if_linked(waiter& w, wait_status why) noexcept {
+    if (!w.linked) return false;
+    remove(w);
+    w.status = why;
+    return true;
+  }
+
+  /// Unlinks the head, records its outcome and adds it to the batch.
+  void claim_front(wake_batch& batch, wait_status status = wait_status::ok) noexcept {
+    waiter& w = *head_;
+    remove(w);
+    w.status = status;
+    batch.add(w);
+  }
+
+  /// Unlinks every waiter into the batch, in FIFO order.
+  void claim_all(wake_batch& batch, wait_status status = wait_status::ok) noexcept {
+    while (!empty()) claim_front(batch, status);
+  }
+
+ private:
+  waiter* head_ = nullptr;
+  waiter* tail_ = nullptr;
+};
+
+}  // namespace asyncband::detail

@@ -1,0 +1,86 @@
+// asyncband/scheduler.hpp: the one hook through which a task type tells asyncband where its
+// coroutines resume.
+//
+// When a primitive wakes a waiting coroutine, it asks the coroutine's promise for a scheduler:
+//
+//   struct promise_type {
+//     asyncband::scheduler_ref asyncband_scheduler() const noexcept;   // the hook
+//   };
+//
+// A promise that satisfies `scheduler_aware_promise` and returns a non-empty scheduler_ref has
+// every wake-up posted there (so N waiters woken together run in parallel on a pool, and the
+// waking call returns without running any of them). Any other promise, or an empty
+// scheduler_ref, resumes the coroutine inline on the thread that wakes it.
+#pragma once
+
+#include <concepts>
+#include <coroutine>
+#include <memory>
+
+namespace asyncband {
+
+/// Anything that can take a ready coroutine and run it later. schedule() must not throw and
+/// must not resume the handle inline (that would run user code on the waker's stack).
+template <class S>
+concept scheduler = requires(S& s, std::coroutine_handle<> h) {
+  { s.schedule(h) } noexcept;
+};
+
+/// A non-owning, type-erased reference to a scheduler. Empty means "resume inline".
+class scheduler_ref {
+ public:
+  constexpr scheduler_ref() noexcept = default;
+
+  template <scheduler S>
+    requires(!std::same_as<S, scheduler_ref>)
+  static scheduler_ref of(S& s) noexcept {
+    return scheduler_ref(std::addressof(s), [](void* self, std::coroutine_handle<> h) noexcept {
+      static_cast<S*>(self)->schedule(h);
+    });
+  }
+
+  [[nodiscard]] constexpr bool empty() const noexcept { return post_ == nullptr; }
+  explicit constexpr operator bool() const noexcept { return !empty(); }
+
+  /// Posts h to the scheduler; precondition: !empty().
+  void schedule(std::coroutine_handle<> h) const noexcept { post_(self_, h); }
+
+  /// Posts h when a scheduler is set; resumes it inline otherwise.
+  void resume(std::coroutine_handle<> h) const noexcept {
+    if (post_ != nullptr) {
+      post_(self_, h);
+    } else {
+      h.resume();
+    }
+  }
+
+  friend constexpr bool operator==(const scheduler_ref& a, const scheduler_ref& b) noexcept {
+    return a.self_ == b.self_ && a.post_ == b.post_;
+  }
+
+ private:
+  using post_fn = void (*)(void*, std::coroutine_handle<>) noexcept;
+  constexpr scheduler_ref(void* self, post_fn post) noexcept : self_(self), post_(post) {}
+
+  void* self_ = nullptr;
+  post_fn post_ = nullptr;
+};
+
+/// The hook: a promise whose coroutines resume on a scheduler of its choosing.
+template <class P>
+concept scheduler_aware_promise = requires(const P& p) {
+  { p.asyncband_scheduler() } noexcept -> std::convertible_to<scheduler_ref>;
+};
+
+/// The scheduler a waiting coroutine resumes on (empty: inline on the waking thread).
+template <class Promise>
+[[nodiscard]] scheduler_ref scheduler_of(std::coroutine_handle<Promise> h) noexcept {
+  if constexpr (scheduler_aware_promise<Promise>) {
+    return h.promise().asyncband_scheduler();
+  } else {
+    (void)h;
+    return {};
+  }
+}
+
+}  // namespace asyncband

@@ -1,0 +1,147 @@
+// asyncband/wait_group.hpp
+#pragma once
+
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <stop_token>
+#include <utility>
+
+#include "detail/wait_functions.hpp"
+#include "detail/wait_queue.hpp"
+
+namespace asyncband {
+
+/// A group of members whose wait completes when no member is left (Go's WaitGroup, in the
+/// handle form of Asyncband's and crossbeam's): each wait_group object is a handle, copying a
+/// member adds a member, destroying a member removes one.
+///
+///   asyncband::wait_group wg;                 // a new group, this handle its one member
+///   for (...) spawn(work(wg));                // each copy is a member until it is destroyed
+///   co_await wg.wait();                       // leaves the group, waits until it is empty
+///
+/// Contract
+/// - wait() first gives up this handle's membership (if it still has one), then waits until
+///   the member count is zero. Every wait form leaves at the call, before any suspension, and
+///   a cancelled wait does not rejoin.
+/// - Synchronization: everything a member did before it was destroyed (or left) happens-before
+///   the completion of a wait that observes the count at zero.
+/// - Waking: the member that leaves last wakes every waiter, after releasing the group's lock.
+///   A copy made after the count reached zero starts a new round for later waits.
+/// - Errors: a copy that would exceed max() members throws std::overflow_error and changes
+///   nothing.
+/// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
+///   the last member's departure claims the waiter.
+/// - A moved-from handle has no group: it is not a member, and waiting on it is undefined.
+/// - Handles may be used from any thread; one handle is not to be used by two threads at once.
+///   The shared state lives as long as any handle (members and former members).
+class wait_group : public detail::wait_functions<wait_group> {
+  class wait_node;
+  struct state;
+  friend class detail::wait_functions<wait_group>;
+
+ public:
+  [[nodiscard]] static constexpr std::size_t max() noexcept {
+    return std::numeric_limits<std::size_t>::max() / 2;
+  }
+
+  /// A new group with this handle as its only member.
+  wait_group() : state_(std::make_shared<state>()) {}
+
+  /// Adds a member to the same group.
+  wait_group(const wait_group& other) : state_(other.state_) { join(); }
+
+  /// Transfers `other`'s membership (and group) to the new handle.
+  wait_group(wait_group&& other) noexcept
+      : state_(std::move(other.state_)), member_(std::exchange(other.member_, false)) {}
+
+  wait_group& operator=(const wait_group& other) {
+    if (this != &other) *this = wait_group(other);
+    return *this;
+  }
+  wait_group& operator=(wait_group&& other) noexcept {
+    if (this != &other) {
+      leave();
+      state_ = std::move(other.state_);
+      member_ = std::exchange(other.member_, false);
+    }
+    return *this;
+  }
+
+  ~wait_group() { leave(); }
+
+  /// Gives up this handle's membership; does nothing if it has none.
+  void leave() noexcept {
+    if (!member_) return;
+    member_ = false;
+    if (state_->members.fetch_sub(1, std::memory_order_acq_rel) == 1) state_->queue.wake_all();
+  }
+
+  /// True while this handle counts as a member.
+  [[nodiscard]] bool is_member() const noexcept { return member_; }
+
+  /// The number of members now (a snapshot).
+  [[nodiscard]] std::size_t members() const noexcept {
+    return state_ ? state_->members.load(std::memory_order_acquire) : 0;
+  }
+
+  // The wait forms leave first; see the class contract.
+  [[nodiscard]] auto wait() noexcept { return (leave(), wait_functions::wait()); }
+  [[nodiscard]] auto wait(std::stop_token stop) noexcept {
+    return (leave(), wait_functions::wait(std::move(stop)));
+  }
+  auto wait_blocking() { return (leave(), wait_functions::wait_blocking()); }
+  auto wait_blocking(std::stop_token stop) { return (leave(), wait_functions::wait_blocking(std::move(stop))); }
+  template <class Rep, class Period>
+  auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return (leave(), wait_functions::wait_timeout(timeout));
+  }
+
+ private:
+  struct state {
+    std::atomic<std::size_t> members{1};
+    detail::wait_queue queue;
+  };
+
+  class wait_node : public detail::waiter {
+   public:
+    using value_type = void;
+    static constexpr bool transferable = false;
+    explicit wait_node(wait_group* group) noexcept : state_(group->state_.get()) {
+      assert(state_ != nullptr && "asyncband::wait_group: wait on a moved-from handle");
+    }
+
+    bool try_ready() noexcept { return empty(); }
+    bool enqueue() noexcept {
+      return state_->queue.complete_or_enqueue(*this, [this] { return empty(); });
+    }
+    bool cancel(wait_status why) noexcept { return state_->queue.cancel(*this, why); }
+    void take() noexcept {}
+
+   private:
+    bool empty() const noexcept { return state_->members.load(std::memory_order_acquire) == 0; }
+    state* state_;
+  };
+
+  void join() {
+    if (!state_) {  // a copy of a moved-from handle is empty too
+      member_ = false;
+      return;
+    }
+    auto& members = state_->members;
+    std::size_t current = members.load(std::memory_order_relaxed);
+    do {
+      if (current >= max()) throw std::overflow_error("asyncband::wait_group: too many members");
+    } while (!members.compare_exchange_weak(current, current + 1, std::memory_order_relaxed));
+    member_ = true;
+  }
+
+  std::shared_ptr<state> state_;
+  bool member_ = true;
+};
+
+}  // namespace asyncband
