@@ -59,14 +59,28 @@ class block_on_driver {
   std::coroutine_handle<promise_type> handle_;
 };
 
+// An awaiter is awaited in place, as a named lvalue (awaiters need not be movable, and g++ 12
+// copies a glvalue awaiter returned from a call); anything else is forwarded, so that
+// rvalue-only `operator co_await` overloads apply.
+template <class Awaitable>
+inline constexpr bool is_awaiter = requires(Awaitable& a) { a.await_ready(); };
+
 template <class Awaitable, class T>
 block_on_driver drive(Awaitable& awaitable, yielded<T>& out) {
-  out.set(co_await std::forward<Awaitable>(awaitable));
+  if constexpr (is_awaiter<Awaitable>) {
+    out.set(co_await awaitable);
+  } else {
+    out.set(co_await static_cast<Awaitable&&>(awaitable));
+  }
 }
 
 template <class Awaitable>
 block_on_driver drive_void(Awaitable& awaitable) {
-  co_await std::forward<Awaitable>(awaitable);
+  if constexpr (is_awaiter<Awaitable>) {
+    co_await awaitable;
+  } else {
+    co_await static_cast<Awaitable&&>(awaitable);
+  }
 }
 
 }  // namespace detail

@@ -57,6 +57,7 @@ class [[nodiscard]] result {
   [[nodiscard]] const T& value() const& noexcept { return const_cast<result*>(this)->checked(); }
   [[nodiscard]] T&& value() && noexcept { return std::move(checked()); }
   [[nodiscard]] T& operator*() & noexcept { return checked(); }
+  [[nodiscard]] const T& operator*() const& noexcept { return const_cast<result*>(this)->checked(); }
   [[nodiscard]] T* operator->() noexcept { return &checked(); }
   [[nodiscard]] const T* operator->() const noexcept { return &const_cast<result*>(this)->checked(); }
 

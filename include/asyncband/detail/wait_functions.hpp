@@ -7,6 +7,7 @@
 //   p.wait_blocking();                 // the plain-thread twin
 //   p.wait_blocking(stop_token);       // result<value_type>
 //   p.wait_timeout(duration);          // result<value_type>: ok or timeout
+// and names its node type for other drivers of the same protocol (P::wait_node_type<>).
 #pragma once
 
 #include <chrono>
@@ -21,6 +22,12 @@ template <class Owner>
 class wait_functions {
  public:
   // Owner::wait_node is named only inside the bodies, where Owner is complete.
+
+  /// The primitive's node type, for waits driven from outside a coroutine (detail::callback_wait,
+  /// used by the Boost.Asio bridge): `typename P::template wait_node_type<>`. An alias template so
+  /// that it is named only once Owner is complete.
+  template <class O = Owner>
+  using wait_node_type = typename O::wait_node;
 
   /// Waits without a way to cancel. `co_await x.wait();`
   [[nodiscard]] auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
