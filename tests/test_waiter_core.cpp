@@ -116,7 +116,7 @@ TEST(Handshake, ResolvedBeforeArmMeansDoNotSuspend) {
 TEST(Handshake, ArmedThenResolvedRunsTheTargetOnce) {
   asyncband::detail::parker p;
   asyncband::detail::waiter w;
-  w.set_target(asyncband::detail::resume_target(&p));
+  w.set_target(asyncband::detail::resume_target(&asyncband::detail::parker::unpark_thunk, &p));
   EXPECT_TRUE(w.arm());
   w.resolve();
   p.park();  // would hang if the target had not run

@@ -19,8 +19,8 @@ namespace asyncband {
 ///   that observes the count at zero (and every try_wait() that returns true).
 /// - Waking: the arrival that reaches zero wakes every queued waiter, after releasing the
 ///   latch's lock, each on its own scheduler (inline for coroutines without one).
-/// - Errors: a negative initial count or arrival, or an arrival larger than the remaining count,
-///   throws std::invalid_argument and leaves the count unchanged.
+/// - Errors: a negative initial count or arrival, an initial count above max(), or an arrival
+///   larger than the remaining count throws std::invalid_argument and leaves the count unchanged.
 /// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
 ///   the final arrival claims the waiter. A stop already requested ends the wait at once.
 /// - The latch must outlive every pending wait.
@@ -30,11 +30,9 @@ class latch : public detail::wait_functions<latch> {
   friend class detail::wait_functions<latch>;
 
  public:
-  [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept {
-    return std::numeric_limits<std::ptrdiff_t>::max();
-  }
+  [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept { return waiters_flag - 1; }
 
-  explicit latch(std::ptrdiff_t count) : count_(checked_initial(count)) {}
+  explicit latch(std::ptrdiff_t count) : state_(checked_initial(count)) {}
   latch(const latch&) = delete;
   latch& operator=(const latch&) = delete;
 
@@ -43,15 +41,20 @@ class latch : public detail::wait_functions<latch> {
 
   /// Decrements the count by n; wakes every waiter when it reaches zero.
   void arrive(std::ptrdiff_t n) {
-    std::ptrdiff_t current = count_.load(std::memory_order_relaxed);
+    if (n < 0) throw std::invalid_argument("asyncband::latch::arrive: negative arrival");
+    std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
     do {
-      if (n < 0) throw std::invalid_argument("asyncband::latch::arrive: negative arrival");
-      if (n > current) throw std::invalid_argument("asyncband::latch::arrive: arrival exceeds the remaining count");
-    } while (!count_.compare_exchange_weak(current, current - n, std::memory_order_acq_rel));
-    if (current == n && n != 0) queue_.wake_all();
+      if (n > (state & ~waiters_flag)) {
+        throw std::invalid_argument("asyncband::latch::arrive: arrival exceeds the remaining count");
+      }
+    } while (!state_.compare_exchange_weak(state, state - n, std::memory_order_acq_rel));
+    // Only the arrival that reaches zero with a waiter flagged takes the lock.
+    if (n != 0 && state == (waiters_flag | n)) queue_.wake_all();
   }
 
-  [[nodiscard]] std::ptrdiff_t count() const noexcept { return count_.load(std::memory_order_acquire); }
+  [[nodiscard]] std::ptrdiff_t count() const noexcept {
+    return state_.load(std::memory_order_acquire) & ~waiters_flag;
+  }
   [[nodiscard]] bool try_wait() const noexcept { return count() == 0; }
 
  private:
@@ -62,22 +65,35 @@ class latch : public detail::wait_functions<latch> {
     using queued_waiter::queued_waiter;
 
     bool try_ready() noexcept { return owner().try_wait(); }
-    // Reading the count under the lock is enough: the final arrival's wake takes the same
-    // lock after its decrement, so it either finds this node queued or this read sees zero.
     bool enqueue() noexcept {
-      return owner().queue_.complete_or_enqueue(*this, [this] { return owner().try_wait(); });
+      return owner().queue_.complete_or_enqueue(*this, [this] { return !owner().flag_waiter(); });
     }
     void take() noexcept {}
   };
 
+  /// Under the lock, before queueing: sets the waiters flag unless the count is zero (false).
+  /// The flag and the count share one atomic, so the final arrival's decrement either sees the
+  /// flag (and takes the lock to wake, finding this waiter queued) or comes first (and this
+  /// sees zero). A cancelled waiter leaves the flag set: at worst one needless lock.
+  bool flag_waiter() noexcept {
+    std::ptrdiff_t state = state_.load(std::memory_order_acquire);
+    do {
+      if ((state & ~waiters_flag) == 0) return false;
+    } while (!state_.compare_exchange_weak(state, state | waiters_flag, std::memory_order_acq_rel));
+    return true;
+  }
+
   static std::ptrdiff_t checked_initial(std::ptrdiff_t count) {
     if (count < 0) throw std::invalid_argument("asyncband::latch: negative count");
+    if (count > max()) throw std::invalid_argument("asyncband::latch: count above latch::max()");
     return count;
   }
 
   detail::wait_queue& queue() noexcept { return queue_; }
 
-  std::atomic<std::ptrdiff_t> count_;
+  // The remaining count, and (waiters_flag) whether a waiter may be queued.
+  static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1} << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
+  std::atomic<std::ptrdiff_t> state_;
   detail::wait_queue queue_;
 };
 

@@ -15,8 +15,8 @@
 //   };
 //
 // and returns wait_awaiter<my_node, Cancellable> from its wait functions, and block_wait() from
-// its blocking twins. This file holds the whole suspension protocol; primitives never touch the
-// handshake themselves.
+// its blocking twins (detail/wait_functions.hpp writes those once for all). pending_wait holds
+// the whole suspension protocol; primitives never touch the handshake themselves.
 #pragma once
 
 #include <chrono>
@@ -43,17 +43,22 @@ concept wait_node = std::derived_from<Node, waiter> && requires(Node& n, wait_st
   n.take();
 };
 
+/// Claims `node` with outcome `why` if it is still queued, and resolves it. If a waker claimed
+/// it first, does nothing: that waker resolves it.
+template <class Node>
+void cancel_and_resolve(Node& node, wait_status why) noexcept {
+  if (node.cancel(why)) {
+    at_test_point(test_point::claimed_for_cancel);
+    node.resolve();
+  }
+}
+
 /// The stop callback of a waiting operation: claims the node if it is still queued and resolves
 /// it (the coroutine resumes with a cancelled outcome). If a waker claimed it first, does nothing.
 template <class Node>
 struct cancel_on_stop {
   Node* node;
-  void operator()() const noexcept {
-    if (node->cancel(wait_status::cancelled)) {
-      at_test_point(test_point::claimed_for_cancel);
-      node->resolve();
-    }
-  }
+  void operator()() const noexcept { cancel_and_resolve(*node, wait_status::cancelled); }
 };
 
 template <class Node>
@@ -87,30 +92,34 @@ wait_yield_t<Node, Cancellable> finish_wait(Node& node, const std::stop_token& t
   }
 }
 
-/// The awaiter of every waiting operation. Lives in the awaiting coroutine's frame, with its node.
-/// Not movable: the node's address is published to other threads while suspended.
+/// One waiting operation in progress: the node, the stop token and the stop callback, and the
+/// whole suspension protocol. The coroutine awaiter, the blocking wait and the callback wait
+/// (bridges) are thin drivers of it that differ only in how a resolved wait continues.
+/// Not movable: the node's address is published to other threads while pending.
 template <wait_node Node, bool Cancellable>
-class [[nodiscard]] wait_awaiter {
+class pending_wait {
  public:
   template <class... Args>
-  explicit wait_awaiter(std::stop_token token, Args&&... args)
+  explicit pending_wait(std::stop_token token, Args&&... args)
       : node_(std::forward<Args>(args)...), token_(std::move(token)) {}
-  wait_awaiter(const wait_awaiter&) = delete;
-  wait_awaiter& operator=(const wait_awaiter&) = delete;
+  pending_wait(const pending_wait&) = delete;
+  pending_wait& operator=(const pending_wait&) = delete;
 
-  /// Destroying the frame of a coroutine suspended here unlinks the node (see docs/design.md,
-  /// "Destroying a waiting coroutine"). Nothing to do if it never suspended or was resumed.
-  ~wait_awaiter() {
+  /// Destroying a wait that is still pending unlinks its node (see docs/design.md, "Destroying
+  /// a waiting coroutine"). Nothing to do if it never published, or was resolved and finished.
+  ~pending_wait() {
     if (!node_.is_suspended_unresolved()) return;
     if (!node_.abandon()) {
-      assert(false && "asyncband: coroutine destroyed while its resumption was in flight");
+      assert(false && "asyncband: a wait destroyed while its resumption was in flight");
       return;
     }
     stop_callback_.reset();  // waits for a stop callback running on another thread
     if (!node_.cancel(wait_status::cancelled)) node_.await_resolver();
   }
 
-  bool await_ready() noexcept {
+  /// Before publishing: true if the wait is over without queueing (a stop already requested
+  /// ends it cancelled without touching the primitive).
+  [[nodiscard]] bool try_complete() noexcept {
     if (Cancellable && token_.stop_requested()) {
       node_.status = wait_status::cancelled;
       return true;
@@ -118,21 +127,13 @@ class [[nodiscard]] wait_awaiter {
     return node_.try_ready();
   }
 
-  template <class Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    node_.set_target(resume_target(h, scheduler_of(h)));
-    return suspend();
-  }
-
-  wait_yield_t<Node, Cancellable> await_resume() {
-    stop_callback_.reset();
-    return finish_wait<Node, Cancellable>(node_, token_);
-  }
-
- private:
-  // Kept out of line so that nothing after the publication step is merged into the coroutine
-  // body (clang 14 has touched the frame after await_suspend handed it away: LLVM 56301/65054).
-  [[gnu::noinline]] bool suspend() noexcept {
+  /// Queues the wait with `target` as its continuation. Returns true if it is pending: a
+  /// resolver will run `target` exactly once. Returns false if it completed during publication
+  /// (`target` will not run). Nothing here touches the wait after the final arm().
+  /// Out of line so that nothing after the publication is merged into a coroutine body (clang 14
+  /// has touched the frame after await_suspend handed it away: LLVM 56301/65054).
+  [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target) noexcept {
+    node_.set_target(target);
     if (node_.enqueue()) return false;
     at_test_point(test_point::published);
     if (Cancellable && token_.stop_possible()) stop_callback_.emplace(token_, cancel_on_stop<Node>{&node_});
@@ -140,33 +141,59 @@ class [[nodiscard]] wait_awaiter {
     return node_.arm();
   }
 
+  /// Ends a pending wait as a stop request would, with outcome `why` (a timeout, a bridge's
+  /// own cancellation): no effect if a waker claimed it first.
+  void cancel(wait_status why) noexcept { cancel_and_resolve(node_, why); }
+
+  /// After completion (or resolution): what the wait yields.
+  wait_yield_t<Node, Cancellable> finish() {
+    stop_callback_.reset();
+    return finish_wait<Node, Cancellable>(node_, token_);
+  }
+
+ private:
   Node node_;
   std::stop_token token_;
   std::optional<stop_callback_for<Node>> stop_callback_;
 };
 
+/// The awaiter of every waiting operation; lives in the awaiting coroutine's frame.
+template <wait_node Node, bool Cancellable>
+class [[nodiscard]] wait_awaiter {
+ public:
+  template <class... Args>
+  explicit wait_awaiter(std::stop_token token, Args&&... args) : wait_(std::move(token), std::forward<Args>(args)...) {}
+
+  bool await_ready() noexcept { return wait_.try_complete(); }
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    return wait_.publish(resume_target(h, scheduler_of(h)));
+  }
+  wait_yield_t<Node, Cancellable> await_resume() { return wait_.finish(); }
+
+ private:
+  pending_wait<Node, Cancellable> wait_;
+};
+
 using steady_deadline = std::optional<std::chrono::steady_clock::time_point>;
 
-/// The blocking twin of wait_awaiter: the same node and protocol, with the calling thread
-/// parked instead of a coroutine suspended. A deadline that passes first cancels with `timeout`.
+/// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
+/// of a coroutine suspended. A deadline that passes first cancels with `timeout`.
 template <wait_node Node, bool Cancellable, class... Args>
 wait_yield_t<Node, Cancellable> block_wait(std::stop_token token, steady_deadline deadline, Args&&... args) {
-  Node node(std::forward<Args>(args)...);
-  if (Cancellable && token.stop_requested()) {
-    node.status = wait_status::cancelled;
-  } else if (!node.try_ready()) {
+  pending_wait<Node, Cancellable> wait(std::move(token), std::forward<Args>(args)...);
+  if (wait.try_complete()) return wait.finish();
+  if (!deadline) {
     parker park;
-    node.set_target(resume_target(&park));
-    if (!node.enqueue()) {
-      std::optional<stop_callback_for<Node>> on_stop;
-      if (Cancellable && token.stop_possible()) on_stop.emplace(token, cancel_on_stop<Node>{&node});
-      if (node.arm()) {
-        if (deadline && !park.park_until(*deadline) && node.cancel(wait_status::timeout)) node.resolve();
-        park.park();  // returns at once if already released
-      }
+    if (wait.publish(resume_target(&parker::unpark_thunk, &park))) park.park();
+  } else {
+    timed_parker park;
+    if (wait.publish(resume_target(&timed_parker::unpark_thunk, &park))) {
+      if (!park.park_until(*deadline)) wait.cancel(wait_status::timeout);
+      park.park();  // at once if released; else until the resolver that claimed the node
     }
   }
-  return finish_wait<Node, Cancellable>(node, token);
+  return wait.finish();
 }
 
 }  // namespace asyncband::detail

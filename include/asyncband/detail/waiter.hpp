@@ -56,46 +56,70 @@ inline void at_test_point(test_point) noexcept {}
 #endif
 
 // ---------------------------------------------------------------------------------------------
-/// Blocks a plain thread until a resolver releases it. Lives on the blocked thread's stack.
-/// unpark() finishes touching the parker before the parked thread can return (it notifies
-/// under the parker's own mutex), so the parker may be destroyed as soon as park() returns.
+/// Blocks a plain thread until a resolver releases it; lives on the blocked thread's stack.
+/// Trivial to create (one word), so a blocking wait that completes without queueing costs
+/// nothing for it. unpark() stores, then wakes the futex by address: the parked thread may
+/// return and reuse the stack between the two, which is harmless, because the wake-up by
+/// address touches only the kernel's wait queue, never the parker's memory (libstdc++'s
+/// std::latch relies on the same property).
 class parker {
+ public:
+  void park() noexcept {
+    while (released_.load(std::memory_order_acquire) == 0) released_.wait(0, std::memory_order_acquire);
+  }
+  void unpark() noexcept {
+    released_.store(1, std::memory_order_release);
+    released_.notify_one();
+  }
+  static void unpark_thunk(void* self) noexcept { static_cast<parker*>(self)->unpark(); }
+
+ private:
+  std::atomic<std::uint32_t> released_{0};
+};
+
+/// A parker that can give up at a deadline (the standard has no timed atomic wait). unpark()
+/// notifies under the parker's mutex, so the parked thread cannot destroy it before unpark()
+/// has finished touching it; that costs the woken thread one extra hand-over of the mutex,
+/// acceptable for the timeout forms.
+class timed_parker {
  public:
   void park() {
     std::unique_lock lock(mutex_);
-    ready_cv_.wait(lock, [this] { return released_; });
+    released_cv_.wait(lock, [this] { return released_; });
   }
-
   /// Returns false if the deadline passed first.
   template <class Clock, class Duration>
   bool park_until(const std::chrono::time_point<Clock, Duration>& deadline) {
     std::unique_lock lock(mutex_);
-    return ready_cv_.wait_until(lock, deadline, [this] { return released_; });
+    return released_cv_.wait_until(lock, deadline, [this] { return released_; });
   }
-
   void unpark() noexcept {
     const std::lock_guard lock(mutex_);
     released_ = true;
-    ready_cv_.notify_one();
+    released_cv_.notify_one();
   }
+  static void unpark_thunk(void* self) noexcept { static_cast<timed_parker*>(self)->unpark(); }
 
  private:
   std::mutex mutex_;
-  std::condition_variable ready_cv_;
+  std::condition_variable released_cv_;
   bool released_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
-/// Where a resolved waiter continues: a coroutine (on its scheduler or inline) or a parked thread.
+/// Where a resolved waiter continues: a coroutine (posted to its scheduler, or resumed inline),
+/// or a callback (a parked thread's unpark, a bridge's completion).
 class resume_target {
  public:
+  using callback = void (*)(void* context) noexcept;
+
   resume_target() noexcept = default;
   resume_target(std::coroutine_handle<> h, scheduler_ref sched) noexcept : handle_(h), sched_(sched) {}
-  explicit resume_target(parker* p) noexcept : parker_(p) {}
+  resume_target(callback fn, void* context) noexcept : callback_(fn), context_(context) {}
 
   void run() const noexcept {
-    if (parker_ != nullptr) {
-      parker_->unpark();
+    if (callback_ != nullptr) {
+      callback_(context_);
     } else {
       sched_.resume(handle_);
     }
@@ -104,7 +128,8 @@ class resume_target {
  private:
   std::coroutine_handle<> handle_{};
   scheduler_ref sched_{};
-  parker* parker_ = nullptr;
+  callback callback_ = nullptr;
+  void* context_ = nullptr;
 };
 
 // ---------------------------------------------------------------------------------------------
