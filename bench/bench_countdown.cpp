@@ -1,0 +1,497 @@
+// bench/bench_countdown.cpp: the signalling and countdown primitives against their std baselines.
+//
+// Names are `family/case/impl`; impl is `asyncband` (ours), `std` (std::mutex +
+// std::condition_variable, written the obvious way), `std_latch` or `std_barrier`. Every case has
+// its baselines registered under the same family/case, so scripts/bench_report.py can put them
+// side by side (the coroutine cases reuse the plain-thread baselines: the standard library has
+// no awaitable equivalent).
+//
+// Single-thread cases measure the uncontended path: the condition already holds when the wait
+// starts, so nothing ever blocks. Multi-thread cases start their helper threads before the timed
+// loop, run exactly state.max_iterations rounds on every thread, and report real time per
+// round.
+//
+//   bench_countdown --benchmark_min_time=0.05
+#include <benchmark/benchmark.h>
+
+#include <barrier>
+#include <condition_variable>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <latch>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <asyncband/asyncband.hpp>
+
+#if __has_include(<sys/resource.h>)
+#include <sys/resource.h>
+#define ASYNCBAND_BENCH_HAVE_RUSAGE 1
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Driver: an eager coroutine with no scheduler (a wake-up would resume it inline). The benchmark
+// loop runs inside the coroutine, so an iteration costs only the awaited operation, not a
+// resume of the driver.
+class inline_coroutine {
+ public:
+  struct promise_type {
+    inline_coroutine get_return_object() noexcept {
+      return inline_coroutine(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+
+  inline_coroutine(inline_coroutine&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+  inline_coroutine(const inline_coroutine&) = delete;
+  inline_coroutine& operator=(const inline_coroutine&) = delete;
+  inline_coroutine& operator=(inline_coroutine&&) = delete;
+  ~inline_coroutine() {
+    if (handle_) handle_.destroy();
+  }
+
+  /// The loop must have run to its end without ever suspending (every wait was ready).
+  void check(benchmark::State& state) const {
+    if (!handle_.done()) state.SkipWithError("coroutine suspended on an uncontended wait");
+  }
+
+ private:
+  explicit inline_coroutine(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+  std::coroutine_handle<promise_type> handle_;
+};
+
+template <class T>
+void escape(T& object) {
+  T* p = &object;
+  benchmark::DoNotOptimize(p);
+}
+
+// ---------------------------------------------------------------------------------------------
+// std baselines: std::mutex + std::condition_variable, the textbook way.
+
+/// Auto-reset event: one stored permit, notify_one wakes one waiter.
+class cv_auto_event {
+ public:
+  void notify_one() {
+    const std::lock_guard lock(mutex_);
+    flag_ = true;
+    cv_.notify_one();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return flag_; });
+    flag_ = false;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool flag_ = false;
+};
+
+/// Countdown latch (also the wait_group baseline: a counter whose wait ends at zero).
+class cv_counter {
+ public:
+  explicit cv_counter(std::ptrdiff_t count) : count_(count) {}
+  void add() {
+    const std::lock_guard lock(mutex_);
+    ++count_;
+  }
+  void count_down() {
+    const std::lock_guard lock(mutex_);
+    if (--count_ == 0) cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::ptrdiff_t count_;
+};
+
+/// A member of a cv_counter group for as long as it lives (the RAII shape of a wait_group copy).
+class cv_member {
+ public:
+  explicit cv_member(cv_counter& group) : group_(&group) { group_->add(); }
+  cv_member(cv_member&& other) noexcept : group_(std::exchange(other.group_, nullptr)) {}
+  cv_member(const cv_member&) = delete;
+  cv_member& operator=(const cv_member&) = delete;
+  cv_member& operator=(cv_member&&) = delete;
+  ~cv_member() {
+    if (group_ != nullptr) group_->count_down();
+  }
+
+ private:
+  cv_counter* group_;
+};
+
+/// Generation-counting reusable barrier.
+class cv_barrier {
+ public:
+  explicit cv_barrier(std::ptrdiff_t participants) : participants_(participants), remaining_(participants) {}
+
+  /// Returns true for the arrival that completed the generation.
+  bool arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t generation = generation_;
+    if (--remaining_ == 0) {
+      remaining_ = participants_;
+      ++generation_;
+      lock.unlock();
+      cv_.notify_all();
+      return true;
+    }
+    cv_.wait(lock, [&] { return generation_ != generation; });
+    return false;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  const std::ptrdiff_t participants_;
+  std::ptrdiff_t remaining_;
+  std::uint64_t generation_ = 0;
+};
+
+/// Context switches (voluntary + involuntary) of the whole process so far; -1 if unknown.
+long context_switches() {
+#ifdef ASYNCBAND_BENCH_HAVE_RUSAGE
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) return usage.ru_nvcsw + usage.ru_nivcsw;
+#endif
+  return -1;
+}
+
+/// Runs `body()` exactly state.max_iterations times on each of `helpers` extra threads while the
+/// benchmark loop runs `main_body()` on this thread: one iteration = one round for everybody.
+/// Reports the process's context switches per round (`csw/round`): a wait that parks its thread
+/// costs at least one.
+template <class HelperBody, class MainBody>
+void run_with_helpers(benchmark::State& state, int helpers, HelperBody body, MainBody main_body) {
+  const auto rounds = state.max_iterations;
+  const long switches_before = context_switches();
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(helpers));
+  for (int i = 0; i < helpers; ++i) {
+    threads.emplace_back([&body, rounds] {
+      for (benchmark::IterationCount r = 0; r < rounds; ++r) body();
+    });
+  }
+  for (auto _ : state) main_body();
+  for (auto& t : threads) t.join();
+  state.SetItemsProcessed(state.iterations());
+  const long switches_after = context_switches();
+  if (switches_before >= 0 && switches_after >= 0 && state.iterations() > 0) {
+    state.counters["csw/round"] =
+        static_cast<double>(switches_after - switches_before) / static_cast<double>(state.iterations());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// event/set_wait_reset, event/set_await_reset: manual_reset_event set, wait (ready), reset.
+
+void event_set_wait_reset_asyncband(benchmark::State& state) {
+  asyncband::manual_reset_event ev;
+  for (auto _ : state) {
+    ev.set();
+    ev.wait_blocking();
+    ev.reset();
+  }
+  escape(ev);
+}
+
+inline_coroutine set_await_reset_loop(benchmark::State& state, asyncband::manual_reset_event& ev) {
+  for (auto _ : state) {
+    ev.set();
+    co_await ev.wait();
+    ev.reset();
+  }
+}
+
+void event_set_await_reset_asyncband(benchmark::State& state) {
+  asyncband::manual_reset_event ev;
+  set_await_reset_loop(state, ev).check(state);
+}
+
+void event_set_wait_reset_std(benchmark::State& state) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool flag = false;
+  for (auto _ : state) {
+    {
+      const std::lock_guard lock(mutex);
+      flag = true;
+      cv.notify_all();
+    }
+    {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return flag; });
+    }
+    {
+      const std::lock_guard lock(mutex);
+      flag = false;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// event/notify_wait, event/notify_await: auto_reset_event notify_one (stores the permit), wait
+// (consumes it).
+
+void event_notify_wait_asyncband(benchmark::State& state) {
+  asyncband::auto_reset_event ev;
+  for (auto _ : state) {
+    ev.notify_one();
+    ev.wait_blocking();
+  }
+  escape(ev);
+}
+
+inline_coroutine notify_await_loop(benchmark::State& state, asyncband::auto_reset_event& ev) {
+  for (auto _ : state) {
+    ev.notify_one();
+    co_await ev.wait();
+  }
+}
+
+void event_notify_await_asyncband(benchmark::State& state) {
+  asyncband::auto_reset_event ev;
+  notify_await_loop(state, ev).check(state);
+}
+
+void event_notify_wait_std(benchmark::State& state) {
+  cv_auto_event ev;
+  for (auto _ : state) {
+    ev.notify_one();
+    ev.wait();
+  }
+  escape(ev);
+}
+
+// event/ping_pong: two threads, two auto-reset events, one round trip per iteration. Every wait
+// really blocks (or races with the notify), so this is the contended path.
+
+void event_ping_pong_asyncband(benchmark::State& state) {
+  asyncband::auto_reset_event ping;
+  asyncband::auto_reset_event pong;
+  run_with_helpers(
+      state, 1,
+      [&] {
+        ping.wait_blocking();
+        pong.notify_one();
+      },
+      [&] {
+        ping.notify_one();
+        pong.wait_blocking();
+      });
+}
+
+void event_ping_pong_std(benchmark::State& state) {
+  cv_auto_event ping;
+  cv_auto_event pong;
+  run_with_helpers(
+      state, 1,
+      [&] {
+        ping.wait();
+        pong.notify_one();
+      },
+      [&] {
+        ping.notify_one();
+        pong.wait();
+      });
+}
+
+// ---------------------------------------------------------------------------------------------
+// latch/count_down_wait, latch/count_down_await: construct latch(1), count_down, wait (ready).
+
+void latch_count_down_wait_asyncband(benchmark::State& state) {
+  for (auto _ : state) {
+    asyncband::latch latch(1);
+    latch.count_down();
+    latch.wait_blocking();
+    escape(latch);
+  }
+}
+
+inline_coroutine count_down_await_loop(benchmark::State& state) {
+  for (auto _ : state) {
+    asyncband::latch latch(1);
+    latch.count_down();
+    co_await latch.wait();
+    escape(latch);
+  }
+}
+
+void latch_count_down_await_asyncband(benchmark::State& state) {
+  count_down_await_loop(state).check(state);
+}
+
+void latch_count_down_wait_std(benchmark::State& state) {
+  for (auto _ : state) {
+    cv_counter latch(1);
+    latch.count_down();
+    latch.wait();
+    escape(latch);
+  }
+}
+
+void latch_count_down_wait_std_latch(benchmark::State& state) {
+  for (auto _ : state) {
+    std::latch latch(1);
+    latch.count_down();
+    latch.wait();
+    escape(latch);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// barrier/round_N: N threads (this one and N-1 helpers) doing one barrier round per iteration.
+
+template <int N>
+void barrier_round_asyncband(benchmark::State& state) {
+  asyncband::barrier barrier(N);
+  run_with_helpers(
+      state, N - 1, [&] { (void)barrier.wait_blocking(); },
+      [&] {
+        auto r = barrier.wait_blocking();
+        benchmark::DoNotOptimize(r);
+      });
+}
+
+template <int N>
+void barrier_round_std_barrier(benchmark::State& state) {
+  std::barrier<> barrier(N);
+  run_with_helpers(
+      state, N - 1, [&] { barrier.arrive_and_wait(); }, [&] { barrier.arrive_and_wait(); });
+}
+
+template <int N>
+void barrier_round_std(benchmark::State& state) {
+  cv_barrier barrier(N);
+  run_with_helpers(
+      state, N - 1, [&] { (void)barrier.arrive_and_wait(); },
+      [&] {
+        bool leader = barrier.arrive_and_wait();
+        benchmark::DoNotOptimize(leader);
+      });
+}
+
+// barrier/single, barrier/single_await: one participant, so every wait completes its generation.
+
+void barrier_single_asyncband(benchmark::State& state) {
+  asyncband::barrier barrier(1);
+  for (auto _ : state) {
+    auto r = barrier.wait_blocking();
+    benchmark::DoNotOptimize(r);
+  }
+}
+
+inline_coroutine single_await_loop(benchmark::State& state, asyncband::barrier& barrier) {
+  for (auto _ : state) {
+    auto r = co_await barrier.wait();
+    benchmark::DoNotOptimize(r);
+  }
+}
+
+void barrier_single_await_asyncband(benchmark::State& state) {
+  asyncband::barrier barrier(1);
+  single_await_loop(state, barrier).check(state);
+}
+
+void barrier_single_std_barrier(benchmark::State& state) {
+  std::barrier<> barrier(1);
+  for (auto _ : state) barrier.arrive_and_wait();
+  escape(barrier);
+}
+
+void barrier_single_std(benchmark::State& state) {
+  cv_barrier barrier(1);
+  for (auto _ : state) {
+    bool leader = barrier.arrive_and_wait();
+    benchmark::DoNotOptimize(leader);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// wait_group/spawn_wait: a new group, K copies (members) into a vector, destroy them, wait.
+
+constexpr int kMembers = 8;
+
+void wait_group_spawn_wait_asyncband(benchmark::State& state) {
+  std::vector<asyncband::wait_group> members;
+  members.reserve(kMembers);
+  for (auto _ : state) {
+    asyncband::wait_group group;
+    for (int i = 0; i < kMembers; ++i) members.push_back(group);
+    members.clear();
+    group.wait_blocking();
+  }
+}
+
+void wait_group_spawn_wait_std(benchmark::State& state) {
+  std::vector<cv_member> members;
+  members.reserve(kMembers);
+  for (auto _ : state) {
+    cv_counter group(1);  // the creating handle is a member, as with wait_group
+    for (int i = 0; i < kMembers; ++i) members.emplace_back(group);
+    members.clear();
+    group.count_down();  // wait_group's wait leaves first
+    group.wait();
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Registration, grouped by family/case.
+
+BENCHMARK(event_set_wait_reset_asyncband)->Name("event/set_wait_reset/asyncband");
+BENCHMARK(event_set_wait_reset_std)->Name("event/set_wait_reset/std");
+BENCHMARK(event_set_await_reset_asyncband)->Name("event/set_await_reset/asyncband");
+BENCHMARK(event_set_wait_reset_std)->Name("event/set_await_reset/std");
+
+BENCHMARK(event_notify_wait_asyncband)->Name("event/notify_wait/asyncband");
+BENCHMARK(event_notify_wait_std)->Name("event/notify_wait/std");
+BENCHMARK(event_notify_await_asyncband)->Name("event/notify_await/asyncband");
+BENCHMARK(event_notify_wait_std)->Name("event/notify_await/std");
+
+BENCHMARK(event_ping_pong_asyncband)->Name("event/ping_pong/asyncband")->UseRealTime();
+BENCHMARK(event_ping_pong_std)->Name("event/ping_pong/std")->UseRealTime();
+
+BENCHMARK(latch_count_down_wait_asyncband)->Name("latch/count_down_wait/asyncband");
+BENCHMARK(latch_count_down_wait_std)->Name("latch/count_down_wait/std");
+BENCHMARK(latch_count_down_wait_std_latch)->Name("latch/count_down_wait/std_latch");
+BENCHMARK(latch_count_down_await_asyncband)->Name("latch/count_down_await/asyncband");
+BENCHMARK(latch_count_down_wait_std)->Name("latch/count_down_await/std");
+BENCHMARK(latch_count_down_wait_std_latch)->Name("latch/count_down_await/std_latch");
+
+BENCHMARK(barrier_round_asyncband<2>)->Name("barrier/round_2/asyncband")->UseRealTime();
+BENCHMARK(barrier_round_std<2>)->Name("barrier/round_2/std")->UseRealTime();
+BENCHMARK(barrier_round_std_barrier<2>)->Name("barrier/round_2/std_barrier")->UseRealTime();
+BENCHMARK(barrier_round_asyncband<4>)->Name("barrier/round_4/asyncband")->UseRealTime();
+BENCHMARK(barrier_round_std<4>)->Name("barrier/round_4/std")->UseRealTime();
+BENCHMARK(barrier_round_std_barrier<4>)->Name("barrier/round_4/std_barrier")->UseRealTime();
+
+BENCHMARK(barrier_single_asyncband)->Name("barrier/single/asyncband");
+BENCHMARK(barrier_single_std)->Name("barrier/single/std");
+BENCHMARK(barrier_single_std_barrier)->Name("barrier/single/std_barrier");
+BENCHMARK(barrier_single_await_asyncband)->Name("barrier/single_await/asyncband");
+BENCHMARK(barrier_single_std)->Name("barrier/single_await/std");
+BENCHMARK(barrier_single_std_barrier)->Name("barrier/single_await/std_barrier");
+
+BENCHMARK(wait_group_spawn_wait_asyncband)->Name("wait_group/spawn_wait/asyncband");
+BENCHMARK(wait_group_spawn_wait_std)->Name("wait_group/spawn_wait/std");
+
+BENCHMARK_MAIN();
