@@ -5,9 +5,11 @@
 #include <asyncband/block_on.hpp>
 #include <asyncband/detail/wait_functions.hpp>
 #include <asyncband/detail/wait_queue.hpp>
+#include <asyncband/manual_reset_event.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -340,6 +342,62 @@ TEST(BlockOn, ReturnsValuesAndRethrows) {
   std::thread opener([&] { g.open_one(); });
   EXPECT_EQ(asyncband::block_on(g.wait()), 42);
   opener.join();
+}
+
+}  // namespace
+
+namespace {
+
+/// Installs `action` as this thread's test hook for one point, for tests whose actions must run
+/// on two threads (the test scheduler's hook is per thread too).
+class thread_hook {
+ public:
+  thread_hook(test_point p, std::function<void()> action) : point_(p), action_(std::move(action)) {
+    asyncband::detail::current_test_hook = {&thread_hook::fire, this};
+  }
+  ~thread_hook() { asyncband::detail::current_test_hook = {}; }
+  thread_hook(const thread_hook&) = delete;
+  thread_hook& operator=(const thread_hook&) = delete;
+
+ private:
+  static void fire(void* self, test_point p) {
+    auto& h = *static_cast<thread_hook*>(self);
+    if (p != h.point_ || !h.action_) return;
+    auto action = std::move(h.action_);
+    h.action_ = nullptr;
+    action();
+  }
+  test_point point_;
+  std::function<void()> action_;
+};
+
+TEST(Destroy, GrantClaimedForADestroyedWaiterPassesOn) {
+  // The waker has claimed the doomed waiter (and holds its grant) but not resolved it when the
+  // frame is destroyed: the destructor waits for the resolver, then passes the grant on.
+  gate g;
+  probe doomed, survivor;
+  auto doomed_task = wait_on(g, {}, doomed);
+  auto survivor_task = wait_on(g, {}, survivor);
+  doomed_task.handle().resume();
+  survivor_task.handle().resume();
+  asyncband::manual_reset_event claimed, destroying;
+  std::thread waker([&] {
+    const thread_hook hook(test_point::claimed_for_wake, [&] {
+      claimed.set();
+      destroying.wait_blocking();  // resolve only once the destructor waits for us
+    });
+    g.open_one();
+  });
+  claimed.wait_blocking();
+  {
+    const thread_hook hook(test_point::awaiting_resolver, [&] { destroying.set(); });
+    doomed_task = {};
+  }
+  waker.join();
+  EXPECT_EQ(doomed.resumed, 0);
+  EXPECT_EQ(g.given_back, 1);
+  EXPECT_EQ(survivor.resumed, 1);
+  EXPECT_EQ(survivor.status, wait_status::ok);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <new>
 #include <coroutine>
 #include <optional>
 #include <stop_token>
@@ -61,8 +62,48 @@ struct cancel_on_stop {
   void operator()() const noexcept { cancel_and_resolve(*node, wait_status::cancelled); }
 };
 
+/// A cancellable wait registers its stop callback after publication and drops it when the wait
+/// ends; a wait that cannot be cancelled keeps neither token nor callback. The callback lives in
+/// raw storage rather than a std::optional: g++ 12 at -O2/-O3 reports a false
+/// -Wmaybe-uninitialized inside a never-engaged optional<stop_callback>.
+template <class Node, bool Cancellable>
+class stop_registration {
+ public:
+  explicit stop_registration(std::stop_token t) noexcept : token_(std::move(t)) {}
+  stop_registration(const stop_registration&) = delete;
+  stop_registration& operator=(const stop_registration&) = delete;
+  ~stop_registration() { disarm(); }
+
+  [[nodiscard]] bool stop_requested() const noexcept { return token_.stop_requested(); }
+
+  /// May run the callback inline (a stop requested meanwhile): the node is then cancelled.
+  void arm(Node& node) noexcept {
+    if (!token_.stop_possible()) return;
+    ::new (static_cast<void*>(storage_)) callback_type(token_, cancel_on_stop<Node>{&node});
+    armed_ = true;
+  }
+
+  /// Waits for a callback running on another thread, then unregisters it.
+  void disarm() noexcept {
+    if (!armed_) return;
+    armed_ = false;
+    std::launder(reinterpret_cast<callback_type*>(storage_))->~callback_type();
+  }
+
+ private:
+  using callback_type = std::stop_callback<cancel_on_stop<Node>>;
+  std::stop_token token_;
+  bool armed_ = false;
+  alignas(callback_type) unsigned char storage_[sizeof(callback_type)];
+};
+
 template <class Node>
-using stop_callback_for = std::stop_callback<cancel_on_stop<Node>>;
+struct stop_registration<Node, false> {
+  explicit stop_registration(const std::stop_token& /*unused*/) noexcept {}
+  [[nodiscard]] static bool stop_requested() noexcept { return false; }
+  static void arm(Node& /*unused*/) noexcept {}
+  static void disarm() noexcept {}
+};
 
 /// What a wait yields: the node's value (or nothing) for waits that cannot fail, result<value>
 /// for cancellable ones.
@@ -74,9 +115,9 @@ using wait_yield_t =
 /// request was observed is passed on, and the wait reports cancelled: cancellation commits
 /// until the waiter resumes, and whatever it had been granted is not lost.
 template <class Node, bool Cancellable>
-wait_yield_t<Node, Cancellable> finish_wait(Node& node, const std::stop_token& token) {
+wait_yield_t<Node, Cancellable> finish_wait(Node& node, bool stop_requested) {
   if constexpr (Cancellable) {
-    if (node.status == wait_status::ok && Node::transferable && token.stop_requested()) {
+    if (node.status == wait_status::ok && Node::transferable && stop_requested) {
       if constexpr (Node::transferable) node.give_back();
       return wait_status::cancelled;
     }
@@ -101,7 +142,7 @@ class pending_wait {
  public:
   template <class... Args>
   explicit pending_wait(std::stop_token token, Args&&... args)
-      : node_(std::forward<Args>(args)...), token_(std::move(token)) {}
+      : node_(std::forward<Args>(args)...), stop_(std::move(token)) {}
   pending_wait(const pending_wait&) = delete;
   pending_wait& operator=(const pending_wait&) = delete;
 
@@ -113,14 +154,21 @@ class pending_wait {
       assert(false && "asyncband: a wait destroyed while its resumption was in flight");
       return;
     }
-    stop_callback_.reset();  // waits for a stop callback running on another thread
-    if (!node_.cancel(wait_status::cancelled)) node_.await_resolver();
+    stop_.disarm();  // waits for a stop callback running on another thread
+    if (node_.cancel(wait_status::cancelled)) return;
+    // A resolver claimed the node before we abandoned it: let it finish, then pass on what it
+    // granted, since nobody will resume to use it.
+    at_test_point(test_point::awaiting_resolver);
+    node_.await_resolver();
+    if constexpr (Node::transferable) {
+      if (node_.status == wait_status::ok) node_.give_back();
+    }
   }
 
   /// Before publishing: true if the wait is over without queueing (a stop already requested
   /// ends it cancelled without touching the primitive).
   [[nodiscard]] bool try_complete() noexcept {
-    if (Cancellable && token_.stop_requested()) {
+    if (stop_.stop_requested()) {
       node_.status = wait_status::cancelled;
       return true;
     }
@@ -136,7 +184,7 @@ class pending_wait {
     node_.set_target(target);
     if (node_.enqueue()) return false;
     at_test_point(test_point::published);
-    if (Cancellable && token_.stop_possible()) stop_callback_.emplace(token_, cancel_on_stop<Node>{&node_});
+    stop_.arm(node_);
     at_test_point(test_point::before_arm);
     return node_.arm();
   }
@@ -147,14 +195,13 @@ class pending_wait {
 
   /// After completion (or resolution): what the wait yields.
   wait_yield_t<Node, Cancellable> finish() {
-    stop_callback_.reset();
-    return finish_wait<Node, Cancellable>(node_, token_);
+    stop_.disarm();
+    return finish_wait<Node, Cancellable>(node_, stop_.stop_requested());
   }
 
  private:
   Node node_;
-  std::stop_token token_;
-  std::optional<stop_callback_for<Node>> stop_callback_;
+  stop_registration<Node, Cancellable> stop_;
 };
 
 /// The awaiter of every waiting operation; lives in the awaiting coroutine's frame.
