@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <stop_token>
 #include <utility>
@@ -15,6 +16,10 @@
 #include "detail/wait_queue.hpp"
 
 namespace asyncband {
+
+namespace detail {
+struct wait_group_test_access;  // defined by the test suite only: reaches max() without 2^63 handles
+}  // namespace detail
 
 /// A group of members whose wait completes when no member is left (Go's WaitGroup, in the
 /// handle form of Asyncband's and crossbeam's): each wait_group object is a handle, copying a
@@ -31,7 +36,9 @@ namespace asyncband {
 /// - Synchronization: everything a member did before it was destroyed (or left) happens-before
 ///   the completion of a wait that observes the count at zero.
 /// - Waking: the member that leaves last wakes every waiter, after releasing the group's lock.
-///   A copy made after the count reached zero starts a new round for later waits.
+///   A copy made after the count reached zero starts a new round for later waits: the count
+///   moves to and from zero only under the group's lock, so a wait of the new round is never
+///   released by the previous round's last departure.
 /// - Errors: a copy that would exceed max() members throws std::overflow_error and changes
 ///   nothing.
 /// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
@@ -43,6 +50,7 @@ class wait_group : public detail::wait_functions<wait_group> {
   class wait_node;
   struct state;
   friend class detail::wait_functions<wait_group>;
+  friend struct detail::wait_group_test_access;
 
  public:
   [[nodiscard]] static constexpr std::size_t max() noexcept {
@@ -78,7 +86,16 @@ class wait_group : public detail::wait_functions<wait_group> {
   void leave() noexcept {
     if (!member_) return;
     member_ = false;
-    if (state_->members.fetch_sub(1, std::memory_order_acq_rel) == 1) state_->queue.wake_all();
+    auto& members = state_->members;
+    std::size_t current = members.load(std::memory_order_relaxed);
+    while (current > 1) {  // not the last member: lock-free
+      if (members.compare_exchange_weak(current, current - 1, std::memory_order_acq_rel)) return;
+    }
+    // Possibly the last: the move to zero and the wake-up happen under one hold of the lock, so
+    // a new round started meanwhile (a copy, then a wait) is never released by this round.
+    state_->queue.wake([&members](detail::wait_list& waiters, detail::wake_batch& batch) {
+      if (members.fetch_sub(1, std::memory_order_acq_rel) == 1) waiters.claim_all(batch);
+    });
   }
 
   /// True while this handle counts as a member.
@@ -136,6 +153,11 @@ class wait_group : public detail::wait_functions<wait_group> {
     std::size_t current = members.load(std::memory_order_relaxed);
     do {
       if (current >= max()) throw std::overflow_error("asyncband::wait_group: too many members");
+      if (current == 0) {  // starting a new round: leave from and to zero only under the lock
+        const std::lock_guard lock(state_->queue.mutex());
+        members.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
     } while (!members.compare_exchange_weak(current, current + 1, std::memory_order_relaxed));
     member_ = true;
   }

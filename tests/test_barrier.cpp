@@ -1,0 +1,836 @@
+// Tests for asyncband::barrier: construction errors, leaders, generations, cancellation (an
+// arrival commits when the wait starts), deterministic races on the test scheduler, destroying a
+// suspended waiter, and bounded multi-threaded stress with a per-generation invariant.
+#include "asyncband/barrier.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "asyncband/block_on.hpp"
+#include "asyncband/runtime/task.hpp"
+#include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/runtime/when_all.hpp"
+
+namespace {
+
+using asyncband::barrier;
+using asyncband::barrier_wait_result;
+using asyncband::wait_status;
+using asyncband::detail::test_point;
+using asyncband::runtime::task;
+using asyncband::runtime::test_scheduler;
+using asyncband::runtime::thread_pool;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// Queues an owned task to start on `s`; the test keeps the frame (destroying the task destroys
+/// the coroutine wherever it is suspended).
+template <class T>
+void start_on(test_scheduler& s, task<T>& t) {
+  t.handle().promise().set_scheduler(s.ref());
+  s.schedule(t.handle());
+}
+
+/// Runs an owned task inline on this thread (e.g. inside an at() action), with `s` as the
+/// scheduler its wake-ups are posted to.
+template <class T>
+void run_inline(test_scheduler& s, task<T>& t) {
+  t.handle().promise().set_scheduler(s.ref());
+  t.handle().resume();
+}
+
+/// What one wait reported, and how many times its coroutine resumed after it.
+struct outcome {
+  int resumes = 0;
+  std::optional<wait_status> status;
+  bool leader = false;
+};
+
+task<void> wait_once(barrier& b, outcome& out) {
+  const barrier_wait_result r = co_await b.wait();
+  ++out.resumes;
+  out.status = wait_status::ok;
+  out.leader = r.is_leader();
+}
+
+task<void> wait_once_cancellable(barrier& b, std::stop_token token, outcome& out) {
+  auto r = co_await b.wait(std::move(token));
+  ++out.resumes;
+  out.status = r.status();
+  out.leader = r.ok() && r->is_leader();
+}
+
+/// One participant: `rounds` waits; records, per wait, whether it led.
+struct participant_log {
+  int resumes = 0;
+  std::vector<bool> led;
+  std::vector<std::uint64_t> generation_after;
+};
+
+task<void> participant(barrier& b, int rounds, participant_log& log) {
+  for (int k = 0; k < rounds; ++k) {
+    const barrier_wait_result r = co_await b.wait();
+    ++log.resumes;
+    log.led.push_back(r.is_leader());
+    log.generation_after.push_back(b.generation());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction and counters
+
+TEST(Barrier, ZeroParticipantsIsTreatedAsOne) {
+  barrier b(0);
+  EXPECT_EQ(b.participants(), 1);
+  EXPECT_EQ(b.generation(), 0U);
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+TEST(Barrier, NegativeParticipantCountThrows) {
+  EXPECT_THROW((void)barrier(-1), std::invalid_argument);
+  EXPECT_THROW((void)barrier(std::numeric_limits<std::ptrdiff_t>::min()), std::invalid_argument);
+}
+
+TEST(Barrier, MaxParticipantCountIsAccepted) {
+  static_assert(barrier::max() == std::numeric_limits<std::ptrdiff_t>::max());
+  barrier b(barrier::max());
+  EXPECT_EQ(b.participants(), barrier::max());
+  EXPECT_EQ(b.generation(), 0U);
+  // One arrival does not complete it; an expired deadline reports timeout (the arrival stays).
+  const auto r = b.wait_timeout(0ms);
+  EXPECT_TRUE(r.timed_out());
+  EXPECT_EQ(b.generation(), 0U);
+}
+
+TEST(Barrier, SingleParticipantLeadsEveryGenerationWithEveryWaitForm) {
+  barrier b(1);
+  std::stop_source never;
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(b.generation(), 1U);
+  {
+    auto r = b.wait_blocking(never.get_token());
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_leader());
+  }
+  {
+    auto r = b.wait_timeout(0ms);  // completes at arrival: the deadline never matters
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_leader());
+  }
+  EXPECT_TRUE(asyncband::block_on(b.wait()).is_leader());
+  {
+    auto r = asyncband::block_on(b.wait(never.get_token()));
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->is_leader());
+  }
+  EXPECT_EQ(b.generation(), 5U);
+
+  test_scheduler s;
+  participant_log log;
+  auto t = participant(b, 10, log);
+  start_on(s, t);
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(log.resumes, 10);
+  for (bool led : log.led) EXPECT_TRUE(led);
+  EXPECT_EQ(b.generation(), 15U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Leaders and generations
+
+TEST(Barrier, LastArrivalLeadsAndWakesTheOthers) {
+  test_scheduler s;
+  barrier b(3);
+  outcome a, c;
+  auto ta = wait_once(b, a);
+  auto tc = wait_once(b, c);
+  start_on(s, ta);
+  start_on(s, tc);
+  s.run();
+  EXPECT_EQ(a.resumes + c.resumes, 0);  // both suspended
+  EXPECT_EQ(b.generation(), 0U);
+
+  EXPECT_TRUE(b.wait_blocking().is_leader());  // the third arrival: returns at once
+  EXPECT_EQ(b.generation(), 1U);
+  EXPECT_EQ(s.ready_count(), 2U);  // woken waiters are posted, not resumed inline
+  EXPECT_EQ(a.resumes + c.resumes, 0);
+  s.run();
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(c.resumes, 1);
+  EXPECT_FALSE(a.leader);
+  EXPECT_FALSE(c.leader);
+  EXPECT_TRUE(ta.done() && tc.done());
+}
+
+TEST(Barrier, ExactlyOneLeaderPerGenerationAcrossManyGenerations) {
+  constexpr int kParticipants = 4;
+  constexpr int kRounds = 200;
+  for (std::uint64_t seed : {0ULL, 1ULL, 2ULL, 3ULL, 42ULL}) {
+    SCOPED_TRACE(seed);
+    test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
+    barrier b(kParticipants);
+    std::vector<participant_log> logs(kParticipants);
+    std::vector<task<void>> tasks;
+    for (auto& log : logs) tasks.push_back(participant(b, kRounds, log));
+    for (auto& t : tasks) start_on(s, t);
+    s.run();
+    EXPECT_EQ(b.generation(), static_cast<std::uint64_t>(kRounds));
+    for (int k = 0; k < kRounds; ++k) {
+      int leaders = 0;
+      for (auto& log : logs) {
+        ASSERT_EQ(log.led.size(), static_cast<std::size_t>(kRounds));
+        leaders += log.led[static_cast<std::size_t>(k)] ? 1 : 0;
+        // The k-th wait of any participant belongs to generation k: it returns once k+1 are done.
+        EXPECT_GE(log.generation_after[static_cast<std::size_t>(k)], static_cast<std::uint64_t>(k + 1));
+      }
+      EXPECT_EQ(leaders, 1) << "generation " << k;
+    }
+    for (auto& log : logs) EXPECT_EQ(log.resumes, kRounds);
+    for (auto& t : tasks) EXPECT_TRUE(t.done());
+  }
+}
+
+TEST(Barrier, PlainThreadsWithBlockingTwins) {
+  constexpr int kRounds = 50;
+  barrier b(3);
+  std::atomic<int> leaders{0};
+  std::stop_source never;
+  auto body = [&](int form) {
+    for (int k = 0; k < kRounds; ++k) {
+      bool led = false;
+      if (form == 0) {
+        led = b.wait_blocking().is_leader();
+      } else if (form == 1) {
+        auto r = b.wait_blocking(never.get_token());
+        EXPECT_TRUE(r.ok());
+        led = r.ok() && r->is_leader();
+      } else {
+        auto r = b.wait_timeout(10min);  // only a hang would reach the deadline
+        EXPECT_TRUE(r.ok());
+        led = r.ok() && r->is_leader();
+      }
+      if (led) leaders.fetch_add(1);
+    }
+  };
+  std::thread t1(body, 0);
+  std::thread t2(body, 1);
+  body(2);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(leaders.load(), kRounds);
+  EXPECT_EQ(b.generation(), static_cast<std::uint64_t>(kRounds));
+}
+
+TEST(Barrier, BlockOnWaitFromPlainThreads) {
+  barrier b(2);
+  std::optional<barrier_wait_result> other;
+  std::thread t([&] { other = asyncband::block_on(b.wait()); });
+  const barrier_wait_result mine = asyncband::block_on(b.wait());
+  t.join();
+  ASSERT_TRUE(other.has_value());
+  EXPECT_NE(mine.is_leader(), other->is_leader());  // exactly one of the two leads
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+TEST(Barrier, TimedOutWaitKeepsItsArrival) {
+  barrier b(2);
+  EXPECT_TRUE(b.wait_timeout(0ms).timed_out());
+  EXPECT_EQ(b.generation(), 0U);
+  // The timed-out arrival counted: one more completes the generation.
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+
+TEST(Barrier, AlreadyStoppedTokenDoesNotArrive) {
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source stopped;
+  stopped.request_stop();
+
+  EXPECT_TRUE(b.wait_blocking(stopped.get_token()).cancelled());
+  EXPECT_TRUE(asyncband::block_on(b.wait(stopped.get_token())).cancelled());
+  outcome c;
+  auto tc = wait_once_cancellable(b, stopped.get_token(), c);
+  start_on(s, tc);
+  s.run();
+  EXPECT_EQ(c.resumes, 1);
+  EXPECT_EQ(c.status, wait_status::cancelled);
+  EXPECT_FALSE(c.leader);
+  EXPECT_EQ(b.generation(), 0U);
+
+  // None of the three arrived: two fresh arrivals are still needed.
+  outcome a;
+  auto ta = wait_once(b, a);
+  start_on(s, ta);
+  s.run();
+  EXPECT_EQ(a.resumes, 0);
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  s.run();
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_FALSE(a.leader);
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+TEST(Barrier, CancelledWhileSuspendedKeepsItsArrival) {
+  test_scheduler s;
+  barrier b(3);
+  std::stop_source src;
+  outcome a, w;
+  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  auto tw = wait_once(b, w);
+  start_on(s, ta);
+  start_on(s, tw);
+  s.run();
+  EXPECT_EQ(a.resumes + w.resumes, 0);
+
+  src.request_stop();
+  EXPECT_EQ(s.ready_count(), 1U);  // the cancelled waiter is posted to its scheduler
+  s.run();
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_FALSE(a.leader);
+  EXPECT_EQ(b.generation(), 0U);
+  EXPECT_EQ(w.resumes, 0);
+
+  // Its arrival stays: the third participant completes the generation.
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(b.generation(), 1U);
+  s.run();
+  EXPECT_EQ(w.resumes, 1);
+  EXPECT_FALSE(w.leader);
+  EXPECT_EQ(a.resumes, 1);  // resumed exactly once
+  EXPECT_TRUE(ta.done() && tw.done());
+}
+
+TEST(Barrier, BlockingWaitCancelledKeepsItsArrival) {
+  barrier b(2);
+  std::stop_source src;
+  std::optional<asyncband::result<barrier_wait_result>> r;
+  std::thread t([&] { r.emplace(b.wait_blocking(src.get_token())); });
+  // Whether the stop lands before or after the thread arrives, the thread's wait ends cancelled;
+  // only when it arrived first does the next arrival complete the generation.
+  src.request_stop();
+  t.join();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->cancelled());
+  EXPECT_EQ(b.generation(), 0U);
+}
+
+TEST(Barrier, CompletingArrivalLeadsEvenIfItsTokenIsStoppedAfterwards) {
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source src;
+  outcome a, leader;
+  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  auto tl = wait_once_cancellable(b, src.get_token(), leader);
+  start_on(s, ta);
+  s.run();
+  // The completing arrival claims `a`; a stop requested right then (after the claim) is too late
+  // for either of them.
+  s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
+  start_on(s, tl);
+  s.run();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_EQ(leader.resumes, 1);
+  EXPECT_EQ(leader.status, wait_status::ok);
+  EXPECT_TRUE(leader.leader);
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.status, wait_status::ok);
+  EXPECT_FALSE(a.leader);
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic races (test_scheduler::at)
+
+TEST(Barrier, StopRequestedAfterWakeClaimedTheWaiterIsTooLate) {
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source src;
+  outcome a;
+  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  start_on(s, ta);
+  s.run();
+  s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_TRUE(src.stop_requested());
+  s.run();
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.status, wait_status::ok);
+  EXPECT_FALSE(a.leader);
+  EXPECT_EQ(b.generation(), 1U);
+  EXPECT_EQ(s.ready_count(), 0U);
+}
+
+TEST(Barrier, LastArrivalDuringCancellationCompletesTheGeneration) {
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source src;
+  outcome a;
+  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  start_on(s, ta);
+  s.run();
+  // The cancellation has unlinked `a` (its arrival stays); the last arrival comes right then.
+  bool last_led = false;
+  s.at(test_point::claimed_for_cancel, [&] { last_led = b.wait_blocking().is_leader(); });
+  src.request_stop();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_TRUE(last_led);
+  EXPECT_EQ(b.generation(), 1U);
+  s.run();
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_FALSE(a.leader);
+}
+
+class BarrierLastArrivalAt : public ::testing::TestWithParam<std::pair<test_point, bool>> {};
+
+TEST_P(BarrierLastArrivalAt, WaiterResumesOnceWithOk) {
+  const auto [point, cancellable] = GetParam();
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source src;  // never stopped
+  outcome a, last;
+  auto ta = cancellable ? wait_once_cancellable(b, src.get_token(), a) : wait_once(b, a);
+  auto tlast = wait_once(b, last);
+  // The last participant arrives after `a` is linked, before it arms.
+  s.at(point, [&] { run_inline(s, tlast); });
+  start_on(s, ta);
+  EXPECT_TRUE(s.step());
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_EQ(last.resumes, 1);
+  EXPECT_TRUE(last.leader);
+  // `a` was resolved before it armed: it continued inline, nothing was posted.
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.status, wait_status::ok);
+  EXPECT_FALSE(a.leader);
+  EXPECT_EQ(s.ready_count(), 0U);
+  EXPECT_EQ(s.run(), 0U);
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(b.generation(), 1U);
+  EXPECT_TRUE(ta.done() && tlast.done());
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, BarrierLastArrivalAt,
+                         ::testing::Values(std::pair{test_point::published, false},
+                                           std::pair{test_point::before_arm, false},
+                                           std::pair{test_point::published, true},
+                                           std::pair{test_point::before_arm, true}));
+
+TEST(Barrier, StopRequestedAtPublishedCancelsButKeepsArrival) {
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source src;
+  outcome a;
+  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  // Linked (arrival counted), stop callback not yet registered: registering it cancels at once.
+  s.at(test_point::published, [&] { src.request_stop(); });
+  start_on(s, ta);
+  s.run();
+  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(b.generation(), 0U);
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+// A waiter of generation g is woken, but its resumption stays queued while the other
+// participants arrive for generation g+1; it then resumes with generation g's outcome, and
+// generation g+1 still needs its arrival.
+TEST(Barrier, DelayedWaiterIsNotConfusedWithTheNextGeneration) {
+  test_scheduler s;  // FIFO
+  barrier b(3);
+  participant_log p1, d, p2;
+  auto t1 = participant(b, 2, p1);
+  auto td = participant(b, 2, d);
+  auto t2 = participant(b, 2, p2);
+  start_on(s, t1);
+  start_on(s, td);
+  start_on(s, t2);
+  EXPECT_TRUE(s.step());  // p1 arrives (gen 0), suspends
+  EXPECT_TRUE(s.step());  // d arrives (gen 0), suspends
+  EXPECT_TRUE(s.step());  // p2 completes gen 0 (leader), posts p1 and d, arrives for gen 1
+  EXPECT_EQ(b.generation(), 1U);
+  ASSERT_EQ(p2.led.size(), 1U);
+  EXPECT_TRUE(p2.led[0]);
+  EXPECT_EQ(s.ready_count(), 2U);  // [p1, d]
+  EXPECT_TRUE(s.step());           // p1 resumes (gen 0), arrives for gen 1
+  EXPECT_EQ(p1.resumes, 1);
+  EXPECT_EQ(d.resumes, 0);  // still queued
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_EQ(b.generation(), 1U);  // gen 1 has two arrivals of three
+
+  EXPECT_TRUE(s.step());  // d resumes with gen 0's outcome, then completes gen 1
+  ASSERT_EQ(d.led.size(), 2U);
+  EXPECT_FALSE(d.led[0]);
+  EXPECT_EQ(d.generation_after[0], 1U);
+  EXPECT_TRUE(d.led[1]);
+  EXPECT_EQ(b.generation(), 2U);
+  s.run();
+  EXPECT_EQ(p1.led, (std::vector<bool>{false, false}));
+  EXPECT_EQ(p2.led, (std::vector<bool>{true, false}));
+  EXPECT_EQ(p1.resumes + d.resumes + p2.resumes, 6);
+  EXPECT_TRUE(t1.done() && td.done() && t2.done());
+}
+
+// Stronger: with three coroutines sharing two places, generation g+1 completes entirely (and the
+// next one starts) while the woken waiter of generation g is still queued.
+TEST(Barrier, DelayedWaiterSurvivesACompleteLaterGeneration) {
+  test_scheduler s;  // FIFO
+  barrier b(2);
+  participant_log d, p1, p2;
+  auto td = participant(b, 2, d);
+  auto t1 = participant(b, 2, p1);
+  auto t2 = participant(b, 2, p2);
+  start_on(s, td);
+  start_on(s, t1);
+  start_on(s, t2);
+  EXPECT_TRUE(s.step());  // d arrives (gen 0)
+  EXPECT_TRUE(s.step());  // p1 completes gen 0 (leader), posts d, arrives for gen 1
+  EXPECT_EQ(b.generation(), 1U);
+  EXPECT_TRUE(s.step());  // p2 completes gen 1 (leader), posts p1, arrives for gen 2
+  EXPECT_EQ(b.generation(), 2U);
+  EXPECT_EQ(d.resumes, 0);  // d's wake from gen 0 is still queued, ahead of p1's
+  EXPECT_EQ(s.ready_count(), 2U);
+
+  EXPECT_TRUE(s.step());  // d: gen 0's outcome (not leader), then it completes gen 2
+  ASSERT_EQ(d.led.size(), 2U);
+  EXPECT_FALSE(d.led[0]);
+  EXPECT_TRUE(d.led[1]);
+  EXPECT_EQ(b.generation(), 3U);
+  s.run();
+  EXPECT_EQ(p1.led, (std::vector<bool>{true, false}));  // gen 0, gen 1
+  EXPECT_EQ(p2.led, (std::vector<bool>{true, false}));  // gen 1, gen 2
+  EXPECT_EQ(d.resumes + p1.resumes + p2.resumes, 6);
+  EXPECT_EQ(b.generation(), 3U);
+  EXPECT_TRUE(td.done() && t1.done() && t2.done());
+}
+
+TEST(Barrier, DestroyingASuspendedWaiterUnlinksItsNode) {
+  test_scheduler s;
+  barrier b(2);
+  std::stop_source src;
+  {
+    outcome a, c;
+    auto ta = wait_once(b, a);
+    auto tc = wait_once_cancellable(b, src.get_token(), c);
+    start_on(s, ta);
+    s.run();
+    EXPECT_EQ(a.resumes, 0);
+    ta = task<void>();  // destroys the frame suspended in wait(): its node must leave the list
+    // The abandoned arrival still counts: the next arrival completes generation 0 (and must not
+    // touch the destroyed node).
+    start_on(s, tc);
+    s.run();
+    EXPECT_EQ(c.resumes, 1);
+    EXPECT_TRUE(c.leader);
+    EXPECT_EQ(b.generation(), 1U);
+  }
+  {
+    // A cancellable waiter destroyed while suspended: its stop callback is gone too.
+    outcome a;
+    auto ta = wait_once_cancellable(b, src.get_token(), a);
+    start_on(s, ta);
+    s.run();
+    EXPECT_EQ(a.resumes, 0);
+    ta = task<void>();
+    src.request_stop();  // must not reach the destroyed node
+    EXPECT_EQ(s.ready_count(), 0U);
+    EXPECT_EQ(a.resumes, 0);
+  }
+  // Generation 1 holds the abandoned arrival: one more completes it; the list is empty.
+  EXPECT_TRUE(b.wait_blocking().is_leader());
+  EXPECT_EQ(b.generation(), 2U);
+  outcome x, y;
+  auto tx = wait_once(b, x);
+  auto ty = wait_once(b, y);
+  start_on(s, tx);
+  start_on(s, ty);
+  s.run();
+  EXPECT_EQ(x.resumes, 1);
+  EXPECT_EQ(y.resumes, 1);
+  EXPECT_NE(x.leader, y.leader);
+  EXPECT_EQ(b.generation(), 3U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stress: bounded in rounds and time. Participant 0 decides, before arriving at generation k,
+// whether k is the last one (so every participant runs the same number of generations); the
+// barrier's happens-before makes that decision visible to everybody returning from k.
+
+constexpr auto kStressTime = 700ms;
+
+class generation_checker {
+ public:
+  generation_checker(int participants, int cap)
+      : n_(participants),
+        cap_(cap),
+        deadline_(std::chrono::steady_clock::now() + kStressTime),
+        last_round_(cap - 1),
+        arrived_(static_cast<std::size_t>(cap)),
+        returned_(static_cast<std::size_t>(cap)),
+        leaders_(static_cast<std::size_t>(cap)),
+        slots_(static_cast<std::size_t>(cap) * static_cast<std::size_t>(participants), 0) {}
+
+  /// Before participant `id` arrives at generation k.
+  void before(int id, int k) {
+    if (id == 0 && k < cap_ - 1 && last_round_.load(std::memory_order_relaxed) == cap_ - 1 &&
+        std::chrono::steady_clock::now() >= deadline_) {
+      last_round_.store(k, std::memory_order_relaxed);
+    }
+    slot(k, id) = k + 1;  // plain write: read by the others after the generation completes
+    if (arrived_[idx(k)].fetch_add(1, std::memory_order_relaxed) >= n_) violation();
+  }
+
+  /// After its wait of generation k returned; false when k was the last generation.
+  bool after(int k, bool leader) {
+    if (arrived_[idx(k)].load(std::memory_order_relaxed) != n_) violation();  // all arrived first
+    for (int j = 0; j < n_; ++j) {
+      if (slot(k, j) != k + 1) violation();
+    }
+    if (leader) leaders_[idx(k)].fetch_add(1, std::memory_order_relaxed);
+    returned_[idx(k)].fetch_add(1, std::memory_order_relaxed);
+    return k < last_round_.load(std::memory_order_relaxed);
+  }
+
+  void violation() noexcept { violations_.fetch_add(1, std::memory_order_relaxed); }
+
+  /// After every participant has finished.
+  void verify(const barrier& b) const {
+    const int last = last_round_.load();
+    EXPECT_EQ(violations_.load(), 0);
+    EXPECT_EQ(b.generation(), static_cast<std::uint64_t>(last + 1));
+    for (int k = 0; k <= last; ++k) {
+      EXPECT_EQ(leaders_[idx(k)].load(), 1) << "generation " << k;
+      EXPECT_EQ(arrived_[idx(k)].load(), n_) << "generation " << k;
+      EXPECT_EQ(returned_[idx(k)].load(), n_) << "generation " << k;
+    }
+  }
+
+ private:
+  static std::size_t idx(int k) { return static_cast<std::size_t>(k); }
+  int& slot(int k, int id) {
+    return slots_[idx(k) * static_cast<std::size_t>(n_) + static_cast<std::size_t>(id)];
+  }
+
+  const int n_;
+  const int cap_;
+  const std::chrono::steady_clock::time_point deadline_;
+  std::atomic<int> last_round_;
+  std::vector<std::atomic<int>> arrived_;
+  std::vector<std::atomic<int>> returned_;
+  std::vector<std::atomic<int>> leaders_;
+  std::vector<int> slots_;
+  std::atomic<int> violations_{0};
+};
+
+void thread_participant(barrier& b, generation_checker& check, int id) {
+  std::stop_source never;
+  for (int k = 0;; ++k) {
+    check.before(id, k);
+    bool led = false;
+    switch (k % 3) {
+      case 0:
+        led = b.wait_blocking().is_leader();
+        break;
+      case 1: {
+        auto r = b.wait_blocking(never.get_token());
+        if (!r.ok()) check.violation();
+        led = r.ok() && r->is_leader();
+        break;
+      }
+      default: {
+        auto r = b.wait_timeout(10min);  // only a hang would reach the deadline
+        if (!r.ok()) check.violation();
+        led = r.ok() && r->is_leader();
+        break;
+      }
+    }
+    if (!check.after(k, led)) return;
+  }
+}
+
+task<void> pool_participant(thread_pool& pool, barrier& b, generation_checker& check, int id) {
+  co_await pool.schedule();
+  std::stop_source never;
+  for (int k = 0;; ++k) {
+    check.before(id, k);
+    bool led = false;
+    if (k % 2 == 0) {
+      led = (co_await b.wait()).is_leader();
+    } else {
+      auto r = co_await b.wait(never.get_token());
+      if (!r.ok()) check.violation();
+      led = r.ok() && r->is_leader();
+    }
+    if (!pool.on_worker_thread()) check.violation();  // wake-ups are posted to the pool
+    if (!check.after(k, led)) co_return;
+  }
+}
+
+TEST(BarrierStress, PoolTasks) {
+  constexpr int kParticipants = 5;  // more tasks than pool threads
+  barrier b(kParticipants);
+  generation_checker check(kParticipants, 20000);
+  thread_pool pool(2);
+  std::vector<task<void>> tasks;
+  for (int id = 0; id < kParticipants; ++id) tasks.push_back(pool_participant(pool, b, check, id));
+  asyncband::block_on(asyncband::runtime::when_all(std::move(tasks)));
+  check.verify(b);
+}
+
+TEST(BarrierStress, PlainThreadsWithBlockingTwins) {
+  constexpr int kParticipants = 3;
+  barrier b(kParticipants);
+  generation_checker check(kParticipants, 20000);
+  std::vector<std::thread> threads;
+  for (int id = 1; id < kParticipants; ++id)
+    threads.emplace_back(thread_participant, std::ref(b), std::ref(check), id);
+  thread_participant(b, check, 0);
+  for (auto& t : threads) t.join();
+  check.verify(b);
+}
+
+TEST(BarrierStress, PoolTasksAndPlainThreadsTogether) {
+  constexpr int kThreads = 2;
+  constexpr int kTasks = 2;
+  barrier b(kThreads + kTasks);
+  generation_checker check(kThreads + kTasks, 20000);
+  thread_pool pool(2);
+  std::vector<std::thread> threads;
+  for (int id = 0; id < kThreads; ++id)
+    threads.emplace_back(thread_participant, std::ref(b), std::ref(check), id);
+  std::vector<task<void>> tasks;
+  for (int id = kThreads; id < kThreads + kTasks; ++id) tasks.push_back(pool_participant(pool, b, check, id));
+  asyncband::block_on(asyncband::runtime::when_all(std::move(tasks)));
+  for (auto& t : threads) t.join();
+  check.verify(b);
+}
+
+// Stop requests racing arrivals: two waits with the same token and a stopper, all on the pool.
+// Whatever the interleaving: each wait resumes once; leaders == completed generations; a
+// non-leader that completed implies the other one led.
+
+task<void> pool_cancellable_wait(thread_pool& pool, barrier& b, std::stop_token token, outcome& out) {
+  co_await pool.schedule();
+  auto r = co_await b.wait(std::move(token));
+  ++out.resumes;
+  out.status = r.status();
+  out.leader = r.ok() && r->is_leader();
+}
+
+task<void> pool_request_stop(thread_pool& pool, std::stop_source& src) {
+  co_await pool.schedule();
+  src.request_stop();
+}
+
+void check_pair(const barrier& b, const outcome& x, const outcome& y, int& failures) {
+  const auto ok = [](const outcome& o) { return o.status == wait_status::ok; };
+  bool good = x.resumes == 1 && y.resumes == 1;
+  good = good && (ok(x) || x.status == wait_status::cancelled || x.status == wait_status::timeout);
+  good = good && (ok(y) || y.status == wait_status::cancelled || y.status == wait_status::timeout);
+  const int leaders = (x.leader ? 1 : 0) + (y.leader ? 1 : 0);
+  good = good && static_cast<std::uint64_t>(leaders) == b.generation() && leaders <= 1;
+  good = good && (!ok(x) || x.leader || y.leader);  // a completed non-leader: the other led
+  good = good && (!ok(y) || y.leader || x.leader);
+  if (!good) ++failures;
+}
+
+TEST(BarrierStress, StopRacesArrivalOnPool) {
+  thread_pool pool(2);
+  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
+  int failures = 0;
+  int rounds = 0;
+  for (; rounds < 2000 && std::chrono::steady_clock::now() < deadline; ++rounds) {
+    barrier b(2);
+    std::stop_source src;
+    outcome x, y;
+    asyncband::block_on(asyncband::runtime::when_all(pool_cancellable_wait(pool, b, src.get_token(), x),
+                                                     pool_cancellable_wait(pool, b, src.get_token(), y),
+                                                     pool_request_stop(pool, src)));
+    check_pair(b, x, y, failures);
+  }
+  EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
+}
+
+/// Counts detached tasks down; the waiting thread may destroy it as soon as wait() returns.
+class done_counter {
+ public:
+  void reset(int n) {
+    const std::lock_guard lock(mutex_);
+    remaining_ = n;
+  }
+  void count_down() {
+    const std::lock_guard lock(mutex_);
+    if (--remaining_ == 0) cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return remaining_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int remaining_ = 0;
+};
+
+task<void> then_count_down(task<void> t, done_counter& done) {
+  co_await std::move(t);
+  done.count_down();
+}
+
+TEST(BarrierStress, StopRacesBlockingArrivalOnPlainThread) {
+  done_counter done;
+  thread_pool pool(2);
+  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
+  int failures = 0;
+  int rounds = 0;
+  for (; rounds < 2000 && std::chrono::steady_clock::now() < deadline; ++rounds) {
+    barrier b(2);
+    std::stop_source src;
+    outcome x, y;
+    done.reset(2);
+    asyncband::runtime::spawn(pool.ref(),
+                              then_count_down(pool_cancellable_wait(pool, b, src.get_token(), x), done));
+    asyncband::runtime::spawn(pool.ref(), then_count_down(pool_request_stop(pool, src), done));
+    // The blocking twin on this thread, alternating between a token and an expired deadline.
+    if (rounds % 2 == 0) {
+      auto r = b.wait_blocking(src.get_token());
+      y.status = r.status();
+      y.leader = r.ok() && r->is_leader();
+    } else {
+      auto r = b.wait_timeout(0ms);
+      y.status = r.status();
+      y.leader = r.ok() && r->is_leader();
+    }
+    ++y.resumes;
+    done.wait();
+    check_pair(b, x, y, failures);
+  }
+  EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
+}
+
+}  // namespace
