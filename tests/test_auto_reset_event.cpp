@@ -1,0 +1,736 @@
+// Tests for asyncband::auto_reset_event: permits (at most one stored), notify_one / notify_all,
+// FIFO order, waits from tasks / threads / block_on, cancellation (including the permit passed
+// on by a waiter cancelled after it was handed one), deterministic races at the waiter core's
+// test points, destruction of a suspended waiter, and a bounded multi-threaded stress test.
+#include "asyncband/auto_reset_event.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "asyncband/block_on.hpp"
+#include "asyncband/runtime/task.hpp"
+#include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/runtime/thread_pool.hpp"
+
+namespace {
+
+using asyncband::auto_reset_event;
+using asyncband::block_on;
+using asyncband::wait_status;
+using asyncband::detail::test_point;
+using asyncband::runtime::task;
+using asyncband::runtime::test_scheduler;
+using namespace std::chrono_literals;
+
+// What a waiting coroutine reports: whether it started, how many times it ran past its wait
+// (must never exceed one), and how the wait ended. `order` records completion order.
+struct probe {
+  int id = 0;
+  int started = 0;
+  int resumed = 0;
+  std::optional<wait_status> status;
+  std::vector<int>* order = nullptr;
+};
+
+void finish(probe& p, wait_status st) {
+  ++p.resumed;
+  p.status = st;
+  if (p.order != nullptr) p.order->push_back(p.id);
+}
+
+task<> plain_waiter(auto_reset_event& ev, probe& p) {
+  ++p.started;
+  co_await ev.wait();
+  finish(p, wait_status::ok);
+}
+
+task<> stoppable_waiter(auto_reset_event& ev, std::stop_token token, probe& p) {
+  ++p.started;
+  const auto r = co_await ev.wait(std::move(token));
+  finish(p, r.status());
+}
+
+// Starts `t` on the test scheduler while the test keeps ownership of its frame (spawn()
+// detaches), so that the test can destroy the coroutine while it is suspended in a wait.
+void start_owned(test_scheduler& s, task<>& t) {
+  t.handle().promise().set_scheduler(s.ref());
+  s.schedule(t.handle());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Basic contract
+
+TEST(AutoResetEvent, InitialState) {
+  EXPECT_FALSE(auto_reset_event{}.is_set());
+  EXPECT_FALSE(auto_reset_event{false}.is_set());
+  auto_reset_event ev(true);
+  EXPECT_TRUE(ev.is_set());
+  EXPECT_TRUE(ev.try_wait());
+  EXPECT_FALSE(ev.is_set());
+  EXPECT_FALSE(ev.try_wait());
+}
+
+TEST(AutoResetEvent, NotifyOneStoresAtMostOnePermit) {
+  auto_reset_event ev;
+  ev.notify_one();
+  ev.notify_one();
+  ev.notify_one();
+  EXPECT_TRUE(ev.is_set());
+  EXPECT_TRUE(ev.try_wait());
+  EXPECT_FALSE(ev.try_wait());  // the extra notifications were not counted
+
+  test_scheduler s;
+  ev.notify_one();
+  ev.notify_one();
+  probe first;
+  probe second;
+  s.spawn(plain_waiter(ev, first));
+  s.spawn(plain_waiter(ev, second));
+  EXPECT_EQ(s.run(), 2U);
+  EXPECT_EQ(first.resumed, 1);  // consumed the stored permit without suspending
+  EXPECT_EQ(second.started, 1);
+  EXPECT_EQ(second.resumed, 0);  // nothing left for it
+  EXPECT_FALSE(ev.is_set());
+
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(second.resumed, 1);
+  EXPECT_FALSE(ev.is_set());  // handed over, not stored
+}
+
+TEST(AutoResetEvent, NotifyAllWakesEveryCurrentWaiterAndStoresNothing) {
+  test_scheduler s;
+  auto_reset_event ev;
+  ev.notify_all();  // nobody waits: nothing stored
+  EXPECT_FALSE(ev.is_set());
+
+  std::array<probe, 3> probes;
+  std::stop_source src;
+  s.spawn(plain_waiter(ev, probes[0]));
+  s.spawn(stoppable_waiter(ev, src.get_token(), probes[1]));
+  s.spawn(plain_waiter(ev, probes[2]));
+  s.run();
+
+  ev.notify_all();
+  EXPECT_EQ(s.ready_count(), probes.size());  // all posted, none run inline
+  EXPECT_FALSE(ev.is_set());
+  s.run();
+  for (const auto& p : probes) {
+    EXPECT_EQ(p.resumed, 1);
+    EXPECT_EQ(p.status, wait_status::ok);
+  }
+
+  probe later;
+  s.spawn(plain_waiter(ev, later));
+  s.run();
+  EXPECT_EQ(later.resumed, 0);  // notify_all left no permit behind
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(later.resumed, 1);
+}
+
+TEST(AutoResetEvent, NotifyOneWakesWaitersInFifoOrder) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::vector<int> order;
+  std::array<probe, 4> probes;
+  std::stop_source src;
+  for (int i = 0; i < 4; ++i) {
+    auto& p = probes[static_cast<std::size_t>(i)];
+    p.id = i;
+    p.order = &order;
+    if (i % 2 == 0) {
+      s.spawn(plain_waiter(ev, p));
+    } else {
+      s.spawn(stoppable_waiter(ev, src.get_token(), p));
+    }
+  }
+  s.run();
+  ASSERT_TRUE(order.empty());
+
+  for (int i = 0; i < 4; ++i) {
+    ev.notify_one();
+    EXPECT_EQ(s.ready_count(), 1U);  // exactly one waiter per permit
+    s.run();
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_FALSE(ev.is_set());
+  for (const auto& p : probes) EXPECT_EQ(p.resumed, 1);
+}
+
+TEST(AutoResetEvent, NewWaitDoesNotBargeAheadOfAWokenWaiter) {
+  test_scheduler s;
+  auto_reset_event ev;
+  probe first;
+  probe newcomer;
+  s.spawn(plain_waiter(ev, first));
+  s.run();
+
+  ev.notify_one();                      // handed to `first`; its resumption is queued
+  s.spawn(plain_waiter(ev, newcomer));  // starts after `first` resumes (FIFO scheduler)
+  s.run();
+  EXPECT_EQ(first.resumed, 1);
+  EXPECT_EQ(newcomer.started, 1);
+  EXPECT_EQ(newcomer.resumed, 0);
+  EXPECT_FALSE(ev.is_set());
+
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(newcomer.resumed, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+
+TEST(AutoResetEvent, AlreadyStoppedTokenCancelsAtOnceWithoutConsumingThePermit) {
+  for (const bool initially_set : {false, true}) {
+    test_scheduler s;
+    auto_reset_event ev(initially_set);
+    std::stop_source src;
+    src.request_stop();
+    probe p;
+    s.spawn(stoppable_waiter(ev, src.get_token(), p));
+    EXPECT_EQ(s.run(), 1U);
+    EXPECT_EQ(p.resumed, 1);
+    EXPECT_EQ(p.status, wait_status::cancelled);
+    EXPECT_EQ(ev.is_set(), initially_set);
+  }
+}
+
+TEST(AutoResetEvent, StopWhileSuspendedCancelsAndResumesOnce) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source src;
+  probe p;
+  s.spawn(stoppable_waiter(ev, src.get_token(), p));
+  s.run();
+
+  src.request_stop();
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_EQ(p.resumed, 0);
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_EQ(p.status, wait_status::cancelled);
+
+  ev.notify_one();  // the cancelled waiter is no longer queued: the permit is stored
+  EXPECT_TRUE(ev.is_set());
+  EXPECT_EQ(s.run(), 0U);
+  EXPECT_EQ(p.resumed, 1);
+}
+
+TEST(AutoResetEvent, StopAfterResumptionIsOk) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source src;
+  probe p;
+  s.spawn(stoppable_waiter(ev, src.get_token(), p));
+  s.run();
+  ev.notify_one();
+  s.run();
+  src.request_stop();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_EQ(p.status, wait_status::ok);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, PermitOfAWaiterCancelledBeforeResumingGoesToTheNextWaiter) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source stop_a;
+  probe a;
+  probe b;
+  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
+  s.spawn(plain_waiter(ev, b));
+  s.run();
+
+  ev.notify_one();  // hands the permit to A; A's resumption is queued
+  ASSERT_EQ(s.ready_count(), 1U);
+  stop_a.request_stop();  // observed before A resumes
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(b.resumed, 1);  // received the permit A passed on
+  EXPECT_EQ(b.status, wait_status::ok);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, PermitOfAWaiterCancelledBeforeResumingIsStoredWhenNobodyElseWaits) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source stop_a;
+  probe a;
+  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
+  s.run();
+
+  ev.notify_one();
+  stop_a.request_stop();
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_TRUE(ev.is_set());  // not lost
+  EXPECT_TRUE(ev.try_wait());
+}
+
+TEST(AutoResetEvent, NotifyAllWakeUpIsNotPassedOnByALateCancellation) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source stop_a;
+  probe a;
+  probe b;
+  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
+  s.run();
+
+  ev.notify_all();
+  stop_a.request_stop();  // before A resumes: cancellation commits, nothing to pass on
+  s.spawn(plain_waiter(ev, b));
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(b.started, 1);
+  EXPECT_EQ(b.resumed, 0);
+  EXPECT_FALSE(ev.is_set());
+
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(b.resumed, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic races at the waiter core's interleaving points
+
+TEST(AutoResetEvent, NotifyOneAtPublishedOrBeforeArmCompletesWithoutSuspending) {
+  for (const test_point point : {test_point::published, test_point::before_arm}) {
+    test_scheduler s;
+    auto_reset_event ev;
+    std::stop_source src;
+    probe p;
+    s.at(point, [&] { ev.notify_one(); });
+    s.spawn(stoppable_waiter(ev, src.get_token(), p));
+    EXPECT_EQ(s.run(), 1U);
+    EXPECT_EQ(s.pending_actions(), 0U);
+    EXPECT_EQ(p.resumed, 1);
+    EXPECT_EQ(p.status, wait_status::ok);
+    EXPECT_FALSE(ev.is_set());  // the waiter took the permit
+    src.request_stop();
+    EXPECT_EQ(s.run(), 0U);
+  }
+}
+
+TEST(AutoResetEvent, NotifyAllAtPublishedCompletesWithoutSuspending) {
+  test_scheduler s;
+  auto_reset_event ev;
+  probe p;
+  s.at(test_point::published, [&] { ev.notify_all(); });
+  s.spawn(plain_waiter(ev, p));
+  EXPECT_EQ(s.run(), 1U);
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
+  for (const test_point point : {test_point::published, test_point::before_arm}) {
+    test_scheduler s;
+    auto_reset_event ev;
+    std::stop_source src;
+    probe p;
+    s.at(point, [&] { src.request_stop(); });
+    s.spawn(stoppable_waiter(ev, src.get_token(), p));
+    EXPECT_EQ(s.run(), 1U);
+    EXPECT_EQ(p.resumed, 1);
+    EXPECT_EQ(p.status, wait_status::cancelled);
+    ev.notify_one();  // nobody queued any more: stored
+    EXPECT_TRUE(ev.is_set());
+    EXPECT_EQ(s.run(), 0U);
+  }
+}
+
+// For a transferable grant, cancellation commits until the waiter resumes: a stop requested
+// after notify_one claimed the waiter (but before it resumed) cancels it, and the permit is
+// passed on rather than lost.
+TEST(AutoResetEvent, StopAtClaimedForWakePassesThePermitOn) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source stop_a;
+  probe a;
+  probe b;
+  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
+  s.spawn(plain_waiter(ev, b));
+  s.run();
+
+  s.at(test_point::claimed_for_wake, [&] { stop_a.request_stop(); });
+  ev.notify_one();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(b.resumed, 1);
+  EXPECT_EQ(b.status, wait_status::ok);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, NotifyOneAtClaimedForCancelGoesToTheNextWaiter) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source stop_a;
+  probe a;
+  probe b;
+  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
+  s.spawn(plain_waiter(ev, b));
+  s.run();
+
+  s.at(test_point::claimed_for_cancel, [&] { ev.notify_one(); });
+  stop_a.request_stop();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_EQ(s.ready_count(), 2U);  // one resumption each
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(b.resumed, 1);
+  EXPECT_EQ(b.status, wait_status::ok);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, NotifyOneAtClaimedForCancelIsStoredWhenNobodyElseWaits) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source stop_a;
+  probe a;
+  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
+  s.run();
+
+  s.at(test_point::claimed_for_cancel, [&] { ev.notify_one(); });
+  stop_a.request_stop();
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_TRUE(ev.is_set());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Destroying a suspended waiter
+
+TEST(AutoResetEvent, DestroyingASuspendedWaiterUnlinksItAndNotifyOneGoesToTheNext) {
+  test_scheduler s;
+  auto_reset_event ev;
+  std::stop_source src;
+  probe doomed;
+  probe next;
+  auto t = stoppable_waiter(ev, src.get_token(), doomed);
+  start_owned(s, t);
+  s.spawn(plain_waiter(ev, next));
+  s.run();
+  ASSERT_EQ(doomed.started, 1);
+
+  t = {};  // destroys the suspended frame (it was at the head of the queue)
+  src.request_stop();
+  EXPECT_EQ(s.ready_count(), 0U);
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(doomed.resumed, 0);
+  EXPECT_EQ(next.resumed, 1);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, DestroyingTheOnlySuspendedWaiterLeavesNotifyOneToStoreThePermit) {
+  test_scheduler s;
+  auto_reset_event ev;
+  probe doomed;
+  auto t = plain_waiter(ev, doomed);
+  start_owned(s, t);
+  s.run();
+
+  t = {};
+  ev.notify_one();
+  EXPECT_TRUE(ev.is_set());
+  ev.notify_all();
+  EXPECT_EQ(s.run(), 0U);
+  EXPECT_EQ(doomed.resumed, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain threads and block_on
+
+TEST(AutoResetEvent, WaitBlockingConsumesOnePermitEach) {
+  auto_reset_event ev;
+  std::atomic<int> finished{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&] {
+      ev.wait_blocking();
+      finished.fetch_add(1);
+    });
+  }
+  // Whether or not a thread already waits, each permit releases exactly one thread (handed over,
+  // or stored and consumed by the next wait). Notify again only once it did, so that no
+  // notification is absorbed by a permit still stored.
+  for (int i = 1; i <= 3; ++i) {
+    ev.notify_one();
+    while (finished.load() < i) std::this_thread::yield();
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(finished.load(), 3);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, WaitTimeoutTimesOutAndLeavesNoTrace) {
+  auto_reset_event ev;
+  EXPECT_TRUE(ev.wait_timeout(1ms).timed_out());
+  EXPECT_TRUE(ev.wait_timeout(0ms).timed_out());
+  ev.notify_one();  // the timed-out nodes are gone: stored
+  EXPECT_TRUE(ev.is_set());
+  EXPECT_TRUE(ev.wait_timeout(0ms).ok());
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, WaitTimeoutCompletesWhenNotifiedByAnotherThread) {
+  auto_reset_event ev;
+  std::optional<wait_status> status;
+  std::thread waiter([&] { status = ev.wait_timeout(1h).status(); });
+  ev.notify_one();
+  waiter.join();
+  EXPECT_EQ(status, wait_status::ok);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, WaitBlockingWithStopToken) {
+  auto_reset_event ev(true);
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_TRUE(ev.wait_blocking(stopped.get_token()).cancelled());
+  EXPECT_TRUE(ev.is_set());  // the stored permit was not touched
+  EXPECT_TRUE(ev.wait_blocking(std::stop_source{}.get_token()).ok());
+  EXPECT_FALSE(ev.is_set());
+
+  std::stop_source src;
+  std::optional<wait_status> status;
+  std::thread waiter([&] { status = ev.wait_blocking(src.get_token()).status(); });
+  src.request_stop();
+  waiter.join();
+  EXPECT_EQ(status, wait_status::cancelled);
+  EXPECT_FALSE(ev.is_set());
+
+  std::stop_source unused;
+  std::thread woken([&] { status = ev.wait_blocking(unused.get_token()).status(); });
+  ev.notify_one();
+  woken.join();
+  EXPECT_EQ(status, wait_status::ok);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, BlockOnWaits) {
+  auto_reset_event ev;
+  std::stop_source src;
+  src.request_stop();
+  EXPECT_TRUE(block_on(ev.wait(src.get_token())).cancelled());
+
+  ev.notify_one();
+  block_on(ev.wait());  // consumes the stored permit
+  EXPECT_FALSE(ev.is_set());
+
+  std::optional<wait_status> status;
+  std::thread waiter([&] { status = block_on(ev.wait(std::stop_token{})).status(); });
+  ev.notify_one();
+  waiter.join();
+  EXPECT_EQ(status, wait_status::ok);
+
+  probe p;
+  std::thread task_waiter([&] { block_on(plain_waiter(ev, p)); });
+  ev.notify_one();
+  task_waiter.join();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(AutoResetEvent, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
+  auto_reset_event ev;
+  std::stop_source src;
+  std::optional<wait_status> status;
+  std::thread waiter([&] { status = block_on(ev.wait(src.get_token())).status(); });
+  src.request_stop();  // resumes the block_on driver inline on this thread if it had suspended
+  waiter.join();
+  EXPECT_EQ(status, wait_status::cancelled);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stress. One producer hands out permits one at a time (it waits for each to be acknowledged,
+// so no notification is absorbed by an already stored permit) and often requests stop on the
+// consumers' current tokens right after notifying, racing the handed-over permit with a late
+// cancellation. Consumers are pool tasks and plain threads mixing every wait form. Invariants:
+// ok waits == permits handed out, no permit is left stored, and at the end every remaining
+// waiter is woken by notify_all.
+
+class completion {
+ public:
+  explicit completion(int n) : remaining_(n) {}
+  void done() {
+    const std::lock_guard lock(mutex_);
+    if (--remaining_ == 0) cv_.notify_all();
+  }
+  [[nodiscard]] bool wait_for(std::chrono::steady_clock::duration d) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, d, [this] { return remaining_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int remaining_;
+};
+
+struct stress_state {
+  auto_reset_event ev;
+  std::mutex mutex;        // guards epoch and done
+  std::stop_source epoch;  // consumers' current stop source; replaced when stopped
+  bool done = false;
+  std::atomic<bool> stopping{false};  // set once every permit has been handed out and acked
+  std::counting_semaphore<> acks{0};
+  int payload = 0;  // written by the producer before notify_one, read after an ok wait
+  int expected_payload = 0;
+  std::atomic<int> ok{0};
+  std::atomic<int> cancelled{0};
+  std::atomic<int> timeouts{0};
+  std::atomic<int> bad{0};
+  completion exited;
+
+  explicit stress_state(int consumers) : exited(consumers) {}
+
+  // The consumer's token for its next wait, or nothing once the test is shutting down.
+  std::optional<std::stop_token> next_token() {
+    const std::lock_guard lock(mutex);
+    if (done) return std::nullopt;
+    return epoch.get_token();
+  }
+
+  void cancel_current_waits() {
+    std::stop_source old;
+    {
+      const std::lock_guard lock(mutex);
+      old = std::exchange(epoch, std::stop_source{});
+    }
+    old.request_stop();
+  }
+
+  void record(wait_status st) {
+    switch (st) {
+      case wait_status::ok:
+        if (stopping.load()) return;  // a final notify_all wake-up, not a permit
+        if (payload != expected_payload) bad.fetch_add(1);
+        ok.fetch_add(1);
+        acks.release();
+        return;
+      case wait_status::cancelled:
+        cancelled.fetch_add(1);
+        return;
+      case wait_status::timeout:
+        timeouts.fetch_add(1);
+        return;
+      case wait_status::closed:
+        bad.fetch_add(1);
+        return;
+    }
+  }
+};
+
+task<> stress_consumer(stress_state& st, int id) {
+  for (int i = 0;; ++i) {
+    const auto token = st.next_token();
+    if (!token) break;
+    if ((i + id) % 3 == 0) {
+      co_await st.ev.wait();
+      st.record(wait_status::ok);
+    } else {
+      st.record((co_await st.ev.wait(*token)).status());
+    }
+  }
+  st.exited.done();
+}
+
+void stress_thread_consumer(stress_state& st, int id) {
+  for (int i = 0;; ++i) {
+    const auto token = st.next_token();
+    if (!token) break;
+    switch ((i + id) % 4) {
+      case 0:
+        st.ev.wait_blocking();
+        st.record(wait_status::ok);
+        break;
+      case 1:
+        st.record(st.ev.wait_timeout(1ms).status());
+        break;
+      case 2:
+        st.record(block_on(st.ev.wait(*token)).status());
+        break;
+      default:
+        st.record(st.ev.wait_blocking(*token).status());
+        break;
+    }
+  }
+  st.exited.done();
+}
+
+TEST(AutoResetEvent, StressEveryPermitIsConsumedExactlyOnce) {
+  constexpr int max_permits = 3000;
+  constexpr int pool_consumers = 3;
+  constexpr int thread_consumers = 2;
+  const auto deadline = std::chrono::steady_clock::now() + 1s;
+
+  stress_state st(pool_consumers + thread_consumers);
+  asyncband::runtime::thread_pool pool(2);  // destroyed before `st`
+  for (int i = 0; i < pool_consumers; ++i) asyncband::runtime::spawn(pool.ref(), stress_consumer(st, i));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < thread_consumers; ++i) threads.emplace_back(stress_thread_consumer, std::ref(st), i);
+
+  int permits = 0;
+  bool lost = false;
+  while (permits < max_permits && std::chrono::steady_clock::now() < deadline) {
+    ++permits;
+    st.payload = st.expected_payload = permits;
+    st.ev.notify_one();
+    if (permits % 2 == 0) st.cancel_current_waits();  // races the handed-over permit
+    if (!st.acks.try_acquire_for(10s)) {
+      lost = true;
+      break;
+    }
+  }
+  EXPECT_FALSE(lost) << "permit " << permits << " was never consumed";
+  EXPECT_EQ(st.ok.load(), permits);
+  EXPECT_FALSE(st.ev.is_set());  // every permit was handed over or consumed, none left behind
+  EXPECT_EQ(st.bad.load(), 0);
+
+  // Shut down: stop cancellable waits, then wake the non-cancellable ones until all have left.
+  st.stopping = true;
+  {
+    const std::lock_guard lock(st.mutex);
+    st.done = true;
+  }
+  st.cancel_current_waits();
+  const auto hard_limit = std::chrono::steady_clock::now() + 30s;
+  while (!st.exited.wait_for(1ms)) {
+    st.ev.notify_all();
+    if (std::chrono::steady_clock::now() > hard_limit) {
+      std::fprintf(stderr, "auto_reset_event stress: consumers never finished\n");
+      std::abort();
+    }
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(st.ok.load(), permits);
+  RecordProperty("permits", permits);
+  RecordProperty("cancelled", st.cancelled.load());
+  RecordProperty("timeouts", st.timeouts.load());
+}
+
+}  // namespace
