@@ -7,7 +7,7 @@
 //   p.wait_blocking();                 // the plain-thread twin
 //   p.wait_blocking(stop_token);       // result<value_type>
 //   p.wait_timeout(duration);          // result<value_type>: ok or timeout
-// and names its node type for other drivers of the same protocol (P::wait_node_type<>).
+// and names its node type for other drivers of the same protocol (P::wait_node_of<>::type).
 #pragma once
 
 #include <chrono>
@@ -23,11 +23,14 @@ class wait_functions {
  public:
   // Owner::wait_node is named only inside the bodies, where Owner is complete.
 
-  /// The primitive's node type, for waits driven from outside a coroutine (detail::callback_wait,
-  /// used by the Boost.Asio bridge): `typename P::template wait_node_type<>`. An alias template so
-  /// that it is named only once Owner is complete.
+  /// Names the primitive's node type for other drivers of the same protocol (detail::callback_wait,
+  /// used by the Boost.Asio bridge): `typename P::template wait_node_of<>::type`. A member
+  /// template so that Owner is named only once complete; a class, not an alias, so that the
+  /// access check happens here, in a friend of Owner.
   template <class O = Owner>
-  using wait_node_type = typename O::wait_node;
+  struct wait_node_of {
+    using type = typename O::wait_node;
+  };
 
   /// Waits without a way to cancel. `co_await x.wait();`
   [[nodiscard]] auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
@@ -48,7 +51,8 @@ class wait_functions {
   /// Blocks the calling thread until completion or until `timeout` has passed.
   template <class Rep, class Period>
   auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return block_wait<typename Owner::wait_node, true>({}, std::chrono::steady_clock::now() + timeout, self());
+    return block_wait<typename Owner::wait_node, true>({}, std::chrono::steady_clock::now() + timeout,
+                                                       self());
   }
 
  protected:
