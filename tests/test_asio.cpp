@@ -443,6 +443,24 @@ TEST(asio_bridge_lifetime, destroying_the_io_context_with_a_posted_completion) {
   EXPECT_FALSE(called);
 }
 
+TEST(asio_bridge_lifetime, a_permit_handed_to_a_destroyed_operation_passes_on) {
+  // notify_one hands the permit to the asio operation (its completion is posted, never run);
+  // destroying the io_context then destroys the operation, and the permit goes to the next
+  // waiter instead of being lost.
+  ab::auto_reset_event are;
+  bool called = false;
+  {
+    net::io_context ioc;
+    ab::asio::async_wait(ioc.get_executor(), are, [&](wait_status) { called = true; });
+    ioc.poll();
+    are.notify_one();
+    EXPECT_FALSE(are.is_set());  // handed over, not stored
+  }
+  EXPECT_FALSE(called);
+  EXPECT_TRUE(are.is_set());  // passed on: nobody else waits, so it is stored again
+  EXPECT_TRUE(are.wait_timeout(0ms).ok());
+}
+
 // Bounded stress: callbacks on a two-thread asio pool, a notifier and a canceller on plain
 // threads. Invariant: every operation completes exactly once; permits are never duplicated.
 TEST(asio_bridge_stress, auto_reset_event_with_concurrent_cancellation) {

@@ -48,8 +48,8 @@
 //   operations are pending, they are unlinked from their primitives and their handlers are
 //   destroyed without being invoked (for use_awaitable: the coroutine frame is destroyed), as
 //   Asio does with its own pending operations; a later wake-up does not find them. An operation
-//   already woken whose handler had not run yet is destroyed the same way; for auto_reset_event
-//   the permit it was handed is then lost (not passed on). Do not destroy the context
+//   already woken whose handler had not run yet is destroyed the same way, and an
+//   auto_reset_event permit it was handed passes on to the next waiter. Do not destroy the context
 //   concurrently with a wake-up or cancellation of one of its operations.
 #pragma once
 
@@ -328,6 +328,7 @@ class wait_op final : public pending_op {
   static void on_resolved(void* self) noexcept { static_cast<wait_op*>(self)->complete_later(); }
 
   void complete_later() noexcept {
+    completed_ = true;
     bool destroy_now = false;
     if (service_->remove(*this, destroy_now)) {
       boost::asio::post(executor_, completion(this));
@@ -339,6 +340,7 @@ class wait_op final : public pending_op {
   /// On the handler's executor: reads the outcome, frees the operation, invokes the handler.
   void finish() {
     auto outcome = wait_.finish();
+    completed_ = false;  // the outcome is delivered: nothing to pass on any more
     allocator_type alloc(get_allocator_of(handler_));
     Handler handler(std::move(handler_));
     [[maybe_unused]] work_type work(std::move(work_));  // released after the handler returns
@@ -356,6 +358,7 @@ class wait_op final : public pending_op {
   // `alloc` is taken before the handler may be moved from.
   void destroy_self(allocator_type alloc) noexcept {
     if (slot_.is_connected()) slot_.clear();
+    if (completed_) wait_.discard();  // destroyed unrun: a permit it was handed passes on
     this->~wait_op();
     std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
   }
@@ -365,6 +368,7 @@ class wait_op final : public pending_op {
   work_type work_;
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
   wait_service* service_;
+  bool completed_ = false;  // resolved (or completed at the start) and not yet finished
   detail::callback_wait<node_type, true> wait_;
 };
 

@@ -53,6 +53,10 @@ class callback_wait {
   /// transferable grant received after a stop request was observed is passed on (cancelled).
   wait_yield_t<Node, Cancellable> finish() { return wait_.finish(); }
 
+  /// After completion, instead of finish(), when the outcome will never be delivered: passes on
+  /// what the wait was granted (an auto_reset_event permit goes to the next waiter).
+  void discard() noexcept { wait_.discard(); }
+
   // Destroying a pending wait (one that started and was not resolved) unlinks it, as for a
   // destroyed coroutine (pending_wait's destructor); destroying one whose on_resolved call is
   // in flight is undefined.

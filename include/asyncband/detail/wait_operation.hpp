@@ -193,6 +193,15 @@ class pending_wait {
   /// own cancellation): no effect if a waker claimed it first.
   void cancel(wait_status why) noexcept { cancel_and_resolve(node_, why); }
 
+  /// Instead of finish(), for a completed wait whose outcome nobody will take (a bridge's
+  /// handler destroyed unrun): passes on a grant it received, as a late cancellation would.
+  void discard() noexcept {
+    stop_.disarm();
+    if constexpr (Node::transferable) {
+      if (node_.status == wait_status::ok) node_.give_back();
+    }
+  }
+
   /// After completion (or resolution): what the wait yields.
   wait_yield_t<Node, Cancellable> finish() {
     stop_.disarm();
