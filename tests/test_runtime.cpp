@@ -22,7 +22,9 @@ using asyncband::runtime::test_scheduler;
 using asyncband::runtime::thread_pool;
 using asyncband::runtime::when_all;
 
-task<int> add(int a, int b) { co_return a + b; }
+task<int> add(int a, int b) {
+  co_return a + b;
+}
 
 task<std::string> nested() {
   const int x = co_await add(1, 2);
@@ -98,11 +100,12 @@ TEST(ThreadPool, WaitersWokenTogetherResumeOnThePool) {
   std::atomic<int> on_pool{0};
   std::vector<task<void>> waiters;
   for (int i = 0; i < 8; ++i) {
-    waiters.push_back([](thread_pool& pool, asyncband::manual_reset_event& ev, std::atomic<int>& n) -> task<void> {
-      co_await pool.schedule();
-      co_await ev.wait();
-      if (pool.on_worker_thread()) ++n;
-    }(pool, ev, on_pool));
+    waiters.push_back(
+        [](thread_pool& pool, asyncband::manual_reset_event& ev, std::atomic<int>& n) -> task<void> {
+          co_await pool.schedule();
+          co_await ev.wait();
+          if (pool.on_worker_thread()) ++n;
+        }(pool, ev, on_pool));
   }
   std::thread setter([&] { ev.set(); });
   block_on(when_all(std::move(waiters)));

@@ -256,7 +256,7 @@ TEST(Destroy, SuspendedWaiterIsUnlinkedAndTheGrantGoesOn) {
   doomed_task.handle().resume();
   survivor_task.handle().resume();
   EXPECT_FALSE(doomed_task.done());
-  doomed_task = {};  // destroys the frame suspended in wait(): unlinks the node
+  doomed_task = {};     // destroys the frame suspended in wait(): unlinks the node
   stop.request_stop();  // its stop callback is gone with it
   g.open_one();         // must reach the survivor, not the destroyed node
   EXPECT_EQ(doomed.resumed, 0);

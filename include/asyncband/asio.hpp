@@ -83,8 +83,7 @@ namespace asyncband::asio {
 template <class P>
 concept waitable = requires {
   typename detail::wait_node_of_t<P>;
-}
-&&detail::wait_node<detail::wait_node_of_t<P>>&& std::is_constructible_v<detail::wait_node_of_t<P>, P*>;
+} && detail::wait_node<detail::wait_node_of_t<P>> && std::is_constructible_v<detail::wait_node_of_t<P>, P*>;
 
 /// An executor in either of Asio's models.
 template <class E>

@@ -66,9 +66,10 @@ class barrier : public detail::wait_functions<barrier> {
 
     bool try_ready() noexcept { return false; }  // arrival must take the lock
     bool enqueue() noexcept {
-      return owner().queue_.complete_or_enqueue(*this, [this](detail::wait_list& waiters, detail::wake_batch& batch) {
-        return leader_ = owner().arrive_locked(waiters, batch);
-      });
+      return owner().queue_.complete_or_enqueue(
+          *this, [this](detail::wait_list& waiters, detail::wake_batch& batch) {
+            return leader_ = owner().arrive_locked(waiters, batch);
+          });
     }
     barrier_wait_result take() const noexcept { return {leader_}; }
 

@@ -92,7 +92,8 @@ class latch : public detail::wait_functions<latch> {
   detail::wait_queue& queue() noexcept { return queue_; }
 
   // The remaining count, and (waiters_flag) whether a waiter may be queued.
-  static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1} << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
+  static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1}
+                                                 << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
   std::atomic<std::ptrdiff_t> state_;
   detail::wait_queue queue_;
 };

@@ -40,7 +40,7 @@ class [[nodiscard]] result {
  public:
   using value_type = T;
 
-  result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor): ok results convert
+  result(T value) : value_(std::move(value)) {}     // NOLINT(google-explicit-constructor): ok results convert
   result(wait_status failure) : status_(failure) {  // NOLINT(google-explicit-constructor)
     assert(failure != wait_status::ok);
   }

@@ -112,7 +112,9 @@ class wait_group : public detail::wait_functions<wait_group> {
     return (leave(), wait_functions::wait(std::move(stop)));
   }
   auto wait_blocking() { return (leave(), wait_functions::wait_blocking()); }
-  auto wait_blocking(std::stop_token stop) { return (leave(), wait_functions::wait_blocking(std::move(stop))); }
+  auto wait_blocking(std::stop_token stop) {
+    return (leave(), wait_functions::wait_blocking(std::move(stop)));
+  }
   template <class Rep, class Period>
   auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
     return (leave(), wait_functions::wait_timeout(timeout));

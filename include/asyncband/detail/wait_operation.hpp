@@ -21,8 +21,8 @@
 
 #include <chrono>
 #include <concepts>
-#include <new>
 #include <coroutine>
+#include <new>
 #include <optional>
 #include <stop_token>
 #include <type_traits>
@@ -218,7 +218,8 @@ template <wait_node Node, bool Cancellable>
 class [[nodiscard]] wait_awaiter {
  public:
   template <class... Args>
-  explicit wait_awaiter(std::stop_token token, Args&&... args) : wait_(std::move(token), std::forward<Args>(args)...) {}
+  explicit wait_awaiter(std::stop_token token, Args&&... args)
+      : wait_(std::move(token), std::forward<Args>(args)...) {}
 
   bool await_ready() noexcept { return wait_.try_complete(); }
   template <class Promise>

@@ -169,7 +169,8 @@ class schedule_on {
   bool await_ready() const noexcept { return false; }
   template <class Promise>
   void await_suspend(std::coroutine_handle<Promise> h) const noexcept {
-    if constexpr (std::is_base_of_v<detail::task_promise_base, Promise>) h.promise().set_scheduler(scheduler_);
+    if constexpr (std::is_base_of_v<detail::task_promise_base, Promise>)
+      h.promise().set_scheduler(scheduler_);
     scheduler_.schedule(h);
   }
   void await_resume() const noexcept {}

@@ -24,7 +24,8 @@ namespace asyncband::runtime {
 class test_scheduler {
  public:
   /// FIFO order without a seed; seeded pseudo-random choice among ready coroutines with one.
-  explicit test_scheduler(std::optional<std::uint64_t> seed = std::nullopt) : seed_(seed), rng_(seed.value_or(0)) {
+  explicit test_scheduler(std::optional<std::uint64_t> seed = std::nullopt)
+      : seed_(seed), rng_(seed.value_or(0)) {
 #ifdef ASYNCBAND_TESTING
     previous_hook_ = asyncband::detail::current_test_hook;
     asyncband::detail::current_test_hook = {&test_scheduler::on_test_point, this};

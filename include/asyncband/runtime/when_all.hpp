@@ -128,7 +128,8 @@ task<std::tuple<detail::stored_t<Ts>...>> when_all(task<Ts>... tasks) {
   }(std::index_sequence_for<Ts...>{});
   detail::when_all_counter counter(children.size());
   co_await detail::start_children(children, counter);
-  co_return std::apply([](auto&... r) { return std::tuple<detail::stored_t<Ts>...>(std::move(*r)...); }, results);
+  co_return std::apply([](auto&... r) { return std::tuple<detail::stored_t<Ts>...>(std::move(*r)...); },
+                       results);
 }
 
 /// Runs every task of the vector concurrently; yields their results in order.
@@ -137,7 +138,8 @@ task<std::vector<detail::stored_t<T>>> when_all(std::vector<task<T>> tasks) {
   std::vector<std::optional<detail::stored_t<T>>> results(tasks.size());
   std::vector<detail::when_all_child> children;
   children.reserve(tasks.size());
-  for (std::size_t i = 0; i < tasks.size(); ++i) children.push_back(detail::run_child(std::move(tasks[i]), results[i]));
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    children.push_back(detail::run_child(std::move(tasks[i]), results[i]));
   detail::when_all_counter counter(children.size());
   co_await detail::start_children(children, counter);
   std::vector<detail::stored_t<T>> out;
