@@ -734,3 +734,16 @@ TEST(AutoResetEvent, StressEveryPermitIsConsumedExactlyOnce) {
 }
 
 }  // namespace
+
+#include "support/last_one_out.hpp"
+
+namespace {
+
+TEST(AutoResetEventLifetime, TheWaiterMayDestroyTheEventWhileNotifyReturns) {
+  asyncband_test::waiter_destroys_while_the_waker_returns(
+      [] { return std::make_unique<asyncband::auto_reset_event>(); },
+      [](asyncband::auto_reset_event& ev) { ev.notify_one(); },
+      [](asyncband::auto_reset_event& ev) { ev.wait_blocking(); });
+}
+
+}  // namespace

@@ -592,3 +592,20 @@ TEST(Latch, StressNoWaiterCompletesBeforeZero) {
 }
 
 }  // namespace
+
+#include "support/last_one_out.hpp"
+
+namespace {
+
+TEST(LatchLifetime, TheWaiterMayDestroyTheLatchWhileTheFinalArrivalReturns) {
+  // A timed-out wait first leaves the waiters flag set, so the final arrival takes the lock.
+  asyncband_test::waiter_destroys_while_the_waker_returns(
+      [] {
+        auto l = std::make_unique<asyncband::latch>(1);
+        EXPECT_TRUE(l->wait_timeout(std::chrono::nanoseconds(0)).timed_out());
+        return l;
+      },
+      [](asyncband::latch& l) { l.count_down(); }, [](asyncband::latch& l) { l.wait_blocking(); });
+}
+
+}  // namespace

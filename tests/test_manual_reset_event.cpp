@@ -549,3 +549,16 @@ TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
 }
 
 }  // namespace
+
+#include "support/last_one_out.hpp"
+
+namespace {
+
+TEST(ManualResetEventLifetime, TheWaiterMayDestroyTheEventWhileSetReturns) {
+  asyncband_test::waiter_destroys_while_the_waker_returns(
+      [] { return std::make_unique<asyncband::manual_reset_event>(); },
+      [](asyncband::manual_reset_event& ev) { ev.set(); },
+      [](asyncband::manual_reset_event& ev) { ev.wait_blocking(); });
+}
+
+}  // namespace

@@ -2,6 +2,8 @@
 // primitive shares, exercised through a minimal primitive built the way the real ones are.
 #include <gtest/gtest.h>
 
+#include "support/thread_hook.hpp"
+
 #include <asyncband/block_on.hpp>
 #include <asyncband/detail/wait_functions.hpp>
 #include <asyncband/detail/wait_queue.hpp>
@@ -348,29 +350,6 @@ TEST(BlockOn, ReturnsValuesAndRethrows) {
 
 namespace {
 
-/// Installs `action` as this thread's test hook for one point, for tests whose actions must run
-/// on two threads (the test scheduler's hook is per thread too).
-class thread_hook {
- public:
-  thread_hook(test_point p, std::function<void()> action) : point_(p), action_(std::move(action)) {
-    asyncband::detail::current_test_hook = {&thread_hook::fire, this};
-  }
-  ~thread_hook() { asyncband::detail::current_test_hook = {}; }
-  thread_hook(const thread_hook&) = delete;
-  thread_hook& operator=(const thread_hook&) = delete;
-
- private:
-  static void fire(void* self, test_point p) {
-    auto& h = *static_cast<thread_hook*>(self);
-    if (p != h.point_ || !h.action_) return;
-    auto action = std::move(h.action_);
-    h.action_ = nullptr;
-    action();
-  }
-  test_point point_;
-  std::function<void()> action_;
-};
-
 TEST(Destroy, GrantClaimedForADestroyedWaiterPassesOn) {
   // The waker has claimed the doomed waiter (and holds its grant) but not resolved it when the
   // frame is destroyed: the destructor waits for the resolver, then passes the grant on.
@@ -382,7 +361,7 @@ TEST(Destroy, GrantClaimedForADestroyedWaiterPassesOn) {
   survivor_task.handle().resume();
   asyncband::manual_reset_event claimed, destroying;
   std::thread waker([&] {
-    const thread_hook hook(test_point::claimed_for_wake, [&] {
+    const asyncband_test::thread_hook hook(test_point::claimed_for_wake, [&] {
       claimed.set();
       destroying.wait_blocking();  // resolve only once the destructor waits for us
     });
@@ -390,7 +369,7 @@ TEST(Destroy, GrantClaimedForADestroyedWaiterPassesOn) {
   });
   claimed.wait_blocking();
   {
-    const thread_hook hook(test_point::awaiting_resolver, [&] { destroying.set(); });
+    const asyncband_test::thread_hook hook(test_point::awaiting_resolver, [&] { destroying.set(); });
     doomed_task = {};
   }
   waker.join();
@@ -398,6 +377,32 @@ TEST(Destroy, GrantClaimedForADestroyedWaiterPassesOn) {
   EXPECT_EQ(g.given_back, 1);
   EXPECT_EQ(survivor.resumed, 1);
   EXPECT_EQ(survivor.status, wait_status::ok);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Destroy, ACoroutineResumedInlineMayDestroyALaterMemberOfItsBatch) {
+  // set() claims A and B into one batch and resumes A inline; A destroys B's frame while B's
+  // node is still in the batch being resolved further down this very stack. B's destructor must
+  // withdraw it from that batch (waiting for the resolver would wait for itself).
+  asyncband::manual_reset_event ev;
+  probe b_probe;
+  bool a_ran = false;
+  auto b_task = [](asyncband::manual_reset_event& ev, probe& p) -> task<void> {
+    co_await ev.wait();
+    ++p.resumed;
+  }(ev, b_probe);
+  [](asyncband::manual_reset_event& ev, task<void>& victim, bool& ran) -> bare_coroutine {
+    co_await ev.wait();
+    victim = {};  // destroys B, suspended in the same wake-up
+    ran = true;
+  }(ev, b_task, a_ran);
+  b_task.handle().resume();  // B queues behind A
+  ev.set();
+  EXPECT_TRUE(a_ran);
+  EXPECT_EQ(b_probe.resumed, 0);
 }
 
 }  // namespace

@@ -151,11 +151,13 @@ struct pending_op {
 /// without invoking their handlers (Asio's own services do the same with their operations).
 ///
 /// At shutdown, under the service's lock, every listed operation is cancelled: one still queued
-/// resolves on the shutting-down thread, which keeps it for destruction after the loop; one that
-/// a waker already claimed resolves on the waker's thread, which blocks on the lock until the
-/// loop is over, then finds the service shut down and destroys it. So each listed operation is
-/// destroyed exactly once, and never while the loop can still reach it. (Wakers never hold a
-/// primitive's lock while they take this one, so taking primitives' locks under it is safe.)
+/// resolves on the shutting-down thread, which keeps it for destruction after the loop. An
+/// operation already resolved has left the list and has its completion posted, which the
+/// context destroys unrun. The context deletes the service right after shutdown(), so a waker
+/// or canceller of one of its operations must not run concurrently with the context's
+/// destruction (the header contract says so); the lock only orders the shutdown loop with
+/// operations resolved on other threads before it. (Wakers never hold a primitive's lock while
+/// they take this one, so taking primitives' locks under it is safe.)
 class wait_service final : public boost::asio::execution_context::service {
  public:
   static inline boost::asio::execution_context::id id;
@@ -239,6 +241,8 @@ boost::asio::execution_context& context_of(const Executor& ex) {
 template <class Executor>
 auto track_work(const Executor& ex) {
   if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    // Asio's property objects are spelled this way.
+    // NOLINTNEXTLINE(readability-static-accessed-through-instance)
     return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked);
   } else {
     return boost::asio::make_work_guard(ex);

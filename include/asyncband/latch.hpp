@@ -43,13 +43,24 @@ class latch : public detail::wait_functions<latch> {
   void arrive(std::ptrdiff_t n) {
     if (n < 0) throw std::invalid_argument("asyncband::latch::arrive: negative arrival");
     std::ptrdiff_t state = state_.load(std::memory_order_relaxed);
+    bool pinned = false;  // with waiters flagged, a waiter may destroy the latch once it sees zero
     do {
       if (n > (state & ~waiters_flag)) {
+        if (pinned) queue_.unpin();
         throw std::invalid_argument("asyncband::latch::arrive: arrival exceeds the remaining count");
       }
+      if (!pinned && (state & waiters_flag) != 0) {
+        queue_.pin();
+        pinned = true;
+      }
     } while (!state_.compare_exchange_weak(state, state - n, std::memory_order_acq_rel));
-    // Only the arrival that reaches zero with a waiter flagged takes the lock.
-    if (n != 0 && state == (waiters_flag | n)) queue_.wake_all();
+    // Only the arrival that reaches zero with a waiter flagged takes the lock. Without the flag,
+    // nothing after the decrement touches the latch.
+    if (n != 0 && state == (waiters_flag | n)) {
+      detail::at_test_point(detail::test_point::woken);
+      queue_.wake_all();
+    }
+    if (pinned) queue_.unpin();
   }
 
   [[nodiscard]] std::ptrdiff_t count() const noexcept {

@@ -156,10 +156,13 @@ class pending_wait {
     }
     stop_.disarm();  // waits for a stop callback running on another thread
     if (node_.cancel(wait_status::cancelled)) return;
-    // A resolver claimed the node before we abandoned it: let it finish, then pass on what it
-    // granted, since nobody will resume to use it.
-    at_test_point(test_point::awaiting_resolver);
-    node_.await_resolver();
+    // A resolver claimed the node before we abandoned it: let it finish (or, if it is this
+    // thread, withdraw the node from its batch), then pass on what it granted, since nobody
+    // will resume to use it.
+    if (!wake_batch::withdraw(node_)) {
+      at_test_point(test_point::awaiting_resolver);
+      node_.await_resolver();
+    }
     if constexpr (Node::transferable) {
       if (node_.status == wait_status::ok) node_.give_back();
     }

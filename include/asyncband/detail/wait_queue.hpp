@@ -3,7 +3,9 @@
 // waiter, and wake waiters (claim under the lock, resolve after it).
 #pragma once
 
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -16,6 +18,22 @@ class wait_queue {
   wait_queue() = default;
   wait_queue(const wait_queue&) = delete;
   wait_queue& operator=(const wait_queue&) = delete;
+
+  /// A waiter that saw its wait complete may destroy the primitive at once, even while the call
+  /// that completed it is still unlocking (the "last one out destroys it" pattern std::latch
+  /// allows). So a waker pins the queue before the change that lets a waiter complete, and
+  /// unpins as its last access; destruction waits out pinned wakers, which are a few
+  /// instructions from their end.
+  ~wait_queue() {
+    at_test_point(test_point::destroying);
+    while (pins_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+  /// Before a state change that may let a waiter complete lock-free (the change itself must be
+  /// a release operation, so a waiter that sees it also sees the pin).
+  void pin() noexcept { pins_.fetch_add(1, std::memory_order_relaxed); }
+  /// The waker's last access to the primitive.
+  void unpin() noexcept { pins_.fetch_sub(1, std::memory_order_release); }
 
   /// Under the lock: if `ready()` (which may consume a grant) is true, completes without
   /// queueing and returns true; otherwise links `w` at the back and returns false. A `ready`
@@ -51,10 +69,13 @@ class wait_queue {
   template <class Claim>
   void wake(Claim&& claim) noexcept {
     wake_batch batch;
+    pin();
     {
       const std::lock_guard lock(mutex_);
       std::forward<Claim>(claim)(waiters_, batch);
+      at_test_point(test_point::woken);
     }
+    unpin();  // resolving the batch touches only the nodes
     batch.resolve_all();
   }
 
@@ -69,6 +90,7 @@ class wait_queue {
  private:
   std::mutex mutex_;
   wait_list waiters_;
+  std::atomic<unsigned> pins_{0};
 };
 
 /// Base of a node whose primitive keeps its waiters in a wait_queue reachable as `owner->queue()`.

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "../result.hpp"
 #include "../scheduler.hpp"
@@ -39,7 +40,9 @@ enum class test_point : unsigned char {
   before_arm,          ///< The stop callback is registered; the waiter is about to suspend.
   claimed_for_wake,    ///< A waker claimed nodes and released the lock; nothing is resolved yet.
   claimed_for_cancel,  ///< A cancellation unlinked a node and released the lock; not yet resolved.
-  awaiting_resolver    ///< A wait being destroyed found its node claimed; it waits for the resolver.
+  awaiting_resolver,   ///< A wait being destroyed found its node claimed; it waits for the resolver.
+  woken,               ///< A waker made the change that lets waiters complete; it still holds the primitive.
+  destroying           ///< A primitive's destructor, before it waits out wakers still inside it.
 };
 
 #ifdef ASYNCBAND_TESTING
@@ -69,7 +72,7 @@ class parker {
     while (released_.load(std::memory_order_acquire) == 0) released_.wait(0, std::memory_order_acquire);
   }
   void unpark() noexcept {
-    released_.store(1, std::memory_order_release);
+    released_.store(1, std::memory_order_seq_cst);  // pairs with notify's check for sleepers
     released_.notify_one();
   }
   static void unpark_thunk(void* self) noexcept { static_cast<parker*>(self)->unpark(); }
@@ -216,22 +219,53 @@ class wake_batch {
 
   [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
 
-  /// After the lock is released: resolves every node in FIFO order.
+  /// After the lock is released: resolves every node in FIFO order. While it runs, the batch
+  /// is registered as this thread's, so that a coroutine it resumes inline may destroy the frame
+  /// of a later member (see withdraw()).
   void resolve_all() noexcept {
-    waiter* w = head_;
-    head_ = tail_ = nullptr;
-    if (w == nullptr) return;
+    if (head_ == nullptr) return;
     at_test_point(test_point::claimed_for_wake);
-    while (w != nullptr) {
-      waiter* const next = w->next;  // read before resolve(): the node may be gone after it
+    outer_ = std::exchange(resolving_here(), this);
+    while (head_ != nullptr) {
+      waiter* const w = head_;
+      head_ = w->next;  // advance before resolve(): the node may be gone after it
+      if (head_ == nullptr) tail_ = nullptr;
       w->resolve();
-      w = next;
     }
+    resolving_here() = outer_;
+  }
+
+  /// For a wait being destroyed whose node a waker claimed: if that waker is this very thread,
+  /// further down the stack (a coroutine it resumed inline is destroying another member of the
+  /// same batch), waiting for it would never end. Takes `w` out of this thread's batches
+  /// instead and returns true: it will not be resolved. False if no batch of this thread has it.
+  static bool withdraw(waiter& w) noexcept {
+    for (wake_batch* b = resolving_here(); b != nullptr; b = b->outer_) {
+      if (b->unlink(w)) return true;
+    }
+    return false;
   }
 
  private:
+  static wake_batch*& resolving_here() noexcept {
+    thread_local wake_batch* batch = nullptr;
+    return batch;
+  }
+
+  bool unlink(waiter& w) noexcept {
+    waiter* prev = nullptr;
+    for (waiter* n = head_; n != nullptr; prev = n, n = n->next) {
+      if (n != &w) continue;
+      (prev == nullptr ? head_ : prev->next) = n->next;
+      if (tail_ == n) tail_ = prev;
+      return true;
+    }
+    return false;
+  }
+
   waiter* head_ = nullptr;
   waiter* tail_ = nullptr;
+  wake_batch* outer_ = nullptr;  // the batch this thread was resolving when this one started
 };
 
 // ---------------------------------------------------------------------------------------------

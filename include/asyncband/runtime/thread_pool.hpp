@@ -40,10 +40,10 @@ class thread_pool {
 
   /// The scheduler concept: queue h to be resumed on a worker.
   void schedule(std::coroutine_handle<> h) noexcept {
-    {
-      const std::lock_guard lock(mutex_);
-      ready_.push_back(h);
-    }
+    // Notified under the lock: once h is queued, a worker may run it and its owner destroy the
+    // pool, which cannot finish before this call releases the lock.
+    const std::lock_guard lock(mutex_);
+    ready_.push_back(h);
     ready_cv_.notify_one();
   }
 
