@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -33,30 +34,51 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
 
  public:
   auto_reset_event() noexcept = default;
-  explicit auto_reset_event(bool initially_set) noexcept : permit_(initially_set) {}
+  explicit auto_reset_event(bool initially_set) noexcept : state_(initially_set ? permit : 0U) {}
   auto_reset_event(const auto_reset_event&) = delete;
   auto_reset_event& operator=(const auto_reset_event&) = delete;
 
   /// Wakes the head waiter with a permit, or stores one permit if nobody waits.
   void notify_one() noexcept {
-    queue_.wake([this](detail::wait_list& waiters, detail::wake_batch& batch) {
-      if (waiters.empty()) {
-        permit_.store(true, std::memory_order_release);
-      } else {
-        static_cast<wait_node&>(*waiters.front()).holds_permit = true;
-        waiters.claim_front(batch);
+    // Nobody waits: store the permit with one CAS, which is also the last access (a waiter that
+    // takes it may destroy the event at once).
+    std::uint8_t state = state_.load(std::memory_order_relaxed);
+    while ((state & waiting) == 0) {
+      if (state_.compare_exchange_weak(state, state | permit, std::memory_order_release)) {
+        detail::at_test_point(detail::test_point::woken);
+        return;
       }
+    }
+    queue_.wake([this](detail::wait_list& waiters, detail::wake_batch& batch) {
+      if (waiters.empty()) {  // the waiters left meanwhile
+        state_.store(permit, std::memory_order_release);
+        return;
+      }
+      static_cast<wait_node&>(*waiters.front()).holds_permit = true;
+      waiters.claim_front(batch);
+      if (waiters.empty()) state_.store(0, std::memory_order_relaxed);
     });
   }
 
   /// Wakes every current waiter; stores nothing.
-  void notify_all() noexcept { queue_.wake_all(); }
+  void notify_all() noexcept {
+    if ((state_.load(std::memory_order_acquire) & waiting) == 0) return;  // nobody to wake
+    queue_.wake([this](detail::wait_list& waiters, detail::wake_batch& batch) {
+      waiters.claim_all(batch);
+      state_.fetch_and(static_cast<std::uint8_t>(~waiting), std::memory_order_relaxed);
+    });
+  }
 
   /// True if a permit is stored (a wait would complete at once).
-  [[nodiscard]] bool is_set() const noexcept { return permit_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool is_set() const noexcept {
+    return (state_.load(std::memory_order_acquire) & permit) != 0;
+  }
 
   /// Consumes the stored permit if there is one.
-  [[nodiscard]] bool try_wait() noexcept { return permit_.exchange(false, std::memory_order_acq_rel); }
+  [[nodiscard]] bool try_wait() noexcept {
+    return is_set() &&
+           (state_.fetch_and(static_cast<std::uint8_t>(~permit), std::memory_order_acq_rel) & permit) != 0;
+  }
 
  private:
   class wait_node : public detail::queued_waiter<auto_reset_event> {
@@ -72,7 +94,14 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
     // A stored permit exists only when nobody waits, so taking it lock-free cannot barge.
     bool try_ready() noexcept { return holds_permit = owner().try_wait(); }
     bool enqueue() noexcept {
-      return owner().queue_.complete_or_enqueue(*this, [this] { return holds_permit = owner().try_wait(); });
+      return owner().queue_.complete_or_enqueue(*this,
+                                                [this] { return holds_permit = owner().take_or_flag(); });
+    }
+    bool cancel(wait_status why) noexcept {
+      return owner().queue_.cancel(*this, why, [this](const detail::wait_list& waiters) {
+        if (waiters.empty())
+          owner().state_.fetch_and(static_cast<std::uint8_t>(~waiting), std::memory_order_relaxed);
+      });
     }
     void take() noexcept {}
     void give_back() noexcept {
@@ -80,9 +109,24 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
     }
   };
 
+  /// Under the lock, before queueing: takes the stored permit (true), or flags that somebody
+  /// waits (false). Permit and flag share one atomic, so a lock-free notify_one either sees the
+  /// flag and takes the lock, or stores its permit first and this takes it.
+  bool take_or_flag() noexcept {
+    std::uint8_t state = state_.load(std::memory_order_acquire);
+    for (;;) {
+      const std::uint8_t next = (state & permit) != 0 ? 0 : waiting;
+      if (state_.compare_exchange_weak(state, next, std::memory_order_acq_rel)) return next == 0;
+    }
+  }
+
   detail::wait_queue& queue() noexcept { return queue_; }
 
-  std::atomic<bool> permit_{false};
+  // `permit`: one is stored (only while nobody waits); `waiting`: the queue is not empty. Both
+  // change only under the lock, except a permit stored or taken while nobody waits.
+  static constexpr std::uint8_t permit = 1;
+  static constexpr std::uint8_t waiting = 2;
+  std::atomic<std::uint8_t> state_{0};
   detail::wait_queue queue_;
 };
 

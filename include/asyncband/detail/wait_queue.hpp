@@ -61,8 +61,17 @@ class wait_queue {
 
   /// Unlinks `w` with outcome `why` if it is still queued (true); false if a waker claimed it.
   bool cancel(waiter& w, wait_status why) noexcept {
+    return cancel(w, why, [](const wait_list&) noexcept {});
+  }
+
+  /// As above, and runs `after(waiters)` under the lock when it unlinked (for a primitive whose
+  /// atomic state summarizes its queue, such as "somebody waits").
+  template <class After>
+  bool cancel(waiter& w, wait_status why, After&& after) noexcept {
     const std::lock_guard lock(mutex_);
-    return waiters_.unlink_if_linked(w, why);
+    if (!waiters_.unlink_if_linked(w, why)) return false;
+    std::forward<After>(after)(std::as_const(waiters_));
+    return true;
   }
 
   /// Runs `claim(waiters, batch)` under the lock, then resolves what it claimed after unlocking.
