@@ -9,7 +9,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -23,51 +22,18 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/last_one_out.hpp"
+#include "support/probe.hpp"
+#include "support/stress.hpp"
+#include "support/wait_contract.hpp"
 
 namespace {
 
+using namespace asyncband_test;
 using asyncband::auto_reset_event;
 using asyncband::block_on;
-using asyncband::wait_status;
-using asyncband::detail::test_point;
-using asyncband::runtime::task;
-using asyncband::runtime::test_scheduler;
-using namespace std::chrono_literals;
 
-// What a waiting coroutine reports: whether it started, how many times it ran past its wait
-// (must never exceed one), and how the wait ended. `order` records completion order.
-struct probe {
-  int id = 0;
-  int started = 0;
-  int resumed = 0;
-  std::optional<wait_status> status;
-  std::vector<int>* order = nullptr;
-};
-
-void finish(probe& p, wait_status st) {
-  ++p.resumed;
-  p.status = st;
-  if (p.order != nullptr) p.order->push_back(p.id);
-}
-
-task<> plain_waiter(auto_reset_event& ev, probe& p) {
-  ++p.started;
-  co_await ev.wait();
-  finish(p, wait_status::ok);
-}
-
-task<> stoppable_waiter(auto_reset_event& ev, std::stop_token token, probe& p) {
-  ++p.started;
-  const auto r = co_await ev.wait(std::move(token));
-  finish(p, r.status());
-}
-
-// Starts `t` on the test scheduler while the test keeps ownership of its frame (spawn()
-// detaches), so that the test can destroy the coroutine while it is suspended in a wait.
-void start_owned(test_scheduler& s, task<>& t) {
-  t.handle().promise().set_scheduler(s.ref());
-  s.schedule(t.handle());
-}
+const auto notify_one = [](auto_reset_event& ev) { ev.notify_one(); };
 
 // ---------------------------------------------------------------------------------------------
 // Basic contract
@@ -196,15 +162,8 @@ TEST(AutoResetEvent, NewWaitDoesNotBargeAheadOfAWokenWaiter) {
 
 TEST(AutoResetEvent, AlreadyStoppedTokenCancelsAtOnceWithoutConsumingThePermit) {
   for (const bool initially_set : {false, true}) {
-    test_scheduler s;
     auto_reset_event ev(initially_set);
-    std::stop_source src;
-    src.request_stop();
-    probe p;
-    s.spawn(stoppable_waiter(ev, src.get_token(), p));
-    EXPECT_EQ(s.run(), 1U);
-    EXPECT_EQ(p.resumed, 1);
-    EXPECT_EQ(p.status, wait_status::cancelled);
+    already_stopped_token_cancels_at_once(ev);
     EXPECT_EQ(ev.is_set(), initially_set);
   }
 }
@@ -312,20 +271,13 @@ TEST(AutoResetEvent, NotifyAllWakeUpIsNotPassedOnByALateCancellation) {
 // Deterministic races at the waiter core's interleaving points
 
 TEST(AutoResetEvent, NotifyOneAtPublishedOrBeforeArmCompletesWithoutSuspending) {
-  for (const test_point point : {test_point::published, test_point::before_arm}) {
-    test_scheduler s;
-    auto_reset_event ev;
-    std::stop_source src;
-    probe p;
-    s.at(point, [&] { ev.notify_one(); });
-    s.spawn(stoppable_waiter(ev, src.get_token(), p));
-    EXPECT_EQ(s.run(), 1U);
-    EXPECT_EQ(s.pending_actions(), 0U);
-    EXPECT_EQ(p.resumed, 1);
-    EXPECT_EQ(p.status, wait_status::ok);
-    EXPECT_FALSE(ev.is_set());  // the waiter took the permit
-    src.request_stop();
-    EXPECT_EQ(s.run(), 0U);
+  for (const test_point point : before_suspension) {
+    for (const bool stoppable : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
+      auto_reset_event ev;
+      wake_at_point_completes_without_suspending(point, stoppable, ev, notify_one);
+      EXPECT_FALSE(ev.is_set());  // the waiter took the permit
+    }
   }
 }
 
@@ -341,19 +293,11 @@ TEST(AutoResetEvent, NotifyAllAtPublishedCompletesWithoutSuspending) {
 }
 
 TEST(AutoResetEvent, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
-  for (const test_point point : {test_point::published, test_point::before_arm}) {
-    test_scheduler s;
+  for (const test_point point : before_suspension) {
+    SCOPED_TRACE(static_cast<int>(point));
     auto_reset_event ev;
-    std::stop_source src;
-    probe p;
-    s.at(point, [&] { src.request_stop(); });
-    s.spawn(stoppable_waiter(ev, src.get_token(), p));
-    EXPECT_EQ(s.run(), 1U);
-    EXPECT_EQ(p.resumed, 1);
-    EXPECT_EQ(p.status, wait_status::cancelled);
-    ev.notify_one();  // nobody queued any more: stored
-    EXPECT_TRUE(ev.is_set());
-    EXPECT_EQ(s.run(), 0U);
+    stop_at_point_cancels_without_suspending(point, ev, notify_one);
+    EXPECT_TRUE(ev.is_set());  // nobody queued any more: stored
   }
 }
 
@@ -361,45 +305,14 @@ TEST(AutoResetEvent, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
 // after notify_one claimed the waiter (but before it resumed) cancels it, and the permit is
 // passed on rather than lost.
 TEST(AutoResetEvent, StopAtClaimedForWakePassesThePermitOn) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source stop_a;
-  probe a;
-  probe b;
-  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
-  s.spawn(plain_waiter(ev, b));
-  s.run();
-
-  s.at(test_point::claimed_for_wake, [&] { stop_a.request_stop(); });
-  ev.notify_one();
-  EXPECT_EQ(s.pending_actions(), 0U);
-  s.run();
-  EXPECT_EQ(a.resumed, 1);
-  EXPECT_EQ(a.status, wait_status::cancelled);
-  EXPECT_EQ(b.resumed, 1);
-  EXPECT_EQ(b.status, wait_status::ok);
+  stop_at_claimed_for_wake(ev, notify_one, wait_status::cancelled);
   EXPECT_FALSE(ev.is_set());
 }
 
 TEST(AutoResetEvent, NotifyOneAtClaimedForCancelGoesToTheNextWaiter) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source stop_a;
-  probe a;
-  probe b;
-  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
-  s.spawn(plain_waiter(ev, b));
-  s.run();
-
-  s.at(test_point::claimed_for_cancel, [&] { ev.notify_one(); });
-  stop_a.request_stop();
-  EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(s.ready_count(), 2U);  // one resumption each
-  s.run();
-  EXPECT_EQ(a.resumed, 1);
-  EXPECT_EQ(a.status, wait_status::cancelled);
-  EXPECT_EQ(b.resumed, 1);
-  EXPECT_EQ(b.status, wait_status::ok);
+  wake_at_claimed_for_cancel_goes_to_the_other_waiter(ev, notify_one);
   EXPECT_FALSE(ev.is_set());
 }
 
@@ -430,7 +343,7 @@ TEST(AutoResetEvent, DestroyingASuspendedWaiterUnlinksItAndNotifyOneGoesToTheNex
   probe doomed;
   probe next;
   auto t = stoppable_waiter(ev, src.get_token(), doomed);
-  start_owned(s, t);
+  start_on(s, t);
   s.spawn(plain_waiter(ev, next));
   s.run();
   ASSERT_EQ(doomed.started, 1);
@@ -445,12 +358,18 @@ TEST(AutoResetEvent, DestroyingASuspendedWaiterUnlinksItAndNotifyOneGoesToTheNex
   EXPECT_FALSE(ev.is_set());
 }
 
+TEST(AutoResetEvent, DestroyingSuspendedWaitersAnywhereInTheQueueUnlinksThem) {
+  auto_reset_event ev;
+  destroying_suspended_waiters_unlinks_them(ev, [](auto_reset_event& e) { e.notify_all(); });
+  EXPECT_FALSE(ev.is_set());
+}
+
 TEST(AutoResetEvent, DestroyingTheOnlySuspendedWaiterLeavesNotifyOneToStoreThePermit) {
   test_scheduler s;
   auto_reset_event ev;
   probe doomed;
   auto t = plain_waiter(ev, doomed);
-  start_owned(s, t);
+  start_on(s, t);
   s.run();
 
   t = {};
@@ -498,11 +417,7 @@ TEST(AutoResetEvent, WaitTimeoutTimesOutAndLeavesNoTrace) {
 
 TEST(AutoResetEvent, WaitTimeoutCompletesWhenNotifiedByAnotherThread) {
   auto_reset_event ev;
-  std::optional<wait_status> status;
-  std::thread waiter([&] { status = ev.wait_timeout(1h).status(); });
-  ev.notify_one();
-  waiter.join();
-  EXPECT_EQ(status, wait_status::ok);
+  wait_timeout_completes_when_woken_by_another_thread(ev, notify_one);
   EXPECT_FALSE(ev.is_set());
 }
 
@@ -515,19 +430,9 @@ TEST(AutoResetEvent, WaitBlockingWithStopToken) {
   EXPECT_TRUE(ev.wait_blocking(std::stop_source{}.get_token()).ok());
   EXPECT_FALSE(ev.is_set());
 
-  std::stop_source src;
-  std::optional<wait_status> status;
-  std::thread waiter([&] { status = ev.wait_blocking(src.get_token()).status(); });
-  src.request_stop();
-  waiter.join();
-  EXPECT_EQ(status, wait_status::cancelled);
+  blocking_wait_is_cancelled_by_another_thread(ev);
   EXPECT_FALSE(ev.is_set());
-
-  std::stop_source unused;
-  std::thread woken([&] { status = ev.wait_blocking(unused.get_token()).status(); });
-  ev.notify_one();
-  woken.join();
-  EXPECT_EQ(status, wait_status::ok);
+  blocking_wait_is_woken_by_another_thread(ev, notify_one);
   EXPECT_FALSE(ev.is_set());
 }
 
@@ -557,12 +462,7 @@ TEST(AutoResetEvent, BlockOnWaits) {
 
 TEST(AutoResetEvent, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
   auto_reset_event ev;
-  std::stop_source src;
-  std::optional<wait_status> status;
-  std::thread waiter([&] { status = block_on(ev.wait(src.get_token())).status(); });
-  src.request_stop();  // resumes the block_on driver inline on this thread if it had suspended
-  waiter.join();
-  EXPECT_EQ(status, wait_status::cancelled);
+  block_on_wait_is_cancelled_by_another_thread(ev);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -572,24 +472,6 @@ TEST(AutoResetEvent, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
 // cancellation. Consumers are pool tasks and plain threads mixing every wait form. Invariants:
 // ok waits == permits handed out, no permit is left stored, and at the end every remaining
 // waiter is woken by notify_all.
-
-class completion {
- public:
-  explicit completion(int n) : remaining_(n) {}
-  void done() {
-    const std::lock_guard lock(mutex_);
-    if (--remaining_ == 0) cv_.notify_all();
-  }
-  [[nodiscard]] bool wait_for(std::chrono::steady_clock::duration d) {
-    std::unique_lock lock(mutex_);
-    return cv_.wait_for(lock, d, [this] { return remaining_ == 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int remaining_;
-};
 
 struct stress_state {
   auto_reset_event ev;
@@ -686,7 +568,6 @@ TEST(AutoResetEvent, StressEveryPermitIsConsumedExactlyOnce) {
   constexpr int max_permits = 3000;
   constexpr int pool_consumers = 3;
   constexpr int thread_consumers = 2;
-  const auto deadline = std::chrono::steady_clock::now() + 1s;
 
   stress_state st(pool_consumers + thread_consumers);
   asyncband::runtime::thread_pool pool(2);  // destroyed before `st`
@@ -694,18 +575,15 @@ TEST(AutoResetEvent, StressEveryPermitIsConsumedExactlyOnce) {
   std::vector<std::thread> threads;
   for (int i = 0; i < thread_consumers; ++i) threads.emplace_back(stress_thread_consumer, std::ref(st), i);
 
-  int permits = 0;
   bool lost = false;
-  while (permits < max_permits && std::chrono::steady_clock::now() < deadline) {
-    ++permits;
-    st.payload = st.expected_payload = permits;
+  const int permits = repeat_for(max_permits, 1s, [&](int i) {
+    const int permit = i + 1;
+    st.payload = st.expected_payload = permit;
     st.ev.notify_one();
-    if (permits % 2 == 0) st.cancel_current_waits();  // races the handed-over permit
-    if (!st.acks.try_acquire_for(10s)) {
-      lost = true;
-      break;
-    }
-  }
+    if (permit % 2 == 0) st.cancel_current_waits();  // races the handed-over permit
+    lost = !st.acks.try_acquire_for(10s);
+    return !lost;
+  });
   EXPECT_FALSE(lost) << "permit " << permits << " was never consumed";
   EXPECT_EQ(st.ok.load(), permits);
   EXPECT_FALSE(st.ev.is_set());  // every permit was handed over or consumed, none left behind
@@ -733,17 +611,11 @@ TEST(AutoResetEvent, StressEveryPermitIsConsumedExactlyOnce) {
   RecordProperty("timeouts", st.timeouts.load());
 }
 
-}  // namespace
-
-#include "support/last_one_out.hpp"
-
-namespace {
-
 TEST(AutoResetEventLifetime, TheWaiterMayDestroyTheEventWhileNotifyReturns) {
-  asyncband_test::waiter_destroys_while_the_waker_returns(
-      [] { return std::make_unique<asyncband::auto_reset_event>(); },
-      [](asyncband::auto_reset_event& ev) { ev.notify_one(); },
-      [](asyncband::auto_reset_event& ev) { ev.wait_blocking(); });
+  // With nobody waiting, notify_one stores the permit with one CAS, its last access.
+  waiter_destroys_while_the_waker_returns([] { return std::make_unique<auto_reset_event>(); }, notify_one,
+                                          [](auto_reset_event& ev) { ev.wait_blocking(); },
+                                          asyncband_test::waker_path::last_access);
 }
 
 }  // namespace

@@ -24,61 +24,29 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "support/probe.hpp"
+#include "support/stress.hpp"
 
 namespace {
 
+using namespace asyncband_test;
 using asyncband::barrier;
 using asyncband::barrier_wait_result;
-using asyncband::wait_status;
-using asyncband::detail::test_point;
-using asyncband::runtime::task;
-using asyncband::runtime::test_scheduler;
 using asyncband::runtime::thread_pool;
-using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// Queues an owned task to start on `s`; the test keeps the frame (destroying the task destroys
-/// the coroutine wherever it is suspended).
-template <class T>
-void start_on(test_scheduler& s, task<T>& t) {
-  t.handle().promise().set_scheduler(s.ref());
-  s.schedule(t.handle());
-}
-
-/// Runs an owned task inline on this thread (e.g. inside an at() action), with `s` as the
-/// scheduler its wake-ups are posted to.
-template <class T>
-void run_inline(test_scheduler& s, task<T>& t) {
-  t.handle().promise().set_scheduler(s.ref());
-  t.handle().resume();
-}
-
-/// What one wait reported, and how many times its coroutine resumed after it.
-struct outcome {
-  int resumes = 0;
-  std::optional<wait_status> status;
+/// What one wait reported (see probe), and whether it led its generation.
+struct outcome : probe {
   bool leader = false;
+  void after_wait(barrier& /*unused*/) noexcept {}
+  void after_wait(barrier& /*unused*/, const barrier_wait_result& r) noexcept { leader = r.is_leader(); }
 };
-
-task<void> wait_once(barrier& b, outcome& out) {
-  const barrier_wait_result r = co_await b.wait();
-  ++out.resumes;
-  out.status = wait_status::ok;
-  out.leader = r.is_leader();
-}
-
-task<void> wait_once_cancellable(barrier& b, std::stop_token token, outcome& out) {
-  auto r = co_await b.wait(std::move(token));
-  ++out.resumes;
-  out.status = r.status();
-  out.leader = r.ok() && r->is_leader();
-}
 
 /// One participant: `rounds` waits; records, per wait, whether it led.
 struct participant_log {
-  int resumes = 0;
+  int resumed = 0;
   std::vector<bool> led;
   std::vector<std::uint64_t> generation_after;
 };
@@ -86,7 +54,7 @@ struct participant_log {
 task<void> participant(barrier& b, int rounds, participant_log& log) {
   for (int k = 0; k < rounds; ++k) {
     const barrier_wait_result r = co_await b.wait();
-    ++log.resumes;
+    ++log.resumed;
     log.led.push_back(r.is_leader());
     log.generation_after.push_back(b.generation());
   }
@@ -148,7 +116,7 @@ TEST(Barrier, SingleParticipantLeadsEveryGenerationWithEveryWaitForm) {
   start_on(s, t);
   s.run();
   EXPECT_TRUE(t.done());
-  EXPECT_EQ(log.resumes, 10);
+  EXPECT_EQ(log.resumed, 10);
   for (bool led : log.led) EXPECT_TRUE(led);
   EXPECT_EQ(b.generation(), 15U);
 }
@@ -160,21 +128,21 @@ TEST(Barrier, LastArrivalLeadsAndWakesTheOthers) {
   test_scheduler s;
   barrier b(3);
   outcome a, c;
-  auto ta = wait_once(b, a);
-  auto tc = wait_once(b, c);
+  auto ta = plain_waiter(b, a);
+  auto tc = plain_waiter(b, c);
   start_on(s, ta);
   start_on(s, tc);
   s.run();
-  EXPECT_EQ(a.resumes + c.resumes, 0);  // both suspended
+  EXPECT_EQ(a.resumed + c.resumed, 0);  // both suspended
   EXPECT_EQ(b.generation(), 0U);
 
   EXPECT_TRUE(b.wait_blocking().is_leader());  // the third arrival: returns at once
   EXPECT_EQ(b.generation(), 1U);
   EXPECT_EQ(s.ready_count(), 2U);  // woken waiters are posted, not resumed inline
-  EXPECT_EQ(a.resumes + c.resumes, 0);
+  EXPECT_EQ(a.resumed + c.resumed, 0);
   s.run();
-  EXPECT_EQ(a.resumes, 1);
-  EXPECT_EQ(c.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(c.resumed, 1);
   EXPECT_FALSE(a.leader);
   EXPECT_FALSE(c.leader);
   EXPECT_TRUE(ta.done() && tc.done());
@@ -203,7 +171,7 @@ TEST(Barrier, ExactlyOneLeaderPerGenerationAcrossManyGenerations) {
       }
       EXPECT_EQ(leaders, 1) << "generation " << k;
     }
-    for (auto& log : logs) EXPECT_EQ(log.resumes, kRounds);
+    for (auto& log : logs) EXPECT_EQ(log.resumed, kRounds);
     for (auto& t : tasks) EXPECT_TRUE(t.done());
   }
 }
@@ -271,23 +239,23 @@ TEST(Barrier, AlreadyStoppedTokenDoesNotArrive) {
   EXPECT_TRUE(b.wait_blocking(stopped.get_token()).cancelled());
   EXPECT_TRUE(asyncband::block_on(b.wait(stopped.get_token())).cancelled());
   outcome c;
-  auto tc = wait_once_cancellable(b, stopped.get_token(), c);
+  auto tc = stoppable_waiter(b, stopped.get_token(), c);
   start_on(s, tc);
   s.run();
-  EXPECT_EQ(c.resumes, 1);
+  EXPECT_EQ(c.resumed, 1);
   EXPECT_EQ(c.status, wait_status::cancelled);
   EXPECT_FALSE(c.leader);
   EXPECT_EQ(b.generation(), 0U);
 
   // None of the three arrived: two fresh arrivals are still needed.
   outcome a;
-  auto ta = wait_once(b, a);
+  auto ta = plain_waiter(b, a);
   start_on(s, ta);
   s.run();
-  EXPECT_EQ(a.resumes, 0);
+  EXPECT_EQ(a.resumed, 0);
   EXPECT_TRUE(b.wait_blocking().is_leader());
   s.run();
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_FALSE(a.leader);
   EXPECT_EQ(b.generation(), 1U);
 }
@@ -297,29 +265,29 @@ TEST(Barrier, CancelledWhileSuspendedKeepsItsArrival) {
   barrier b(3);
   std::stop_source src;
   outcome a, w;
-  auto ta = wait_once_cancellable(b, src.get_token(), a);
-  auto tw = wait_once(b, w);
+  auto ta = stoppable_waiter(b, src.get_token(), a);
+  auto tw = plain_waiter(b, w);
   start_on(s, ta);
   start_on(s, tw);
   s.run();
-  EXPECT_EQ(a.resumes + w.resumes, 0);
+  EXPECT_EQ(a.resumed + w.resumed, 0);
 
   src.request_stop();
   EXPECT_EQ(s.ready_count(), 1U);  // the cancelled waiter is posted to its scheduler
   s.run();
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::cancelled);
   EXPECT_FALSE(a.leader);
   EXPECT_EQ(b.generation(), 0U);
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
 
   // Its arrival stays: the third participant completes the generation.
   EXPECT_TRUE(b.wait_blocking().is_leader());
   EXPECT_EQ(b.generation(), 1U);
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_FALSE(w.leader);
-  EXPECT_EQ(a.resumes, 1);  // resumed exactly once
+  EXPECT_EQ(a.resumed, 1);  // resumed exactly once
   EXPECT_TRUE(ta.done() && tw.done());
 }
 
@@ -342,8 +310,8 @@ TEST(Barrier, CompletingArrivalLeadsEvenIfItsTokenIsStoppedAfterwards) {
   barrier b(2);
   std::stop_source src;
   outcome a, leader;
-  auto ta = wait_once_cancellable(b, src.get_token(), a);
-  auto tl = wait_once_cancellable(b, src.get_token(), leader);
+  auto ta = stoppable_waiter(b, src.get_token(), a);
+  auto tl = stoppable_waiter(b, src.get_token(), leader);
   start_on(s, ta);
   s.run();
   // The completing arrival claims `a`; a stop requested right then (after the claim) is too late
@@ -352,10 +320,10 @@ TEST(Barrier, CompletingArrivalLeadsEvenIfItsTokenIsStoppedAfterwards) {
   start_on(s, tl);
   s.run();
   EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(leader.resumes, 1);
+  EXPECT_EQ(leader.resumed, 1);
   EXPECT_EQ(leader.status, wait_status::ok);
   EXPECT_TRUE(leader.leader);
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::ok);
   EXPECT_FALSE(a.leader);
   EXPECT_EQ(b.generation(), 1U);
@@ -369,7 +337,7 @@ TEST(Barrier, StopRequestedAfterWakeClaimedTheWaiterIsTooLate) {
   barrier b(2);
   std::stop_source src;
   outcome a;
-  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  auto ta = stoppable_waiter(b, src.get_token(), a);
   start_on(s, ta);
   s.run();
   s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
@@ -377,7 +345,7 @@ TEST(Barrier, StopRequestedAfterWakeClaimedTheWaiterIsTooLate) {
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_TRUE(src.stop_requested());
   s.run();
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::ok);
   EXPECT_FALSE(a.leader);
   EXPECT_EQ(b.generation(), 1U);
@@ -389,7 +357,7 @@ TEST(Barrier, LastArrivalDuringCancellationCompletesTheGeneration) {
   barrier b(2);
   std::stop_source src;
   outcome a;
-  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  auto ta = stoppable_waiter(b, src.get_token(), a);
   start_on(s, ta);
   s.run();
   // The cancellation has unlinked `a` (its arrival stays); the last arrival comes right then.
@@ -400,7 +368,7 @@ TEST(Barrier, LastArrivalDuringCancellationCompletesTheGeneration) {
   EXPECT_TRUE(last_led);
   EXPECT_EQ(b.generation(), 1U);
   s.run();
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::cancelled);
   EXPECT_FALSE(a.leader);
 }
@@ -413,22 +381,22 @@ TEST_P(BarrierLastArrivalAt, WaiterResumesOnceWithOk) {
   barrier b(2);
   std::stop_source src;  // never stopped
   outcome a, last;
-  auto ta = cancellable ? wait_once_cancellable(b, src.get_token(), a) : wait_once(b, a);
-  auto tlast = wait_once(b, last);
+  auto ta = cancellable ? stoppable_waiter(b, src.get_token(), a) : plain_waiter(b, a);
+  auto tlast = plain_waiter(b, last);
   // The last participant arrives after `a` is linked, before it arms.
   s.at(point, [&] { run_inline(s, tlast); });
   start_on(s, ta);
   EXPECT_TRUE(s.step());
   EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(last.resumes, 1);
+  EXPECT_EQ(last.resumed, 1);
   EXPECT_TRUE(last.leader);
   // `a` was resolved before it armed: it continued inline, nothing was posted.
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::ok);
   EXPECT_FALSE(a.leader);
   EXPECT_EQ(s.ready_count(), 0U);
   EXPECT_EQ(s.run(), 0U);
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(b.generation(), 1U);
   EXPECT_TRUE(ta.done() && tlast.done());
 }
@@ -444,12 +412,12 @@ TEST(Barrier, StopRequestedAtPublishedCancelsButKeepsArrival) {
   barrier b(2);
   std::stop_source src;
   outcome a;
-  auto ta = wait_once_cancellable(b, src.get_token(), a);
+  auto ta = stoppable_waiter(b, src.get_token(), a);
   // Linked (arrival counted), stop callback not yet registered: registering it cancels at once.
   s.at(test_point::published, [&] { src.request_stop(); });
   start_on(s, ta);
   s.run();
-  EXPECT_EQ(a.resumes, 1);
+  EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::cancelled);
   EXPECT_EQ(b.generation(), 0U);
   EXPECT_TRUE(b.wait_blocking().is_leader());
@@ -477,8 +445,8 @@ TEST(Barrier, DelayedWaiterIsNotConfusedWithTheNextGeneration) {
   EXPECT_TRUE(p2.led[0]);
   EXPECT_EQ(s.ready_count(), 2U);  // [p1, d]
   EXPECT_TRUE(s.step());           // p1 resumes (gen 0), arrives for gen 1
-  EXPECT_EQ(p1.resumes, 1);
-  EXPECT_EQ(d.resumes, 0);  // still queued
+  EXPECT_EQ(p1.resumed, 1);
+  EXPECT_EQ(d.resumed, 0);  // still queued
   EXPECT_EQ(s.ready_count(), 1U);
   EXPECT_EQ(b.generation(), 1U);  // gen 1 has two arrivals of three
 
@@ -491,7 +459,7 @@ TEST(Barrier, DelayedWaiterIsNotConfusedWithTheNextGeneration) {
   s.run();
   EXPECT_EQ(p1.led, (std::vector<bool>{false, false}));
   EXPECT_EQ(p2.led, (std::vector<bool>{true, false}));
-  EXPECT_EQ(p1.resumes + d.resumes + p2.resumes, 6);
+  EXPECT_EQ(p1.resumed + d.resumed + p2.resumed, 6);
   EXPECT_TRUE(t1.done() && td.done() && t2.done());
 }
 
@@ -512,7 +480,7 @@ TEST(Barrier, DelayedWaiterSurvivesACompleteLaterGeneration) {
   EXPECT_EQ(b.generation(), 1U);
   EXPECT_TRUE(s.step());  // p2 completes gen 1 (leader), posts p1, arrives for gen 2
   EXPECT_EQ(b.generation(), 2U);
-  EXPECT_EQ(d.resumes, 0);  // d's wake from gen 0 is still queued, ahead of p1's
+  EXPECT_EQ(d.resumed, 0);  // d's wake from gen 0 is still queued, ahead of p1's
   EXPECT_EQ(s.ready_count(), 2U);
 
   EXPECT_TRUE(s.step());  // d: gen 0's outcome (not leader), then it completes gen 2
@@ -523,7 +491,7 @@ TEST(Barrier, DelayedWaiterSurvivesACompleteLaterGeneration) {
   s.run();
   EXPECT_EQ(p1.led, (std::vector<bool>{true, false}));  // gen 0, gen 1
   EXPECT_EQ(p2.led, (std::vector<bool>{true, false}));  // gen 1, gen 2
-  EXPECT_EQ(d.resumes + p1.resumes + p2.resumes, 6);
+  EXPECT_EQ(d.resumed + p1.resumed + p2.resumed, 6);
   EXPECT_EQ(b.generation(), 3U);
   EXPECT_TRUE(td.done() && t1.done() && t2.done());
 }
@@ -534,43 +502,43 @@ TEST(Barrier, DestroyingASuspendedWaiterUnlinksItsNode) {
   std::stop_source src;
   {
     outcome a, c;
-    auto ta = wait_once(b, a);
-    auto tc = wait_once_cancellable(b, src.get_token(), c);
+    auto ta = plain_waiter(b, a);
+    auto tc = stoppable_waiter(b, src.get_token(), c);
     start_on(s, ta);
     s.run();
-    EXPECT_EQ(a.resumes, 0);
+    EXPECT_EQ(a.resumed, 0);
     ta = task<void>();  // destroys the frame suspended in wait(): its node must leave the list
     // The abandoned arrival still counts: the next arrival completes generation 0 (and must not
     // touch the destroyed node).
     start_on(s, tc);
     s.run();
-    EXPECT_EQ(c.resumes, 1);
+    EXPECT_EQ(c.resumed, 1);
     EXPECT_TRUE(c.leader);
     EXPECT_EQ(b.generation(), 1U);
   }
   {
     // A cancellable waiter destroyed while suspended: its stop callback is gone too.
     outcome a;
-    auto ta = wait_once_cancellable(b, src.get_token(), a);
+    auto ta = stoppable_waiter(b, src.get_token(), a);
     start_on(s, ta);
     s.run();
-    EXPECT_EQ(a.resumes, 0);
+    EXPECT_EQ(a.resumed, 0);
     ta = task<void>();
     src.request_stop();  // must not reach the destroyed node
     EXPECT_EQ(s.ready_count(), 0U);
-    EXPECT_EQ(a.resumes, 0);
+    EXPECT_EQ(a.resumed, 0);
   }
   // Generation 1 holds the abandoned arrival: one more completes it; the list is empty.
   EXPECT_TRUE(b.wait_blocking().is_leader());
   EXPECT_EQ(b.generation(), 2U);
   outcome x, y;
-  auto tx = wait_once(b, x);
-  auto ty = wait_once(b, y);
+  auto tx = plain_waiter(b, x);
+  auto ty = plain_waiter(b, y);
   start_on(s, tx);
   start_on(s, ty);
   s.run();
-  EXPECT_EQ(x.resumes, 1);
-  EXPECT_EQ(y.resumes, 1);
+  EXPECT_EQ(x.resumed, 1);
+  EXPECT_EQ(y.resumed, 1);
   EXPECT_NE(x.leader, y.leader);
   EXPECT_EQ(b.generation(), 3U);
 }
@@ -736,19 +704,14 @@ TEST(BarrierStress, PoolTasksAndPlainThreadsTogether) {
 task<void> pool_cancellable_wait(thread_pool& pool, barrier& b, std::stop_token token, outcome& out) {
   co_await pool.schedule();
   auto r = co_await b.wait(std::move(token));
-  ++out.resumes;
+  ++out.resumed;
   out.status = r.status();
   out.leader = r.ok() && r->is_leader();
 }
 
-task<void> pool_request_stop(thread_pool& pool, std::stop_source& src) {
-  co_await pool.schedule();
-  src.request_stop();
-}
-
 void check_pair(const barrier& b, const outcome& x, const outcome& y, int& failures) {
   const auto ok = [](const outcome& o) { return o.status == wait_status::ok; };
-  bool good = x.resumes == 1 && y.resumes == 1;
+  bool good = x.resumed == 1 && y.resumed == 1;
   good = good && (ok(x) || x.status == wait_status::cancelled || x.status == wait_status::timeout);
   good = good && (ok(y) || y.status == wait_status::cancelled || y.status == wait_status::timeout);
   const int leaders = (x.leader ? 1 : 0) + (y.leader ? 1 : 0);
@@ -760,10 +723,8 @@ void check_pair(const barrier& b, const outcome& x, const outcome& y, int& failu
 
 TEST(BarrierStress, StopRacesArrivalOnPool) {
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   int failures = 0;
-  int rounds = 0;
-  for (; rounds < 2000 && std::chrono::steady_clock::now() < deadline; ++rounds) {
+  const int rounds = repeat_for(2000, kStressTime, [&](int /*round*/) {
     barrier b(2);
     std::stop_source src;
     outcome x, y;
@@ -771,44 +732,20 @@ TEST(BarrierStress, StopRacesArrivalOnPool) {
                                                      pool_cancellable_wait(pool, b, src.get_token(), y),
                                                      pool_request_stop(pool, src)));
     check_pair(b, x, y, failures);
-  }
+  });
   EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
 }
 
-/// Counts detached tasks down; the waiting thread may destroy it as soon as wait() returns.
-class done_counter {
- public:
-  void reset(int n) {
-    const std::lock_guard lock(mutex_);
-    remaining_ = n;
-  }
-  void count_down() {
-    const std::lock_guard lock(mutex_);
-    if (--remaining_ == 0) cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [this] { return remaining_ == 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int remaining_ = 0;
-};
-
-task<void> then_count_down(task<void> t, done_counter& done) {
+task<void> then_count_down(task<void> t, completion& done) {
   co_await std::move(t);
-  done.count_down();
+  done.done();
 }
 
 TEST(BarrierStress, StopRacesBlockingArrivalOnPlainThread) {
-  done_counter done;
+  completion done;
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   int failures = 0;
-  int rounds = 0;
-  for (; rounds < 2000 && std::chrono::steady_clock::now() < deadline; ++rounds) {
+  const int rounds = repeat_for(2000, kStressTime, [&](int round) {
     barrier b(2);
     std::stop_source src;
     outcome x, y;
@@ -817,7 +754,7 @@ TEST(BarrierStress, StopRacesBlockingArrivalOnPlainThread) {
                               then_count_down(pool_cancellable_wait(pool, b, src.get_token(), x), done));
     asyncband::runtime::spawn(pool.ref(), then_count_down(pool_request_stop(pool, src), done));
     // The blocking twin on this thread, alternating between a token and an expired deadline.
-    if (rounds % 2 == 0) {
+    if (round % 2 == 0) {
       auto r = b.wait_blocking(src.get_token());
       y.status = r.status();
       y.leader = r.ok() && r->is_leader();
@@ -826,10 +763,10 @@ TEST(BarrierStress, StopRacesBlockingArrivalOnPlainThread) {
       y.status = r.status();
       y.leader = r.ok() && r->is_leader();
     }
-    ++y.resumes;
-    done.wait();
+    ++y.resumed;
+    done.wait_or_abort(30s, "barrier stress");
     check_pair(b, x, y, failures);
-  }
+  });
   EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
 }
 

@@ -8,11 +8,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <thread>
@@ -22,45 +18,18 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/last_one_out.hpp"
+#include "support/probe.hpp"
+#include "support/stress.hpp"
+#include "support/wait_contract.hpp"
 
 namespace {
 
+using namespace asyncband_test;
 using asyncband::block_on;
 using asyncband::manual_reset_event;
-using asyncband::wait_status;
-using asyncband::detail::test_point;
-using asyncband::runtime::task;
-using asyncband::runtime::test_scheduler;
-using namespace std::chrono_literals;
 
-// What a waiting coroutine reports: whether it started, how many times it ran past its wait
-// (must never exceed one), and how the wait ended.
-struct probe {
-  int started = 0;
-  int resumed = 0;
-  std::optional<wait_status> status;
-};
-
-task<> plain_waiter(manual_reset_event& ev, probe& p) {
-  ++p.started;
-  co_await ev.wait();
-  ++p.resumed;
-  p.status = wait_status::ok;
-}
-
-task<> stoppable_waiter(manual_reset_event& ev, std::stop_token token, probe& p) {
-  ++p.started;
-  const auto r = co_await ev.wait(std::move(token));
-  ++p.resumed;
-  p.status = r.status();
-}
-
-// Starts `t` on the test scheduler while the test keeps ownership of its frame (spawn()
-// detaches), so that the test can destroy the coroutine while it is suspended in a wait.
-void start_owned(test_scheduler& s, task<>& t) {
-  t.handle().promise().set_scheduler(s.ref());
-  s.schedule(t.handle());
-}
+const auto set = [](manual_reset_event& ev) { ev.set(); };
 
 // ---------------------------------------------------------------------------------------------
 // Basic contract
@@ -159,119 +128,47 @@ TEST(ManualResetEvent, ResetAffectsOnlyLaterWaits) {
 
 TEST(ManualResetEvent, AlreadyStoppedTokenCancelsAtOnce) {
   for (const bool initially_set : {false, true}) {
-    test_scheduler s;
     manual_reset_event ev(initially_set);
-    std::stop_source src;
-    src.request_stop();
-    probe p;
-    s.spawn(stoppable_waiter(ev, src.get_token(), p));
-    EXPECT_EQ(s.run(), 1U);  // never suspended
-    EXPECT_EQ(p.resumed, 1);
-    EXPECT_EQ(p.status, wait_status::cancelled);
+    already_stopped_token_cancels_at_once(ev);
     EXPECT_EQ(ev.is_set(), initially_set);
   }
 }
 
 TEST(ManualResetEvent, StopWhileSuspendedCancelsAndResumesOnce) {
-  test_scheduler s;
   manual_reset_event ev;
-  std::stop_source src;
-  probe cancelled;
-  probe other;
-  s.spawn(stoppable_waiter(ev, src.get_token(), cancelled));
-  s.spawn(plain_waiter(ev, other));
-  s.run();
-
-  src.request_stop();
-  EXPECT_EQ(s.ready_count(), 1U);  // posted to its scheduler, not resumed inline
-  EXPECT_EQ(cancelled.resumed, 0);
-  s.run();
-  EXPECT_EQ(cancelled.resumed, 1);
-  EXPECT_EQ(cancelled.status, wait_status::cancelled);
-
-  ev.set();  // must not touch the cancelled (unlinked) waiter
-  s.run();
-  EXPECT_EQ(cancelled.resumed, 1);
-  EXPECT_EQ(other.resumed, 1);
+  stop_while_suspended_cancels_and_resumes_once(ev, set);
 }
 
 TEST(ManualResetEvent, StopAfterWakeIsOk) {
-  test_scheduler s;
   manual_reset_event ev;
-  std::stop_source src;
-  probe p;
-  s.spawn(stoppable_waiter(ev, src.get_token(), p));
-  s.run();
-
-  ev.set();            // claims the waiter; its resumption is queued
-  src.request_stop();  // too late: the waker claimed it first
-  EXPECT_EQ(s.run(), 1U);
-  EXPECT_EQ(p.resumed, 1);
-  EXPECT_EQ(p.status, wait_status::ok);
+  stop_after_wake_is_ok(ev, set);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic races at the waiter core's interleaving points
 
-TEST(ManualResetEvent, SetAtPublishedCompletesWithoutSuspending) {
-  test_scheduler s;
-  manual_reset_event ev;
-  probe p;
-  s.at(test_point::published, [&] { ev.set(); });
-  s.spawn(plain_waiter(ev, p));
-  EXPECT_EQ(s.run(), 1U);
-  EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(p.resumed, 1);
-  EXPECT_EQ(p.status, wait_status::ok);
-}
-
-TEST(ManualResetEvent, SetAtBeforeArmCompletesWithoutSuspending) {
-  test_scheduler s;
-  manual_reset_event ev;
-  std::stop_source src;
-  probe p;
-  s.at(test_point::before_arm, [&] { ev.set(); });
-  s.spawn(stoppable_waiter(ev, src.get_token(), p));
-  EXPECT_EQ(s.run(), 1U);
-  EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(p.resumed, 1);
-  EXPECT_EQ(p.status, wait_status::ok);
-  src.request_stop();  // the stop callback is gone
-  EXPECT_EQ(s.run(), 0U);
-  EXPECT_EQ(p.resumed, 1);
+TEST(ManualResetEvent, SetAtPublishedOrBeforeArmCompletesWithoutSuspending) {
+  for (const test_point point : before_suspension) {
+    for (const bool stoppable : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
+      manual_reset_event ev;
+      wake_at_point_completes_without_suspending(point, stoppable, ev, set);
+      EXPECT_TRUE(ev.is_set());
+    }
+  }
 }
 
 TEST(ManualResetEvent, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
-  for (const test_point point : {test_point::published, test_point::before_arm}) {
-    test_scheduler s;
+  for (const test_point point : before_suspension) {
+    SCOPED_TRACE(static_cast<int>(point));
     manual_reset_event ev;
-    std::stop_source src;
-    probe p;
-    s.at(point, [&] { src.request_stop(); });
-    s.spawn(stoppable_waiter(ev, src.get_token(), p));
-    EXPECT_EQ(s.run(), 1U);
-    EXPECT_EQ(p.resumed, 1);
-    EXPECT_EQ(p.status, wait_status::cancelled);
-    ev.set();  // the node was unlinked: nothing to wake
-    EXPECT_EQ(s.run(), 0U);
-    EXPECT_EQ(p.resumed, 1);
+    stop_at_point_cancels_without_suspending(point, ev, set);  // the node was unlinked
   }
 }
 
 TEST(ManualResetEvent, StopAtClaimedForWakeIsOk) {
-  test_scheduler s;
   manual_reset_event ev;
-  std::stop_source src;
-  probe p;
-  s.spawn(stoppable_waiter(ev, src.get_token(), p));
-  s.run();
-
-  s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
-  ev.set();
-  EXPECT_EQ(s.pending_actions(), 0U);
-  s.run();
-  EXPECT_EQ(p.resumed, 1);
-  EXPECT_EQ(p.status, wait_status::ok);
+  stop_at_claimed_for_wake(ev, set, wait_status::ok);
 }
 
 TEST(ManualResetEvent, ResetAtClaimedForWakeDoesNotUndoTheWake) {
@@ -289,24 +186,8 @@ TEST(ManualResetEvent, ResetAtClaimedForWakeDoesNotUndoTheWake) {
 }
 
 TEST(ManualResetEvent, SetAtClaimedForCancelDoesNotWakeTheCancelledWaiterTwice) {
-  test_scheduler s;
   manual_reset_event ev;
-  std::stop_source src;
-  probe cancelled;
-  probe other;
-  s.spawn(stoppable_waiter(ev, src.get_token(), cancelled));
-  s.spawn(plain_waiter(ev, other));
-  s.run();
-
-  s.at(test_point::claimed_for_cancel, [&] { ev.set(); });
-  src.request_stop();
-  EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(s.ready_count(), 2U);  // one resumption each
-  s.run();
-  EXPECT_EQ(cancelled.resumed, 1);
-  EXPECT_EQ(cancelled.status, wait_status::cancelled);
-  EXPECT_EQ(other.resumed, 1);
-  EXPECT_EQ(other.status, wait_status::ok);
+  wake_at_claimed_for_cancel_goes_to_the_other_waiter(ev, set);
   EXPECT_TRUE(ev.is_set());
 }
 
@@ -314,33 +195,8 @@ TEST(ManualResetEvent, SetAtClaimedForCancelDoesNotWakeTheCancelledWaiterTwice) 
 // Destroying a suspended waiter
 
 TEST(ManualResetEvent, DestroyingASuspendedWaiterUnlinksIt) {
-  test_scheduler s;
   manual_reset_event ev;
-  std::stop_source src;
-  probe doomed_plain;
-  probe doomed_stoppable;
-  probe first;
-  probe survivor;
-  auto t1 = plain_waiter(ev, doomed_plain);
-  auto t2 = stoppable_waiter(ev, src.get_token(), doomed_stoppable);
-  s.spawn(plain_waiter(ev, first));  // the doomed nodes are unlinked from the middle of the queue
-  start_owned(s, t1);
-  start_owned(s, t2);
-  s.spawn(plain_waiter(ev, survivor));
-  s.run();
-  ASSERT_EQ(doomed_plain.started, 1);
-  ASSERT_EQ(doomed_stoppable.started, 1);
-
-  t1 = {};  // destroys the suspended frames: their nodes must leave the list
-  t2 = {};
-  src.request_stop();  // the stop callback was deregistered with the frame
-  EXPECT_EQ(s.ready_count(), 0U);
-  ev.set();  // would touch freed memory if a node were still linked
-  s.run();
-  EXPECT_EQ(doomed_plain.resumed, 0);
-  EXPECT_EQ(doomed_stoppable.resumed, 0);
-  EXPECT_EQ(first.resumed, 1);
-  EXPECT_EQ(survivor.resumed, 1);
+  destroying_suspended_waiters_unlinks_them(ev, set);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -373,11 +229,7 @@ TEST(ManualResetEvent, WaitTimeoutTimesOutWhenNotSet) {
 
 TEST(ManualResetEvent, WaitTimeoutCompletesWhenSetByAnotherThread) {
   manual_reset_event ev;
-  std::optional<wait_status> status;
-  std::thread waiter([&] { status = ev.wait_timeout(1h).status(); });
-  ev.set();
-  waiter.join();
-  EXPECT_EQ(status, wait_status::ok);
+  wait_timeout_completes_when_woken_by_another_thread(ev, set);
 }
 
 TEST(ManualResetEvent, WaitBlockingWithStopToken) {
@@ -387,18 +239,8 @@ TEST(ManualResetEvent, WaitBlockingWithStopToken) {
   EXPECT_TRUE(ev.wait_blocking(stopped.get_token()).cancelled());  // even though set
 
   ev.reset();
-  std::stop_source src;
-  std::optional<wait_status> status;
-  std::thread waiter([&] { status = ev.wait_blocking(src.get_token()).status(); });
-  src.request_stop();
-  waiter.join();
-  EXPECT_EQ(status, wait_status::cancelled);
-
-  std::stop_source unused;
-  std::thread woken([&] { status = ev.wait_blocking(unused.get_token()).status(); });
-  ev.set();
-  woken.join();
-  EXPECT_EQ(status, wait_status::ok);
+  blocking_wait_is_cancelled_by_another_thread(ev);
+  blocking_wait_is_woken_by_another_thread(ev, set);
 }
 
 TEST(ManualResetEvent, BlockOnWaits) {
@@ -422,91 +264,43 @@ TEST(ManualResetEvent, BlockOnWaits) {
 
 TEST(ManualResetEvent, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
   manual_reset_event ev;
-  std::stop_source src;
-  std::optional<wait_status> status;
-  std::thread waiter([&] { status = block_on(ev.wait(src.get_token())).status(); });
-  src.request_stop();  // resumes the block_on driver inline on this thread if it had suspended
-  waiter.join();
-  EXPECT_EQ(status, wait_status::cancelled);
+  block_on_wait_is_cancelled_by_another_thread(ev);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Stress: tasks on a thread pool and plain threads wait (some cancellably) while another thread
 // sets the event; every waiter finishes, and every ok wait observes what was written before set().
 
-class completion {
- public:
-  explicit completion(int n) : remaining_(n) {}
-  void done() {
-    const std::lock_guard lock(mutex_);
-    if (--remaining_ == 0) cv_.notify_all();
-  }
-  // Aborts rather than letting a hang (a lost wake-up) run into destroyed state.
-  void wait_or_abort(std::chrono::steady_clock::duration limit) {
-    std::unique_lock lock(mutex_);
-    if (!cv_.wait_for(lock, limit, [this] { return remaining_ == 0; })) {
-      std::fprintf(stderr, "manual_reset_event stress: %d waiter(s) never finished\n", remaining_);
-      std::abort();
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int remaining_;
-};
-
 struct stress_round {
   manual_reset_event& ev;
   int round = 0;
   int payload = 0;  // written before set(); read (non-atomically) after an ok wait
   std::stop_source stop;
-  std::atomic<int> ok{0};
-  std::atomic<int> cancelled{0};
-  std::atomic<int> bad{0};
+  wait_tally waits;
   completion finished;
 
   stress_round(manual_reset_event& e, int r, int waiters) : ev(e), round(r), finished(waiters) {}
 
   void record(wait_status st) {
-    if (st == wait_status::ok) {
-      ok.fetch_add(1);
-      if (payload != round) bad.fetch_add(1);
-    } else if (st == wait_status::cancelled) {
-      cancelled.fetch_add(1);
-    } else {
-      bad.fetch_add(1);
-    }
+    waits.record(st, [this] { return payload == round; });
   }
 };
 
-task<> stress_task(stress_round& r, bool stoppable) {
-  if (stoppable) {
-    r.record((co_await r.ev.wait(r.stop.get_token())).status());
-  } else {
-    co_await r.ev.wait();
-    r.record(wait_status::ok);
-  }
-  r.finished.done();
-}
-
 TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
-  constexpr int max_rounds = 300;
   constexpr int pool_waiters = 4;
   constexpr int thread_waiters = 3;
-  const auto deadline = std::chrono::steady_clock::now() + 1s;
 
   manual_reset_event ev;
   asyncband::runtime::thread_pool pool(2);
-  int rounds = 0;
   int total_ok = 0;
   int total_cancelled = 0;
-  for (; rounds < max_rounds && std::chrono::steady_clock::now() < deadline; ++rounds) {
+  const int rounds = repeat_for(300, 1s, [&](int round) {
     ev.reset();
-    auto r = std::make_unique<stress_round>(ev, rounds + 1, pool_waiters + thread_waiters);
-    const bool cancel_this_round = rounds % 3 == 0;
+    auto r = std::make_unique<stress_round>(ev, round + 1, pool_waiters + thread_waiters);
+    const bool cancel_this_round = round % 3 == 0;
 
-    for (int i = 0; i < pool_waiters; ++i) asyncband::runtime::spawn(pool.ref(), stress_task(*r, i % 2 == 1));
+    for (int i = 0; i < pool_waiters; ++i)
+      asyncband::runtime::spawn(pool.ref(), stress_waiter(*r, r->ev, i % 2 == 1));
     std::vector<std::thread> threads;
     threads.emplace_back([&r] {
       r->ev.wait_blocking();
@@ -527,38 +321,25 @@ TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
       r->ev.set();
     });
 
-    r->finished.wait_or_abort(30s);
+    r->finished.wait_or_abort(30s, "manual_reset_event stress");
     setter.join();
     for (auto& t : threads) t.join();
 
-    EXPECT_EQ(r->bad.load(), 0) << "round " << r->round;
     // 2 of the pool tasks and the first thread cannot be cancelled.
-    EXPECT_GE(r->ok.load(), pool_waiters / 2 + 1);
-    EXPECT_EQ(r->ok.load() + r->cancelled.load(), pool_waiters + thread_waiters);
-    if (!cancel_this_round) {
-      EXPECT_EQ(r->cancelled.load(), 0);
-    }
-    total_ok += r->ok.load();
-    total_cancelled += r->cancelled.load();
-    if (HasFailure()) break;
-  }
+    r->waits.expect_round(r->round, pool_waiters + thread_waiters, pool_waiters / 2 + 1, cancel_this_round);
+    total_ok += r->waits.ok.load();
+    total_cancelled += r->waits.cancelled.load();
+    return !HasFailure();
+  });
   EXPECT_GT(rounds, 0);
   EXPECT_GT(total_ok, 0);
   RecordProperty("rounds", rounds);
   RecordProperty("cancelled", total_cancelled);
 }
 
-}  // namespace
-
-#include "support/last_one_out.hpp"
-
-namespace {
-
 TEST(ManualResetEventLifetime, TheWaiterMayDestroyTheEventWhileSetReturns) {
-  asyncband_test::waiter_destroys_while_the_waker_returns(
-      [] { return std::make_unique<asyncband::manual_reset_event>(); },
-      [](asyncband::manual_reset_event& ev) { ev.set(); },
-      [](asyncband::manual_reset_event& ev) { ev.wait_blocking(); });
+  waiter_destroys_while_the_waker_returns([] { return std::make_unique<manual_reset_event>(); }, set,
+                                          [](manual_reset_event& ev) { ev.wait_blocking(); });
 }
 
 }  // namespace

@@ -25,53 +25,23 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "support/probe.hpp"
+#include "support/stress.hpp"
 
 namespace {
 
+using namespace asyncband_test;
 using asyncband::wait_group;
-using asyncband::wait_status;
-using asyncband::detail::test_point;
-using asyncband::runtime::task;
-using asyncband::runtime::test_scheduler;
 using asyncband::runtime::thread_pool;
-using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// Queues an owned task to start on `s`; the test keeps the frame.
-template <class T>
-void start_on(test_scheduler& s, task<T>& t) {
-  t.handle().promise().set_scheduler(s.ref());
-  s.schedule(t.handle());
-}
-
-/// Runs an owned task inline on this thread (e.g. inside an at() action), with `s` as scheduler.
-template <class T>
-void run_inline(test_scheduler& s, task<T>& t) {
-  t.handle().promise().set_scheduler(s.ref());
-  t.handle().resume();
-}
-
-struct outcome {
-  int resumes = 0;
-  std::optional<wait_status> status;
-  std::size_t members_after = 0;  // members() seen right after the wait
+/// What one wait reported (see probe), and members() seen right after it.
+struct outcome : probe {
+  std::size_t members_after = 0;
+  void after_wait(wait_group& wg) { members_after = wg.members(); }
 };
-
-task<void> wait_on(wait_group& wg, outcome& out) {
-  co_await wg.wait();
-  ++out.resumes;
-  out.status = wait_status::ok;
-  out.members_after = wg.members();
-}
-
-task<void> wait_on_cancellable(wait_group& wg, std::stop_token token, outcome& out) {
-  auto r = co_await wg.wait(std::move(token));
-  ++out.resumes;
-  out.status = r.status();
-  out.members_after = wg.members();
-}
 
 /// A task that is a member (its own handle) until it leaves.
 task<void> leave_later(wait_group member) {
@@ -179,10 +149,10 @@ TEST(WaitGroup, CopyAssignment) {
   outcome w;
   wait_group waiter_handle = g2;
   EXPECT_EQ(g2.members(), 3U);
-  auto tw = wait_on(waiter_handle, w);
+  auto tw = plain_waiter(waiter_handle, w);
   start_on(s, tw);
   s.run();
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
   g2.leave();
   EXPECT_EQ(g2.members(), 1U);  // only h
   h = g2;                       // g2 is a former member: h joins again (+1) and leaves (-1)
@@ -190,7 +160,7 @@ TEST(WaitGroup, CopyAssignment) {
   EXPECT_EQ(s.ready_count(), 0U);
   h.leave();
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
 }
 
 TEST(WaitGroup, CopyAssignmentLeavingTheLastMemberWakesItsWaiters) {
@@ -198,14 +168,14 @@ TEST(WaitGroup, CopyAssignmentLeavingTheLastMemberWakesItsWaiters) {
   wait_group g1;
   wait_group h = g1;
   outcome w;
-  auto tw = wait_on(g1, w);  // g1 leaves; h is the last member
+  auto tw = plain_waiter(g1, w);  // g1 leaves; h is the last member
   start_on(s, tw);
   s.run();
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
   wait_group g2;
   h = g2;  // h leaves g1
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::ok);
   EXPECT_EQ(g2.members(), 2U);
 }
@@ -281,10 +251,10 @@ TEST(WaitGroup, WaitOnTheSoleMemberCompletesAtOnceInEveryForm) {
     test_scheduler s;
     wait_group wg;
     outcome w;
-    auto tw = wait_on(wg, w);
+    auto tw = plain_waiter(wg, w);
     start_on(s, tw);
     EXPECT_EQ(s.run(), 1U);  // one step: it never suspends
-    EXPECT_EQ(w.resumes, 1);
+    EXPECT_EQ(w.resumed, 1);
     EXPECT_EQ(w.members_after, 0U);
   }
 }
@@ -295,20 +265,20 @@ TEST(WaitGroup, WaitLeavesFirstThenWaitsForTheOtherMembers) {
   wait_group m1 = wg;
   wait_group m2 = wg;
   outcome w;
-  auto tw = wait_on(wg, w);
+  auto tw = plain_waiter(wg, w);
   start_on(s, tw);
   s.run();
   EXPECT_FALSE(wg.is_member());  // left at the call
   EXPECT_EQ(wg.members(), 2U);
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
   m1.leave();
   EXPECT_EQ(s.ready_count(), 0U);
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
   { const wait_group gone = std::move(m2); }  // destruction is a departure too
   EXPECT_EQ(s.ready_count(), 1U);             // posted to its scheduler, not resumed inline
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::ok);
   EXPECT_EQ(w.members_after, 0U);
   EXPECT_TRUE(tw.done());
@@ -322,16 +292,16 @@ TEST(WaitGroup, LastDepartureWakesEveryWaiterOnce) {
   wait_group worker = waiters[0];
   std::vector<outcome> outs(waiters.size());
   std::vector<task<void>> tasks;
-  for (std::size_t i = 0; i < waiters.size(); ++i) tasks.push_back(wait_on(waiters[i], outs[i]));
+  for (std::size_t i = 0; i < waiters.size(); ++i) tasks.push_back(plain_waiter(waiters[i], outs[i]));
   for (auto& t : tasks) start_on(s, t);
   s.run();
   EXPECT_EQ(wg.members(), 1U);  // only the worker
-  for (auto& o : outs) EXPECT_EQ(o.resumes, 0);
+  for (auto& o : outs) EXPECT_EQ(o.resumed, 0);
   auto tl = leave_later(std::move(worker));
   start_on(s, tl);
   s.run();
   for (auto& o : outs) {
-    EXPECT_EQ(o.resumes, 1);
+    EXPECT_EQ(o.resumed, 1);
     EXPECT_EQ(o.status, wait_status::ok);
   }
   EXPECT_EQ(s.run(), 0U);
@@ -352,17 +322,17 @@ TEST(WaitGroup, MemberTasksOnTheTestScheduler) {
     outcome w;
     auto checker = [](wait_group& group, std::vector<int>& work, outcome& out) -> task<void> {
       co_await group.wait();
-      ++out.resumes;
+      ++out.resumed;
       for (int d : work) EXPECT_EQ(d, 1);
     }(wg, done, w);
     start_on(s, checker);
     for (auto& m : members) start_on(s, m);
     s.run();
-    EXPECT_EQ(w.resumes, 0);  // finished members still hold their handles in their frames
+    EXPECT_EQ(w.resumed, 0);  // finished members still hold their handles in their frames
     EXPECT_EQ(wg.members(), done.size());
     members.clear();  // destroying the frames drops the members
     s.run();
-    EXPECT_EQ(w.resumes, 1);
+    EXPECT_EQ(w.resumed, 1);
   }
 }
 
@@ -432,12 +402,12 @@ TEST(WaitGroup, ACopyMadeAfterZeroStartsANewRound) {
   wait_group wg;
   wait_group m = wg;
   outcome first;
-  auto t1 = wait_on(wg, first);
+  auto t1 = plain_waiter(wg, first);
   start_on(s, t1);
   s.run();
   m.leave();
   s.run();
-  EXPECT_EQ(first.resumes, 1);
+  EXPECT_EQ(first.resumed, 1);
   EXPECT_EQ(wg.members(), 0U);
 
   // Zero now; a copy (of a former member) starts a new round.
@@ -445,16 +415,16 @@ TEST(WaitGroup, ACopyMadeAfterZeroStartsANewRound) {
   EXPECT_TRUE(late.is_member());
   EXPECT_EQ(wg.members(), 1U);
   outcome second;
-  auto t2 = wait_on(wg, second);  // wg is not a member: leaving does nothing
+  auto t2 = plain_waiter(wg, second);  // wg is not a member: leaving does nothing
   start_on(s, t2);
   s.run();
-  EXPECT_EQ(second.resumes, 0);  // waits for `late`
+  EXPECT_EQ(second.resumed, 0);  // waits for `late`
   EXPECT_TRUE(wg.wait_timeout(0ms).timed_out());
   late.leave();
   s.run();
-  EXPECT_EQ(second.resumes, 1);
+  EXPECT_EQ(second.resumed, 1);
   EXPECT_EQ(second.status, wait_status::ok);
-  EXPECT_EQ(first.resumes, 1);  // the first waiter is not resumed again
+  EXPECT_EQ(first.resumed, 1);  // the first waiter is not resumed again
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,10 +449,10 @@ TEST(WaitGroup, AlreadyStoppedTokenCancelsButStillLeaves) {
   EXPECT_EQ(wg.members(), 2U);
 
   outcome c;
-  auto tc = wait_on_cancellable(wg, stopped.get_token(), c);
+  auto tc = stoppable_waiter(wg, stopped.get_token(), c);
   start_on(s, tc);
   s.run();
-  EXPECT_EQ(c.resumes, 1);
+  EXPECT_EQ(c.resumed, 1);
   EXPECT_EQ(c.status, wait_status::cancelled);
   EXPECT_FALSE(wg.is_member());
   EXPECT_EQ(wg.members(), 1U);  // only `keep`
@@ -499,16 +469,16 @@ TEST(WaitGroup, StopWhileSuspendedCancelsOnceAndTheMembershipStaysGivenUp) {
   wait_group other = wg;
   std::stop_source src;
   outcome w;
-  auto tw = wait_on_cancellable(wg, src.get_token(), w);
+  auto tw = stoppable_waiter(wg, src.get_token(), w);
   start_on(s, tw);
   s.run();
-  EXPECT_EQ(w.resumes, 0);
+  EXPECT_EQ(w.resumed, 0);
   EXPECT_EQ(wg.members(), 1U);
 
   src.request_stop();
   EXPECT_EQ(s.ready_count(), 1U);  // posted to its scheduler
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::cancelled);
   EXPECT_FALSE(wg.is_member());  // no rejoin
   EXPECT_EQ(wg.members(), 1U);
@@ -516,7 +486,7 @@ TEST(WaitGroup, StopWhileSuspendedCancelsOnceAndTheMembershipStaysGivenUp) {
   other.leave();  // the last departure: nobody is queued any more
   EXPECT_EQ(s.ready_count(), 0U);
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(wg.members(), 0U);
   EXPECT_TRUE(tw.done());
 }
@@ -558,18 +528,18 @@ TEST_P(WaitGroupLastLeavesAt, WaiterResumesOnceWithOk) {
   wait_group last = wg;
   std::stop_source never;
   outcome w;
-  auto tw = cancellable ? wait_on_cancellable(wg, never.get_token(), w) : wait_on(wg, w);
+  auto tw = cancellable ? stoppable_waiter(wg, never.get_token(), w) : plain_waiter(wg, w);
   // The last member leaves after the waiter is linked, before it arms.
   s.at(point, [&] { last.leave(); });
   start_on(s, tw);
   EXPECT_TRUE(s.step());
   EXPECT_EQ(s.pending_actions(), 0U);
-  EXPECT_EQ(w.resumes, 1);  // resolved before it armed: it continued inline
+  EXPECT_EQ(w.resumed, 1);  // resolved before it armed: it continued inline
   EXPECT_EQ(w.status, wait_status::ok);
   EXPECT_EQ(w.members_after, 0U);
   EXPECT_EQ(s.ready_count(), 0U);
   EXPECT_EQ(s.run(), 0U);
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_TRUE(tw.done());
 }
 
@@ -583,14 +553,14 @@ TEST(WaitGroup, LastMemberLeavingFromAnotherCoroutineAtPublished) {
   test_scheduler s;
   wait_group wg;
   outcome w;
-  auto tw = wait_on(wg, w);
+  auto tw = plain_waiter(wg, w);
   auto tl = leave_later(wg);  // a member until it runs
   s.at(test_point::published, [&] { run_inline(s, tl); });
   start_on(s, tw);
   s.run();
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_TRUE(tl.done());
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::ok);
 }
 
@@ -600,16 +570,16 @@ TEST(WaitGroup, StopRequestedAtPublishedCancels) {
   wait_group other = wg;
   std::stop_source src;
   outcome w;
-  auto tw = wait_on_cancellable(wg, src.get_token(), w);
+  auto tw = stoppable_waiter(wg, src.get_token(), w);
   s.at(test_point::published, [&] { src.request_stop(); });
   start_on(s, tw);
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::cancelled);
   EXPECT_EQ(wg.members(), 1U);
   other.leave();
   EXPECT_EQ(s.ready_count(), 0U);
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
 }
 
 TEST(WaitGroup, StopRequestedAfterTheLastDepartureClaimedTheWaiterIsTooLate) {
@@ -618,7 +588,7 @@ TEST(WaitGroup, StopRequestedAfterTheLastDepartureClaimedTheWaiterIsTooLate) {
   wait_group last = wg;
   std::stop_source src;
   outcome w;
-  auto tw = wait_on_cancellable(wg, src.get_token(), w);
+  auto tw = stoppable_waiter(wg, src.get_token(), w);
   start_on(s, tw);
   s.run();
   s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
@@ -626,7 +596,7 @@ TEST(WaitGroup, StopRequestedAfterTheLastDepartureClaimedTheWaiterIsTooLate) {
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_TRUE(src.stop_requested());
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::ok);
   EXPECT_EQ(s.ready_count(), 0U);
 }
@@ -637,7 +607,7 @@ TEST(WaitGroup, LastDepartureDuringCancellationDoesNotResumeTwice) {
   wait_group last = wg;
   std::stop_source src;
   outcome w;
-  auto tw = wait_on_cancellable(wg, src.get_token(), w);
+  auto tw = stoppable_waiter(wg, src.get_token(), w);
   start_on(s, tw);
   s.run();
   // The cancellation unlinked the waiter; the last member leaves before it is resolved.
@@ -647,7 +617,7 @@ TEST(WaitGroup, LastDepartureDuringCancellationDoesNotResumeTwice) {
   EXPECT_EQ(wg.members(), 0U);
   EXPECT_EQ(s.ready_count(), 1U);
   s.run();
-  EXPECT_EQ(w.resumes, 1);
+  EXPECT_EQ(w.resumed, 1);
   EXPECT_EQ(w.status, wait_status::cancelled);
 }
 
@@ -657,11 +627,11 @@ TEST(WaitGroup, DestroyingASuspendedWaiterUnlinksItsNode) {
   wait_group last = wg;
   std::stop_source src;
   outcome a, b, c;
-  auto ta = wait_on(wg, a);
+  auto ta = plain_waiter(wg, a);
   wait_group wg2 = last;  // a second waiting handle (a member until it waits)
-  auto tb = wait_on_cancellable(wg2, src.get_token(), b);
+  auto tb = stoppable_waiter(wg2, src.get_token(), b);
   wait_group wg3 = last;
-  auto tc = wait_on(wg3, c);
+  auto tc = plain_waiter(wg3, c);
   start_on(s, ta);
   start_on(s, tb);
   start_on(s, tc);
@@ -674,9 +644,9 @@ TEST(WaitGroup, DestroyingASuspendedWaiterUnlinksItsNode) {
   last.leave();  // wakes only `c` (and must not touch the destroyed nodes)
   EXPECT_EQ(s.ready_count(), 1U);
   s.run();
-  EXPECT_EQ(c.resumes, 1);
-  EXPECT_EQ(a.resumes, 0);
-  EXPECT_EQ(b.resumes, 0);
+  EXPECT_EQ(c.resumed, 1);
+  EXPECT_EQ(a.resumed, 0);
+  EXPECT_EQ(b.resumed, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -705,10 +675,8 @@ TEST(WaitGroupRace, AWaitInANewRoundIsNotReleasedByThePreviousRoundsLastDepartur
       probing.store(false);
     }
   });
-  const auto deadline = std::chrono::steady_clock::now() + 1500ms;
-  int rounds = 0;
   int spurious = 0;
-  for (; rounds < 5000 && spurious == 0 && std::chrono::steady_clock::now() < deadline; ++rounds) {
+  const int rounds = repeat_for(5000, 1500ms, [&](int /*round*/) {
     wait_group wg;
     wait_group last = wg;
     wait_group probe = wg;
@@ -726,7 +694,8 @@ TEST(WaitGroupRace, AWaitInANewRoundIsNotReleasedByThePreviousRoundsLastDepartur
     probe_handle.store(nullptr);
     while (probing.load()) {
     }  // the prober is done with `probe`
-  }
+    return spurious == 0;
+  });
   quit.store(true);
   prober.join();
   EXPECT_EQ(spurious, 0) << "after " << rounds
@@ -756,11 +725,10 @@ TEST(WaitGroupStress, PoolMembersPlainThreadWaiter) {
   constexpr std::size_t kMembers = 6;
   std::vector<int> work(kMembers, 0);
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   int failures = 0;
-  int round = 1;
   std::stop_source never;
-  for (; round <= 3000 && std::chrono::steady_clock::now() < deadline; ++round) {
+  const int rounds = repeat_for(3000, kStressTime, [&](int index) {
+    const int round = index + 1;
     wait_group wg;
     for (std::size_t i = 0; i < kMembers; ++i) {
       asyncband::runtime::spawn(pool.ref(), pool_member(pool, wg, work, i, round));
@@ -783,8 +751,8 @@ TEST(WaitGroupStress, PoolMembersPlainThreadWaiter) {
     for (int w : work) {
       if (w != round) ++failures;
     }
-  }
-  EXPECT_EQ(failures, 0) << "in " << round - 1 << " rounds";
+  });
+  EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
 }
 
 task<void> pool_waiter(thread_pool& pool, wait_group& wg, const std::vector<int>& work, int round,
@@ -801,10 +769,9 @@ TEST(WaitGroupStress, PlainThreadMembersPoolWaiter) {
   constexpr std::size_t kMembers = 2;
   std::vector<int> work(kMembers, 0);
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   int failures = 0;
-  int round = 1;
-  for (; round <= 300 && std::chrono::steady_clock::now() < deadline; ++round) {
+  const int rounds = repeat_for(300, kStressTime, [&](int index) {
+    const int round = index + 1;
     wait_group wg;
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < kMembers; ++i) {
@@ -815,8 +782,8 @@ TEST(WaitGroupStress, PlainThreadMembersPoolWaiter) {
     }
     asyncband::block_on(pool_waiter(pool, wg, work, round, failures));
     for (auto& t : threads) t.join();
-  }
-  EXPECT_EQ(failures, 0) << "in " << round - 1 << " rounds";
+  });
+  EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
 }
 
 TEST(WaitGroupStress, ManyPoolTasksWaitTogether) {
@@ -824,10 +791,9 @@ TEST(WaitGroupStress, ManyPoolTasksWaitTogether) {
   constexpr int kWaiters = 3;
   std::vector<int> work(kMembers, 0);
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   std::vector<int> failures(kWaiters, 0);
-  int round = 1;
-  for (; round <= 3000 && std::chrono::steady_clock::now() < deadline; ++round) {
+  const int rounds = repeat_for(3000, kStressTime, [&](int index) {
+    const int round = index + 1;
     wait_group wg;
     std::vector<wait_group> waiting(kWaiters, wg);
     std::vector<task<void>> tasks;
@@ -839,8 +805,8 @@ TEST(WaitGroupStress, ManyPoolTasksWaitTogether) {
     }
     asyncband::block_on(asyncband::runtime::when_all(std::move(tasks)));
     if (wg.members() != 0) ++failures[0];
-  }
-  for (int f : failures) EXPECT_EQ(f, 0) << "in " << round - 1 << " rounds";
+  });
+  for (int f : failures) EXPECT_EQ(f, 0) << "in " << rounds << " rounds";
 }
 
 // The last departure, a stop request and the waiter race on the pool: the wait resumes once,
@@ -850,7 +816,7 @@ task<void> pool_cancellable_waiter(thread_pool& pool, wait_group& wg, std::stop_
                                    const std::vector<int>& work, int round, outcome& out, int& failures) {
   co_await pool.schedule();
   auto r = co_await wg.wait(std::move(token));
-  ++out.resumes;
+  ++out.resumed;
   out.status = r.status();
   if (r.ok()) {
     for (int w : work) {
@@ -859,20 +825,14 @@ task<void> pool_cancellable_waiter(thread_pool& pool, wait_group& wg, std::stop_
   }
 }
 
-task<void> pool_request_stop(thread_pool& pool, std::stop_source& src) {
-  co_await pool.schedule();
-  src.request_stop();
-}
-
 TEST(WaitGroupStress, StopRacesLastDeparture) {
   constexpr std::size_t kMembers = 2;
   std::vector<int> work(kMembers, 0);
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   int failures = 0;
   int oks = 0;
-  int round = 1;
-  for (; round <= 3000 && std::chrono::steady_clock::now() < deadline; ++round) {
+  const int rounds = repeat_for(3000, kStressTime, [&](int index) {
+    const int round = index + 1;
     wait_group wg;
     std::stop_source src;
     outcome w;
@@ -881,22 +841,21 @@ TEST(WaitGroupStress, StopRacesLastDeparture) {
     tasks.push_back(pool_cancellable_waiter(pool, wg, src.get_token(), work, round, w, failures));
     tasks.push_back(pool_request_stop(pool, src));
     asyncband::block_on(asyncband::runtime::when_all(std::move(tasks)));
-    if (w.resumes != 1) ++failures;
+    if (w.resumed != 1) ++failures;
     if (w.status != wait_status::ok && w.status != wait_status::cancelled) ++failures;
     if (w.status == wait_status::ok) ++oks;
     if (wg.is_member() || wg.members() != 0) ++failures;
-  }
-  EXPECT_EQ(failures, 0) << "in " << round - 1 << " rounds, " << oks << " completed";
+  });
+  EXPECT_EQ(failures, 0) << "in " << rounds << " rounds, " << oks << " completed";
 }
 
 TEST(WaitGroupStress, StopRacesLastDepartureForABlockingWaiter) {
   constexpr std::size_t kMembers = 2;
   std::vector<int> work(kMembers, 0);
   thread_pool pool(2);
-  const auto deadline = std::chrono::steady_clock::now() + kStressTime;
   int failures = 0;
-  int round = 1;
-  for (; round <= 300 && std::chrono::steady_clock::now() < deadline; ++round) {  // a thread per round
+  const int rounds = repeat_for(300, kStressTime, [&](int index) {  // a thread per round
+    const int round = index + 1;
     wait_group wg;
     std::stop_source src;
     std::vector<task<void>> tasks;
@@ -913,8 +872,8 @@ TEST(WaitGroupStress, StopRacesLastDepartureForABlockingWaiter) {
         if (w != round) ++failures;
       }
     }
-  }
-  EXPECT_EQ(failures, 0) << "in " << round - 1 << " rounds";
+  });
+  EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
 }
 
 }  // namespace

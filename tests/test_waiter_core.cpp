@@ -2,6 +2,7 @@
 // primitive shares, exercised through a minimal primitive built the way the real ones are.
 #include <gtest/gtest.h>
 
+#include "support/probe.hpp"
 #include "support/thread_hook.hpp"
 
 #include <asyncband/block_on.hpp>
@@ -20,11 +21,8 @@
 
 namespace {
 
+using namespace asyncband_test;
 using asyncband::result;
-using asyncband::wait_status;
-using asyncband::detail::test_point;
-using asyncband::runtime::task;
-using asyncband::runtime::test_scheduler;
 
 /// A gate that opens one waiter per open_one() (or all with open_all()), built only from the
 /// core's pieces, as a primitive would be. Transferable, so late cancellation passes grants on.
@@ -75,19 +73,11 @@ class gate : public asyncband::detail::wait_functions<gate> {
   int stored_ = 0;  // guarded by queue_.mutex()
 };
 
-struct probe {
-  int resumed = 0;
-  std::optional<wait_status> status;
+// A probe (see support/probe.hpp) that checks the value of every wait that produced one.
+struct gate_probe : probe {
+  void after_wait(gate& /*unused*/) noexcept {}
+  void after_wait(gate& /*unused*/, int value) { EXPECT_EQ(value, 42); }
 };
-
-task<void> wait_on(gate& g, std::stop_token stop, probe& p) {
-  const result<int> r = co_await g.wait(std::move(stop));
-  ++p.resumed;
-  p.status = r.status();
-  if (r.ok()) {
-    EXPECT_EQ(*r, 42);
-  }
-}
 
 // --- the node and the list ---------------------------------------------------------------------
 
@@ -133,10 +123,10 @@ TEST(Race, WakeAtEachPointBeforeSuspension) {
   for (const test_point point : {test_point::published, test_point::before_arm}) {
     test_scheduler s;
     gate g;
-    probe p;
+    gate_probe p;
     std::stop_source stop;
     s.at(point, [&] { g.open_one(); });
-    s.spawn(wait_on(g, stop.get_token(), p));
+    s.spawn(stoppable_waiter(g, stop.get_token(), p));
     s.run();
     EXPECT_EQ(p.resumed, 1);
     EXPECT_EQ(p.status, wait_status::ok);
@@ -152,10 +142,10 @@ TEST(Race, StopAtEachPointBeforeSuspension) {
   for (const test_point point : {test_point::published, test_point::before_arm}) {
     test_scheduler s;
     gate g;
-    probe p;
+    gate_probe p;
     std::stop_source stop;
     s.at(point, [&] { stop.request_stop(); });
-    s.spawn(wait_on(g, stop.get_token(), p));
+    s.spawn(stoppable_waiter(g, stop.get_token(), p));
     s.run();
     EXPECT_EQ(p.resumed, 1);
     EXPECT_EQ(p.status, wait_status::cancelled);
@@ -172,10 +162,10 @@ TEST(Race, StopAfterWakerClaimedTheNodeIsTooLateToUnlink) {
   // grant is transferable and the stop was observed before it resumed, it passes the grant on.
   test_scheduler s;
   gate g;
-  probe first, second;
+  gate_probe first, second;
   std::stop_source stop;
-  s.spawn(wait_on(g, stop.get_token(), first));
-  s.spawn(wait_on(g, {}, second));
+  s.spawn(stoppable_waiter(g, stop.get_token(), first));
+  s.spawn(stoppable_waiter(g, {}, second));
   s.run();
   s.at(test_point::claimed_for_wake, [&] { stop.request_stop(); });
   g.open_one();
@@ -191,10 +181,10 @@ TEST(Race, StopAfterWakerClaimedTheNodeIsTooLateToUnlink) {
 TEST(Race, WakeAfterCancellationClaimedTheNodeGoesToTheNextWaiter) {
   test_scheduler s;
   gate g;
-  probe first, second;
+  gate_probe first, second;
   std::stop_source stop;
-  s.spawn(wait_on(g, stop.get_token(), first));
-  s.spawn(wait_on(g, {}, second));
+  s.spawn(stoppable_waiter(g, stop.get_token(), first));
+  s.spawn(stoppable_waiter(g, {}, second));
   s.run();
   s.at(test_point::claimed_for_cancel, [&] { g.open_one(); });
   stop.request_stop();
@@ -213,9 +203,9 @@ TEST(Race, SeededInterleavingsResumeEveryWaiterExactlyOnce) {
     test_scheduler s(seed);
     gate g;
     constexpr int waiters = 4;
-    std::vector<probe> probes(waiters);
+    std::vector<gate_probe> probes(waiters);
     std::vector<std::stop_source> stops(waiters);
-    for (int i = 0; i < waiters; ++i) s.spawn(wait_on(g, stops[i].get_token(), probes[i]));
+    for (int i = 0; i < waiters; ++i) s.spawn(stoppable_waiter(g, stops[i].get_token(), probes[i]));
     for (int i = 0; i < 3; ++i) {
       s.spawn([](gate& g) -> task<void> {
         g.open_one();
@@ -249,10 +239,10 @@ TEST(Race, SeededInterleavingsResumeEveryWaiterExactlyOnce) {
 TEST(Destroy, SuspendedWaiterIsUnlinkedAndTheGrantGoesOn) {
   test_scheduler s;
   gate g;
-  probe doomed, survivor;
+  gate_probe doomed, survivor;
   std::stop_source stop;
-  auto doomed_task = wait_on(g, stop.get_token(), doomed);
-  auto survivor_task = wait_on(g, {}, survivor);
+  auto doomed_task = stoppable_waiter(g, stop.get_token(), doomed);
+  auto survivor_task = stoppable_waiter(g, {}, survivor);
   // Drive both to their suspension through a scheduler-less root: block_on is not usable here
   // (it would block), so resume the lazy tasks by hand.
   doomed_task.handle().resume();
@@ -272,8 +262,8 @@ TEST(Destroy, SuspendedWaiterIsUnlinkedAndTheGrantGoesOn) {
 TEST(Resumption, WithASchedulerTheWakerOnlyPosts) {
   test_scheduler s;
   gate g;
-  probe p;
-  s.spawn(wait_on(g, {}, p));
+  gate_probe p;
+  s.spawn(stoppable_waiter(g, {}, p));
   s.run();
   g.open_one();
   EXPECT_EQ(p.resumed, 0);  // posted, not run on the waker's stack
@@ -354,9 +344,9 @@ TEST(Destroy, GrantClaimedForADestroyedWaiterPassesOn) {
   // The waker has claimed the doomed waiter (and holds its grant) but not resolved it when the
   // frame is destroyed: the destructor waits for the resolver, then passes the grant on.
   gate g;
-  probe doomed, survivor;
-  auto doomed_task = wait_on(g, {}, doomed);
-  auto survivor_task = wait_on(g, {}, survivor);
+  gate_probe doomed, survivor;
+  auto doomed_task = stoppable_waiter(g, {}, doomed);
+  auto survivor_task = stoppable_waiter(g, {}, survivor);
   doomed_task.handle().resume();
   survivor_task.handle().resume();
   asyncband::manual_reset_event claimed, destroying;
@@ -388,7 +378,7 @@ TEST(Destroy, ACoroutineResumedInlineMayDestroyALaterMemberOfItsBatch) {
   // node is still in the batch being resolved further down this very stack. B's destructor must
   // withdraw it from that batch (waiting for the resolver would wait for itself).
   asyncband::manual_reset_event ev;
-  probe b_probe;
+  gate_probe b_probe;
   bool a_ran = false;
   auto b_task = [](asyncband::manual_reset_event& ev, probe& p) -> task<void> {
     co_await ev.wait();
