@@ -76,13 +76,8 @@ TEST(Barrier, NegativeParticipantCountThrows) {
   EXPECT_THROW((void)barrier(std::numeric_limits<std::ptrdiff_t>::min()), std::invalid_argument);
 }
 
-TEST(Barrier, ParticipantCountAboveMaxThrows) {
-  EXPECT_THROW((void)barrier(barrier::max() + 1), std::invalid_argument);
-  EXPECT_THROW((void)barrier(std::numeric_limits<std::ptrdiff_t>::max()), std::invalid_argument);
-}
-
 TEST(Barrier, MaxParticipantCountIsAccepted) {
-  static_assert(barrier::max() == 0x7FFF'FFFF);
+  static_assert(barrier::max() == std::numeric_limits<std::ptrdiff_t>::max());
   barrier b(barrier::max());
   EXPECT_EQ(b.participants(), barrier::max());
   EXPECT_EQ(b.generation(), 0U);
