@@ -770,4 +770,22 @@ TEST(BarrierStress, StopRacesBlockingArrivalOnPlainThread) {
   EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
 }
 
+TEST(BarrierStress, TwoThreadsOnASingleParticipantBarrierEachLeadTheirOwnGeneration) {
+  // barrier(1): every arrival completes a generation by itself, also when two threads arrive at
+  // once (no arrival may meet a count already at zero and be lost).
+  barrier b(1);
+  constexpr int kWaits = 20000;
+  std::atomic<int> leaders{0};
+  auto run = [&] {
+    for (int i = 0; i < kWaits; ++i) {
+      if (b.wait_blocking().is_leader()) ++leaders;
+    }
+  };
+  std::thread other(run);
+  run();
+  other.join();
+  EXPECT_EQ(leaders.load(), 2 * kWaits);
+  EXPECT_EQ(b.generation(), static_cast<std::uint64_t>(2 * kWaits));
+}
+
 }  // namespace

@@ -76,8 +76,10 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
 
   /// Consumes the stored permit if there is one.
   [[nodiscard]] bool try_wait() noexcept {
+    // A stored permit is the whole state (nobody waits while one is stored): one CAS takes it.
+    std::uint8_t expected = permit;
     return is_set() &&
-           (state_.fetch_and(static_cast<std::uint8_t>(~permit), std::memory_order_acq_rel) & permit) != 0;
+           state_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel, std::memory_order_relaxed);
   }
 
  private:

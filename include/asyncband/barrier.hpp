@@ -64,7 +64,14 @@ class barrier : public detail::wait_functions<barrier> {
     static constexpr bool transferable = false;
     using queued_waiter::queued_waiter;
 
-    bool try_ready() noexcept { return false; }  // arrival must take the lock
+    // The arrival that completes the generation needs no suspension setup: it arrives here.
+    // Any other arrival is left to enqueue(), which arrives and queues under one hold of the lock.
+    bool try_ready() noexcept {
+      return owner().queue_.complete_under_lock(
+          [this](detail::wait_list& waiters, detail::wake_batch& batch) {
+            return leader_ = owner().arrive_locked_if_last(waiters, batch);
+          });
+    }
     bool enqueue() noexcept {
       return owner().queue_.complete_or_enqueue(
           *this, [this](detail::wait_list& waiters, detail::wake_batch& batch) {
@@ -79,6 +86,10 @@ class barrier : public detail::wait_functions<barrier> {
 
   /// Under the lock: records one arrival; if it completes the generation, claims every waiter
   /// into `batch` (resolved once the lock is released) and returns true: this arrival leads.
+  bool arrive_locked_if_last(detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
+    return remaining_ == 1 && arrive_locked(waiters, batch);
+  }
+
   bool arrive_locked(detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
     if (--remaining_ > 0) return false;
     remaining_ = participants_;

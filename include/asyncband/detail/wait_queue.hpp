@@ -42,21 +42,32 @@ class wait_queue {
   template <class Ready>
   bool complete_or_enqueue(waiter& w, Ready&& ready) noexcept {
     if constexpr (std::is_invocable_v<Ready, wait_list&, wake_batch&>) {
-      wake_batch batch;
-      bool completed = false;
-      {
-        const std::lock_guard lock(mutex_);
-        completed = std::forward<Ready>(ready)(waiters_, batch);
-        if (!completed) waiters_.push_back(w);
-      }
-      batch.resolve_all();
-      return completed;
+      return complete_under_lock([&w, &ready](wait_list& waiters, wake_batch& batch) {
+        if (std::forward<Ready>(ready)(waiters, batch)) return true;
+        waiters.push_back(w);
+        return false;
+      });
     } else {
       const std::lock_guard lock(mutex_);
       if (std::forward<Ready>(ready)()) return true;
       waiters_.push_back(w);
       return false;
     }
+  }
+
+  /// Under the lock: runs `complete(waiters, batch)`, which may claim waiters, and resolves
+  /// them after unlocking. Returns what `complete` returned. For a fast path that completes a
+  /// wait without queueing anything (a barrier's last arrival).
+  template <class Complete>
+  bool complete_under_lock(Complete&& complete) noexcept {
+    wake_batch batch;
+    bool completed = false;
+    {
+      const std::lock_guard lock(mutex_);
+      completed = std::forward<Complete>(complete)(waiters_, batch);
+    }
+    batch.resolve_all();
+    return completed;
   }
 
   /// Unlinks `w` with outcome `why` if it is still queued (true); false if a waker claimed it.
