@@ -51,38 +51,21 @@ TEST_F(asio_bridge, each_primitive_from_use_awaitable_on_io_context) {
     threads.push_back(std::this_thread::get_id());
   };
 
-  net::co_spawn(
-      ioc,
-      [&]() -> net::awaitable<void> {
-        EXPECT_EQ(co_await ab::asio::async_wait(mre, net::use_awaitable), wait_status::ok);
-        on_ioc();
-        ++completed;
-      },
-      net::detached);
-  net::co_spawn(
-      ioc,
-      [&]() -> net::awaitable<void> {
-        EXPECT_EQ(co_await ab::asio::async_wait(are, net::use_awaitable), wait_status::ok);
-        on_ioc();
-        ++completed;
-      },
-      net::detached);
-  net::co_spawn(
-      ioc,
-      [&]() -> net::awaitable<void> {
-        EXPECT_EQ(co_await ab::asio::async_wait(lat, net::use_awaitable), wait_status::ok);
-        on_ioc();
-        ++completed;
-      },
-      net::detached);
-  net::co_spawn(
-      ioc,
-      [&]() -> net::awaitable<void> {
-        EXPECT_EQ(co_await ab::asio::async_wait(*wg, net::use_awaitable), wait_status::ok);
-        on_ioc();
-        ++completed;
-      },
-      net::detached);
+  // One coroutine per primitive whose wait completes with a status alone.
+  auto spawn_status_waiter = [&](auto& primitive) {
+    net::co_spawn(
+        ioc,
+        [&, p = &primitive]() -> net::awaitable<void> {
+          EXPECT_EQ(co_await ab::asio::async_wait(*p, net::use_awaitable), wait_status::ok);
+          on_ioc();
+          ++completed;
+        },
+        net::detached);
+  };
+  spawn_status_waiter(mre);
+  spawn_status_waiter(are);
+  spawn_status_waiter(lat);
+  spawn_status_waiter(*wg);
   for (int i = 0; i < 2; ++i) {
     net::co_spawn(
         ioc,

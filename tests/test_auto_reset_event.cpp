@@ -35,6 +35,16 @@ using asyncband::block_on;
 
 const auto notify_one = [](auto_reset_event& ev) { ev.notify_one(); };
 
+/// `p`'s waiter started and still waits, with no permit stored: the next notify_one wakes it.
+void expect_waiting_until_the_next_notify_one(test_scheduler& s, auto_reset_event& ev, const probe& p) {
+  EXPECT_EQ(p.started, 1);
+  EXPECT_EQ(p.resumed, 0);
+  EXPECT_FALSE(ev.is_set());
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Basic contract
 
@@ -65,15 +75,9 @@ TEST(AutoResetEvent, NotifyOneStoresAtMostOnePermit) {
   s.spawn(plain_waiter(ev, first));
   s.spawn(plain_waiter(ev, second));
   EXPECT_EQ(s.run(), 2U);
-  EXPECT_EQ(first.resumed, 1);  // consumed the stored permit without suspending
-  EXPECT_EQ(second.started, 1);
-  EXPECT_EQ(second.resumed, 0);  // nothing left for it
-  EXPECT_FALSE(ev.is_set());
-
-  ev.notify_one();
-  s.run();
-  EXPECT_EQ(second.resumed, 1);
-  EXPECT_FALSE(ev.is_set());  // handed over, not stored
+  EXPECT_EQ(first.resumed, 1);                              // consumed the stored permit without suspending
+  expect_waiting_until_the_next_notify_one(s, ev, second);  // nothing left for it
+  EXPECT_FALSE(ev.is_set());                                // handed over, not stored
 }
 
 TEST(AutoResetEvent, NotifyAllWakesEveryCurrentWaiterAndStoresNothing) {
@@ -84,9 +88,7 @@ TEST(AutoResetEvent, NotifyAllWakesEveryCurrentWaiterAndStoresNothing) {
 
   std::array<probe, 3> probes;
   std::stop_source src;
-  s.spawn(plain_waiter(ev, probes[0]));
-  s.spawn(stoppable_waiter(ev, src.get_token(), probes[1]));
-  s.spawn(plain_waiter(ev, probes[2]));
+  spawn_alternating_waiters(s, ev, probes, src.get_token());
   s.run();
 
   ev.notify_all();
@@ -101,10 +103,7 @@ TEST(AutoResetEvent, NotifyAllWakesEveryCurrentWaiterAndStoresNothing) {
   probe later;
   s.spawn(plain_waiter(ev, later));
   s.run();
-  EXPECT_EQ(later.resumed, 0);  // notify_all left no permit behind
-  ev.notify_one();
-  s.run();
-  EXPECT_EQ(later.resumed, 1);
+  expect_waiting_until_the_next_notify_one(s, ev, later);  // notify_all left no permit behind
 }
 
 TEST(AutoResetEvent, NotifyOneWakesWaitersInFifoOrder) {
@@ -117,12 +116,8 @@ TEST(AutoResetEvent, NotifyOneWakesWaitersInFifoOrder) {
     auto& p = probes[static_cast<std::size_t>(i)];
     p.id = i;
     p.order = &order;
-    if (i % 2 == 0) {
-      s.spawn(plain_waiter(ev, p));
-    } else {
-      s.spawn(stoppable_waiter(ev, src.get_token(), p));
-    }
   }
+  spawn_alternating_waiters(s, ev, probes, src.get_token());
   s.run();
   ASSERT_TRUE(order.empty());
 
@@ -148,34 +143,20 @@ TEST(AutoResetEvent, NewWaitDoesNotBargeAheadOfAWokenWaiter) {
   s.spawn(plain_waiter(ev, newcomer));  // starts after `first` resumes (FIFO scheduler)
   s.run();
   EXPECT_EQ(first.resumed, 1);
-  EXPECT_EQ(newcomer.started, 1);
-  EXPECT_EQ(newcomer.resumed, 0);
-  EXPECT_FALSE(ev.is_set());
-
-  ev.notify_one();
-  s.run();
-  EXPECT_EQ(newcomer.resumed, 1);
+  expect_waiting_until_the_next_notify_one(s, ev, newcomer);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Cancellation
 
 TEST(AutoResetEvent, AlreadyStoppedTokenCancelsAtOnceWithoutConsumingThePermit) {
-  for (const bool initially_set : {false, true}) {
-    auto_reset_event ev(initially_set);
-    already_stopped_token_cancels_at_once(ev);
-    EXPECT_EQ(ev.is_set(), initially_set);
-  }
+  already_stopped_token_cancels_at_once_set_or_not<auto_reset_event>();
 }
 
 TEST(AutoResetEvent, StopWhileSuspendedCancelsAndResumesOnce) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source src;
-  probe p;
-  s.spawn(stoppable_waiter(ev, src.get_token(), p));
-  s.run();
-
+  suspended_waiters waiters(ev, false);
+  auto& [s, src, p, unused] = waiters;
   src.request_stop();
   EXPECT_EQ(s.ready_count(), 1U);
   EXPECT_EQ(p.resumed, 0);
@@ -190,12 +171,9 @@ TEST(AutoResetEvent, StopWhileSuspendedCancelsAndResumesOnce) {
 }
 
 TEST(AutoResetEvent, StopAfterResumptionIsOk) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source src;
-  probe p;
-  s.spawn(stoppable_waiter(ev, src.get_token(), p));
-  s.run();
+  suspended_waiters waiters(ev, false);
+  auto& [s, src, p, unused] = waiters;
   ev.notify_one();
   s.run();
   src.request_stop();
@@ -205,14 +183,9 @@ TEST(AutoResetEvent, StopAfterResumptionIsOk) {
 }
 
 TEST(AutoResetEvent, PermitOfAWaiterCancelledBeforeResumingGoesToTheNextWaiter) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source stop_a;
-  probe a;
-  probe b;
-  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
-  s.spawn(plain_waiter(ev, b));
-  s.run();
+  suspended_waiters waiters(ev, true);
+  auto& [s, stop_a, a, b] = waiters;
 
   ev.notify_one();  // hands the permit to A; A's resumption is queued
   ASSERT_EQ(s.ready_count(), 1U);
@@ -227,12 +200,9 @@ TEST(AutoResetEvent, PermitOfAWaiterCancelledBeforeResumingGoesToTheNextWaiter) 
 }
 
 TEST(AutoResetEvent, PermitOfAWaiterCancelledBeforeResumingIsStoredWhenNobodyElseWaits) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source stop_a;
-  probe a;
-  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
-  s.run();
+  suspended_waiters waiters(ev, false);
+  auto& [s, stop_a, a, unused] = waiters;
 
   ev.notify_one();
   stop_a.request_stop();
@@ -244,13 +214,9 @@ TEST(AutoResetEvent, PermitOfAWaiterCancelledBeforeResumingIsStoredWhenNobodyEls
 }
 
 TEST(AutoResetEvent, NotifyAllWakeUpIsNotPassedOnByALateCancellation) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source stop_a;
-  probe a;
-  probe b;
-  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
-  s.run();
+  suspended_waiters waiters(ev, false);  // `b` waits later
+  auto& [s, stop_a, a, b] = waiters;
 
   ev.notify_all();
   stop_a.request_stop();  // before A resumes: cancellation commits, nothing to pass on
@@ -258,27 +224,16 @@ TEST(AutoResetEvent, NotifyAllWakeUpIsNotPassedOnByALateCancellation) {
   s.run();
   EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::cancelled);
-  EXPECT_EQ(b.started, 1);
-  EXPECT_EQ(b.resumed, 0);
-  EXPECT_FALSE(ev.is_set());
-
-  ev.notify_one();
-  s.run();
-  EXPECT_EQ(b.resumed, 1);
+  expect_waiting_until_the_next_notify_one(s, ev, b);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic races at the waiter core's interleaving points
 
 TEST(AutoResetEvent, NotifyOneAtPublishedOrBeforeArmCompletesWithoutSuspending) {
-  for (const test_point point : before_suspension) {
-    for (const bool stoppable : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
-      auto_reset_event ev;
-      wake_at_point_completes_without_suspending(point, stoppable, ev, notify_one);
-      EXPECT_FALSE(ev.is_set());  // the waiter took the permit
-    }
-  }
+  wake_before_suspension_completes_without_suspending(
+      [] { return auto_reset_event(); }, notify_one,
+      [](auto_reset_event& ev) { EXPECT_FALSE(ev.is_set()); });  // the waiter took the permit
 }
 
 TEST(AutoResetEvent, NotifyAllAtPublishedCompletesWithoutSuspending) {
@@ -317,12 +272,9 @@ TEST(AutoResetEvent, NotifyOneAtClaimedForCancelGoesToTheNextWaiter) {
 }
 
 TEST(AutoResetEvent, NotifyOneAtClaimedForCancelIsStoredWhenNobodyElseWaits) {
-  test_scheduler s;
   auto_reset_event ev;
-  std::stop_source stop_a;
-  probe a;
-  s.spawn(stoppable_waiter(ev, stop_a.get_token(), a));
-  s.run();
+  suspended_waiters waiters(ev, false);
+  auto& [s, stop_a, a, unused] = waiters;
 
   s.at(test_point::claimed_for_cancel, [&] { ev.notify_one(); });
   stop_a.request_stop();

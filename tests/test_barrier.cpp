@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -58,6 +59,41 @@ task<void> participant(barrier& b, int rounds, participant_log& log) {
     log.led.push_back(r.is_leader());
     log.generation_after.push_back(b.generation());
   }
+}
+
+/// A barrier of two and a cancellable waiter task on it (probe `a`, stop source `src`), not
+/// started.
+struct cancellable_waiter_of_two {
+  test_scheduler s;
+  barrier b{2};
+  std::stop_source src;
+  outcome a;
+  task<void> ta = stoppable_waiter(b, src.get_token(), a);
+
+  /// Starts the waiter and runs it until it suspends (its arrival counted).
+  void start_and_suspend() {
+    start_on(s, ta);
+    s.run();
+  }
+};
+
+/// Starts a plain waiter on `s` for each outcome, in the order given; their tasks, in that order.
+std::vector<task<void>> start_plain_waiters(test_scheduler& s, barrier& b,
+                                            std::initializer_list<outcome*> outs) {
+  std::vector<task<void>> tasks;
+  for (outcome* out : outs) tasks.push_back(plain_waiter(b, *out));
+  for (auto& t : tasks) start_on(s, t);
+  return tasks;
+}
+
+/// Starts a two-round participant on `s` for each log, in the order given; their tasks, in that
+/// order.
+std::vector<task<void>> start_two_round_participants(test_scheduler& s, barrier& b,
+                                                     std::initializer_list<participant_log*> logs) {
+  std::vector<task<void>> tasks;
+  for (participant_log* log : logs) tasks.push_back(participant(b, 2, *log));
+  for (auto& t : tasks) start_on(s, t);
+  return tasks;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -128,10 +164,7 @@ TEST(Barrier, LastArrivalLeadsAndWakesTheOthers) {
   test_scheduler s;
   barrier b(3);
   outcome a, c;
-  auto ta = plain_waiter(b, a);
-  auto tc = plain_waiter(b, c);
-  start_on(s, ta);
-  start_on(s, tc);
+  auto tasks = start_plain_waiters(s, b, {&a, &c});
   s.run();
   EXPECT_EQ(a.resumed + c.resumed, 0);  // both suspended
   EXPECT_EQ(b.generation(), 0U);
@@ -145,7 +178,7 @@ TEST(Barrier, LastArrivalLeadsAndWakesTheOthers) {
   EXPECT_EQ(c.resumed, 1);
   EXPECT_FALSE(a.leader);
   EXPECT_FALSE(c.leader);
-  EXPECT_TRUE(ta.done() && tc.done());
+  for (const auto& t : tasks) EXPECT_TRUE(t.done());
 }
 
 TEST(Barrier, ExactlyOneLeaderPerGenerationAcrossManyGenerations) {
@@ -333,14 +366,10 @@ TEST(Barrier, CompletingArrivalLeadsEvenIfItsTokenIsStoppedAfterwards) {
 // Deterministic races (test_scheduler::at)
 
 TEST(Barrier, StopRequestedAfterWakeClaimedTheWaiterIsTooLate) {
-  test_scheduler s;
-  barrier b(2);
-  std::stop_source src;
-  outcome a;
-  auto ta = stoppable_waiter(b, src.get_token(), a);
-  start_on(s, ta);
-  s.run();
-  s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
+  cancellable_waiter_of_two f;
+  auto& [s, b, src, a, ta] = f;
+  f.start_and_suspend();
+  s.at(test_point::claimed_for_wake, [&f] { f.src.request_stop(); });
   EXPECT_TRUE(b.wait_blocking().is_leader());
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_TRUE(src.stop_requested());
@@ -353,16 +382,12 @@ TEST(Barrier, StopRequestedAfterWakeClaimedTheWaiterIsTooLate) {
 }
 
 TEST(Barrier, LastArrivalDuringCancellationCompletesTheGeneration) {
-  test_scheduler s;
-  barrier b(2);
-  std::stop_source src;
-  outcome a;
-  auto ta = stoppable_waiter(b, src.get_token(), a);
-  start_on(s, ta);
-  s.run();
+  cancellable_waiter_of_two f;
+  auto& [s, b, src, a, ta] = f;
+  f.start_and_suspend();
   // The cancellation has unlinked `a` (its arrival stays); the last arrival comes right then.
   bool last_led = false;
-  s.at(test_point::claimed_for_cancel, [&] { last_led = b.wait_blocking().is_leader(); });
+  s.at(test_point::claimed_for_cancel, [&f, &last_led] { last_led = f.b.wait_blocking().is_leader(); });
   src.request_stop();
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_TRUE(last_led);
@@ -408,13 +433,10 @@ INSTANTIATE_TEST_SUITE_P(Points, BarrierLastArrivalAt,
                                            std::pair{test_point::before_arm, true}));
 
 TEST(Barrier, StopRequestedAtPublishedCancelsButKeepsArrival) {
-  test_scheduler s;
-  barrier b(2);
-  std::stop_source src;
-  outcome a;
-  auto ta = stoppable_waiter(b, src.get_token(), a);
+  cancellable_waiter_of_two f;
+  auto& [s, b, src, a, ta] = f;
   // Linked (arrival counted), stop callback not yet registered: registering it cancels at once.
-  s.at(test_point::published, [&] { src.request_stop(); });
+  s.at(test_point::published, [&f] { f.src.request_stop(); });
   start_on(s, ta);
   s.run();
   EXPECT_EQ(a.resumed, 1);
@@ -431,12 +453,7 @@ TEST(Barrier, DelayedWaiterIsNotConfusedWithTheNextGeneration) {
   test_scheduler s;  // FIFO
   barrier b(3);
   participant_log p1, d, p2;
-  auto t1 = participant(b, 2, p1);
-  auto td = participant(b, 2, d);
-  auto t2 = participant(b, 2, p2);
-  start_on(s, t1);
-  start_on(s, td);
-  start_on(s, t2);
+  auto tasks = start_two_round_participants(s, b, {&p1, &d, &p2});
   EXPECT_TRUE(s.step());  // p1 arrives (gen 0), suspends
   EXPECT_TRUE(s.step());  // d arrives (gen 0), suspends
   EXPECT_TRUE(s.step());  // p2 completes gen 0 (leader), posts p1 and d, arrives for gen 1
@@ -460,7 +477,7 @@ TEST(Barrier, DelayedWaiterIsNotConfusedWithTheNextGeneration) {
   EXPECT_EQ(p1.led, (std::vector<bool>{false, false}));
   EXPECT_EQ(p2.led, (std::vector<bool>{true, false}));
   EXPECT_EQ(p1.resumed + d.resumed + p2.resumed, 6);
-  EXPECT_TRUE(t1.done() && td.done() && t2.done());
+  for (const auto& t : tasks) EXPECT_TRUE(t.done());
 }
 
 // Stronger: with three coroutines sharing two places, generation g+1 completes entirely (and the
@@ -469,12 +486,7 @@ TEST(Barrier, DelayedWaiterSurvivesACompleteLaterGeneration) {
   test_scheduler s;  // FIFO
   barrier b(2);
   participant_log d, p1, p2;
-  auto td = participant(b, 2, d);
-  auto t1 = participant(b, 2, p1);
-  auto t2 = participant(b, 2, p2);
-  start_on(s, td);
-  start_on(s, t1);
-  start_on(s, t2);
+  auto tasks = start_two_round_participants(s, b, {&d, &p1, &p2});
   EXPECT_TRUE(s.step());  // d arrives (gen 0)
   EXPECT_TRUE(s.step());  // p1 completes gen 0 (leader), posts d, arrives for gen 1
   EXPECT_EQ(b.generation(), 1U);
@@ -493,7 +505,7 @@ TEST(Barrier, DelayedWaiterSurvivesACompleteLaterGeneration) {
   EXPECT_EQ(p2.led, (std::vector<bool>{true, false}));  // gen 1, gen 2
   EXPECT_EQ(d.resumed + p1.resumed + p2.resumed, 6);
   EXPECT_EQ(b.generation(), 3U);
-  EXPECT_TRUE(td.done() && t1.done() && t2.done());
+  for (const auto& t : tasks) EXPECT_TRUE(t.done());
 }
 
 TEST(Barrier, DestroyingASuspendedWaiterUnlinksItsNode) {
@@ -532,10 +544,7 @@ TEST(Barrier, DestroyingASuspendedWaiterUnlinksItsNode) {
   EXPECT_TRUE(b.wait_blocking().is_leader());
   EXPECT_EQ(b.generation(), 2U);
   outcome x, y;
-  auto tx = plain_waiter(b, x);
-  auto ty = plain_waiter(b, y);
-  start_on(s, tx);
-  start_on(s, ty);
+  auto tasks = start_plain_waiters(s, b, {&x, &y});
   s.run();
   EXPECT_EQ(x.resumed, 1);
   EXPECT_EQ(y.resumed, 1);

@@ -87,9 +87,7 @@ TEST(Latch, WaitersSuspendUntilTheCountReachesZero) {
   latch l(3);
   std::array<latch_probe, 3> probes;
   std::stop_source src;
-  s.spawn(plain_waiter(l, probes[0]));
-  s.spawn(stoppable_waiter(l, src.get_token(), probes[1]));
-  s.spawn(plain_waiter(l, probes[2]));
+  spawn_alternating_waiters(s, l, probes, src.get_token());
   s.run();
 
   l.count_down();
@@ -184,14 +182,8 @@ TEST(Latch, StopAfterWakeIsOk) {
 // Deterministic races at the waiter core's interleaving points
 
 TEST(Latch, CountDownAtPublishedOrBeforeArmCompletesWithoutSuspending) {
-  for (const test_point point : before_suspension) {
-    for (const bool stoppable : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
-      latch l(1);
-      wake_at_point_completes_without_suspending(point, stoppable, l, count_down);
-      EXPECT_EQ(l.count(), 0);
-    }
-  }
+  wake_before_suspension_completes_without_suspending([] { return latch(1); }, count_down,
+                                                      [](latch& l) { EXPECT_EQ(l.count(), 0); });
 }
 
 TEST(Latch, NonFinalCountDownAtPublishedLeavesTheWaiterSuspended) {
@@ -283,23 +275,12 @@ TEST(Latch, WaitBlockingWithStopToken) {
 
 TEST(Latch, BlockOnWaits) {
   latch l(2);
-  std::stop_source src;
-  src.request_stop();
-  EXPECT_TRUE(block_on(l.wait(src.get_token())).cancelled());
-
-  std::optional<wait_status> status;
-  latch_probe p;
-  std::thread waiter([&] {
-    block_on(l.wait());
-    status = block_on(l.wait(std::stop_token{})).status();
-    block_on(plain_waiter(l, p));  // a task without a scheduler, resumed inline
+  const auto p = block_on_waits_complete_when_woken_by_another_thread<latch_probe>(l, [](latch& open) {
+    open.count_down();
+    open.count_down();
   });
-  l.count_down();
-  l.count_down();
-  waiter.join();
-  EXPECT_EQ(status, wait_status::ok);
-  EXPECT_EQ(p.resumed, 1);
   EXPECT_EQ(p.count_seen, 0);
+  EXPECT_EQ(l.count(), 0);
 }
 
 TEST(Latch, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
@@ -353,8 +334,7 @@ TEST(Latch, StressNoWaiterCompletesBeforeZero) {
   constexpr int participants = pool_waiters + thread_waiters + stress_arrivers;
 
   asyncband::runtime::thread_pool pool(2);
-  int total_ok = 0;
-  int total_cancelled = 0;
+  stress_totals totals;
   const int rounds = repeat_for(300, 1s, [&](int round) {
     auto r = std::make_unique<stress_round>(participants);
     const bool cancel_this_round = round % 3 == 0;
@@ -390,14 +370,10 @@ TEST(Latch, StressNoWaiterCompletesBeforeZero) {
     EXPECT_EQ(r->l.count(), 0);
     // The plain pool waiters cannot be cancelled.
     r->waits.expect_round(round, pool_waiters + thread_waiters, pool_waiters / 2, cancel_this_round);
-    total_ok += r->waits.ok.load();
-    total_cancelled += r->waits.cancelled.load();
+    totals.add(r->waits);
     return !HasFailure();
   });
-  EXPECT_GT(rounds, 0);
-  EXPECT_GT(total_ok, 0);
-  RecordProperty("rounds", rounds);
-  RecordProperty("cancelled", total_cancelled);
+  totals.expect_and_record(rounds);
 }
 
 TEST(LatchLifetime, TheWaiterMayDestroyTheLatchWhileTheFinalArrivalReturns) {

@@ -74,13 +74,7 @@ TEST(ManualResetEvent, SetWakesEveryCurrentWaiterOnItsScheduler) {
   manual_reset_event ev;
   std::array<probe, 4> probes;
   std::stop_source src;
-  for (std::size_t i = 0; i < probes.size(); ++i) {
-    if (i % 2 == 0) {
-      s.spawn(plain_waiter(ev, probes[i]));
-    } else {
-      s.spawn(stoppable_waiter(ev, src.get_token(), probes[i]));
-    }
-  }
+  spawn_alternating_waiters(s, ev, probes, src.get_token());
   s.run();
   for (const auto& p : probes) {
     EXPECT_EQ(p.started, 1);
@@ -127,11 +121,7 @@ TEST(ManualResetEvent, ResetAffectsOnlyLaterWaits) {
 // Cancellation
 
 TEST(ManualResetEvent, AlreadyStoppedTokenCancelsAtOnce) {
-  for (const bool initially_set : {false, true}) {
-    manual_reset_event ev(initially_set);
-    already_stopped_token_cancels_at_once(ev);
-    EXPECT_EQ(ev.is_set(), initially_set);
-  }
+  already_stopped_token_cancels_at_once_set_or_not<manual_reset_event>();
 }
 
 TEST(ManualResetEvent, StopWhileSuspendedCancelsAndResumesOnce) {
@@ -148,14 +138,8 @@ TEST(ManualResetEvent, StopAfterWakeIsOk) {
 // Deterministic races at the waiter core's interleaving points
 
 TEST(ManualResetEvent, SetAtPublishedOrBeforeArmCompletesWithoutSuspending) {
-  for (const test_point point : before_suspension) {
-    for (const bool stoppable : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
-      manual_reset_event ev;
-      wake_at_point_completes_without_suspending(point, stoppable, ev, set);
-      EXPECT_TRUE(ev.is_set());
-    }
-  }
+  wake_before_suspension_completes_without_suspending(
+      [] { return manual_reset_event(); }, set, [](manual_reset_event& ev) { EXPECT_TRUE(ev.is_set()); });
 }
 
 TEST(ManualResetEvent, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
@@ -245,21 +229,8 @@ TEST(ManualResetEvent, WaitBlockingWithStopToken) {
 
 TEST(ManualResetEvent, BlockOnWaits) {
   manual_reset_event ev;
-  std::stop_source src;
-  src.request_stop();
-  EXPECT_TRUE(block_on(ev.wait(src.get_token())).cancelled());
-
-  std::optional<wait_status> status;
-  probe p;
-  std::thread waiter([&] {
-    block_on(ev.wait());
-    status = block_on(ev.wait(std::stop_token{})).status();
-    block_on(plain_waiter(ev, p));  // a task without a scheduler, resumed inline
-  });
-  ev.set();
-  waiter.join();
-  EXPECT_EQ(status, wait_status::ok);
-  EXPECT_EQ(p.resumed, 1);
+  block_on_waits_complete_when_woken_by_another_thread(ev, set);
+  EXPECT_TRUE(ev.is_set());
 }
 
 TEST(ManualResetEvent, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
@@ -292,8 +263,7 @@ TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
 
   manual_reset_event ev;
   asyncband::runtime::thread_pool pool(2);
-  int total_ok = 0;
-  int total_cancelled = 0;
+  stress_totals totals;
   const int rounds = repeat_for(300, 1s, [&](int round) {
     ev.reset();
     auto r = std::make_unique<stress_round>(ev, round + 1, pool_waiters + thread_waiters);
@@ -327,14 +297,10 @@ TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
 
     // 2 of the pool tasks and the first thread cannot be cancelled.
     r->waits.expect_round(r->round, pool_waiters + thread_waiters, pool_waiters / 2 + 1, cancel_this_round);
-    total_ok += r->waits.ok.load();
-    total_cancelled += r->waits.cancelled.load();
+    totals.add(r->waits);
     return !HasFailure();
   });
-  EXPECT_GT(rounds, 0);
-  EXPECT_GT(total_ok, 0);
-  RecordProperty("rounds", rounds);
-  RecordProperty("cancelled", total_cancelled);
+  totals.expect_and_record(rounds);
 }
 
 TEST(ManualResetEventLifetime, TheWaiterMayDestroyTheEventWhileSetReturns) {

@@ -43,6 +43,41 @@ struct outcome : probe {
   void after_wait(wait_group& wg) { members_after = wg.members(); }
 };
 
+/// Waits on `wg` from this thread in one of the four blocking forms (form % 4: wait_blocking(),
+/// wait_blocking(token), wait_timeout(10min), block_on(wait())); false if a form that reports a
+/// status reported anything but ok.
+bool wait_in_blocking_form(wait_group& wg, int form) {
+  std::stop_source never;
+  switch (form % 4) {
+    case 0:
+      wg.wait_blocking();
+      return true;
+    case 1:
+      return wg.wait_blocking(never.get_token()).ok();
+    case 2:
+      return wg.wait_timeout(10min).ok();  // only a hang would reach the deadline
+    default:
+      asyncband::block_on(wg.wait());
+      return true;
+  }
+}
+
+/// A group with one other member (`other`) and a cancellable waiter task on `wg`, not started.
+struct cancellable_waiter_and_one_other_member {
+  test_scheduler s;
+  wait_group wg;
+  wait_group other = wg;
+  std::stop_source src;
+  outcome w;
+  task<void> tw = stoppable_waiter(wg, src.get_token(), w);
+
+  /// Starts the waiter and runs it until it suspends.
+  void start_and_suspend() {
+    start_on(s, tw);
+    s.run();
+  }
+};
+
 /// A task that is a member (its own handle) until it leaves.
 task<void> leave_later(wait_group member) {
   member.leave();
@@ -348,21 +383,7 @@ TEST(WaitGroup, PlainThreadsWaitWithBlockingTwins) {
         member.leave();
       });
     }
-    std::stop_source never;
-    switch (form) {
-      case 0:
-        wg.wait_blocking();
-        break;
-      case 1:
-        EXPECT_TRUE(wg.wait_blocking(never.get_token()).ok());
-        break;
-      case 2:
-        EXPECT_TRUE(wg.wait_timeout(10min).ok());  // only a hang would reach the deadline
-        break;
-      default:
-        asyncband::block_on(wg.wait());
-        break;
-    }
+    EXPECT_TRUE(wait_in_blocking_form(wg, form));
     EXPECT_EQ(wg.members(), 0U);
     for (std::size_t i = 0; i < work.size(); ++i) EXPECT_EQ(work[i], static_cast<int>(i) + 1);
     for (auto& t : threads) t.join();
@@ -464,14 +485,9 @@ TEST(WaitGroup, AlreadyStoppedTokenCancelsButStillLeaves) {
 }
 
 TEST(WaitGroup, StopWhileSuspendedCancelsOnceAndTheMembershipStaysGivenUp) {
-  test_scheduler s;
-  wait_group wg;
-  wait_group other = wg;
-  std::stop_source src;
-  outcome w;
-  auto tw = stoppable_waiter(wg, src.get_token(), w);
-  start_on(s, tw);
-  s.run();
+  cancellable_waiter_and_one_other_member f;
+  auto& [s, wg, other, src, w, tw] = f;
+  f.start_and_suspend();
   EXPECT_EQ(w.resumed, 0);
   EXPECT_EQ(wg.members(), 1U);
 
@@ -565,13 +581,9 @@ TEST(WaitGroup, LastMemberLeavingFromAnotherCoroutineAtPublished) {
 }
 
 TEST(WaitGroup, StopRequestedAtPublishedCancels) {
-  test_scheduler s;
-  wait_group wg;
-  wait_group other = wg;
-  std::stop_source src;
-  outcome w;
-  auto tw = stoppable_waiter(wg, src.get_token(), w);
-  s.at(test_point::published, [&] { src.request_stop(); });
+  cancellable_waiter_and_one_other_member f;
+  auto& [s, wg, other, src, w, tw] = f;
+  s.at(test_point::published, [&f] { f.src.request_stop(); });
   start_on(s, tw);
   s.run();
   EXPECT_EQ(w.resumed, 1);
@@ -583,15 +595,10 @@ TEST(WaitGroup, StopRequestedAtPublishedCancels) {
 }
 
 TEST(WaitGroup, StopRequestedAfterTheLastDepartureClaimedTheWaiterIsTooLate) {
-  test_scheduler s;
-  wait_group wg;
-  wait_group last = wg;
-  std::stop_source src;
-  outcome w;
-  auto tw = stoppable_waiter(wg, src.get_token(), w);
-  start_on(s, tw);
-  s.run();
-  s.at(test_point::claimed_for_wake, [&] { src.request_stop(); });
+  cancellable_waiter_and_one_other_member f;
+  auto& [s, wg, last, src, w, tw] = f;
+  f.start_and_suspend();
+  s.at(test_point::claimed_for_wake, [&f] { f.src.request_stop(); });
   last.leave();
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_TRUE(src.stop_requested());
@@ -602,16 +609,11 @@ TEST(WaitGroup, StopRequestedAfterTheLastDepartureClaimedTheWaiterIsTooLate) {
 }
 
 TEST(WaitGroup, LastDepartureDuringCancellationDoesNotResumeTwice) {
-  test_scheduler s;
-  wait_group wg;
-  wait_group last = wg;
-  std::stop_source src;
-  outcome w;
-  auto tw = stoppable_waiter(wg, src.get_token(), w);
-  start_on(s, tw);
-  s.run();
+  cancellable_waiter_and_one_other_member f;
+  auto& [s, wg, last, src, w, tw] = f;
+  f.start_and_suspend();
   // The cancellation unlinked the waiter; the last member leaves before it is resolved.
-  s.at(test_point::claimed_for_cancel, [&] { last.leave(); });
+  s.at(test_point::claimed_for_cancel, [&f] { f.other.leave(); });
   src.request_stop();
   EXPECT_EQ(s.pending_actions(), 0U);
   EXPECT_EQ(wg.members(), 0U);
@@ -650,16 +652,15 @@ TEST(WaitGroup, DestroyingASuspendedWaiterUnlinksItsNode) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Known header bug (this test fails until wait_group is fixed).
+// Regression: a new round must not be released by the previous round's last departure.
 //
-// leave() decrements the count (fetch_sub) and only afterwards takes the group's lock to claim
-// the waiters. In between, another thread can start a new round (copy a handle: 0 -> 1) and then
-// start a wait, which sees one member under the lock and links itself; the stale wake_all of the
-// previous round then claims it, and the wait completes with `ok` while the new member is still
-// there. The contract says a copy made after zero starts a new round for later waits, and a wait
-// completes only when it observes the count at zero. No test point lies between the decrement
-// and the lock, so this cannot be staged with test_scheduler::at(); it is a bounded race instead
-// (on an unsanitized build the window is hit about once in a few hundred rounds).
+// leave() used to decrement the count (fetch_sub) and only afterwards take the group's lock to
+// claim the waiters. In between, another thread could start a new round (copy a handle: 0 -> 1)
+// and then a wait, which saw one member under the lock and linked itself; the stale wake-up of
+// the previous round then claimed it, and the wait completed with `ok` while the new member was
+// still there. The count now moves to and from zero only under the lock. There is no test point
+// between the decrement and the lock (there is no such gap any more), so this is a bounded race:
+// it failed within a few hundred rounds before the fix.
 
 TEST(WaitGroupRace, AWaitInANewRoundIsNotReleasedByThePreviousRoundsLastDeparture) {
   // A third thread keeps the group's lock busy with probe waits (by a non-member handle), so that
@@ -726,27 +727,13 @@ TEST(WaitGroupStress, PoolMembersPlainThreadWaiter) {
   std::vector<int> work(kMembers, 0);
   thread_pool pool(2);
   int failures = 0;
-  std::stop_source never;
   const int rounds = repeat_for(3000, kStressTime, [&](int index) {
     const int round = index + 1;
     wait_group wg;
     for (std::size_t i = 0; i < kMembers; ++i) {
       asyncband::runtime::spawn(pool.ref(), pool_member(pool, wg, work, i, round));
     }
-    switch (round % 4) {
-      case 0:
-        wg.wait_blocking();
-        break;
-      case 1:
-        if (!wg.wait_blocking(never.get_token()).ok()) ++failures;
-        break;
-      case 2:
-        if (!wg.wait_timeout(10min).ok()) ++failures;  // only a hang would reach the deadline
-        break;
-      default:
-        asyncband::block_on(wg.wait());
-        break;
-    }
+    if (!wait_in_blocking_form(wg, round)) ++failures;
     if (wg.members() != 0) ++failures;
     for (int w : work) {
       if (w != round) ++failures;

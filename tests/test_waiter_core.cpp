@@ -156,44 +156,48 @@ TEST(Race, StopAtEachPointBeforeSuspension) {
   }
 }
 
+/// Two waiters queued on a gate, the first cancellable: the setting of the two races below.
+struct two_queued_waiters {
+  test_scheduler s;
+  gate g;
+  gate_probe first, second;
+  std::stop_source stop;
+
+  two_queued_waiters() {
+    s.spawn(stoppable_waiter(g, stop.get_token(), first));
+    s.spawn(stoppable_waiter(g, {}, second));
+    s.run();
+  }
+  /// The first ends cancelled, the second gets the one grant; each resumes once.
+  void expect_first_cancelled_second_served() const {
+    EXPECT_EQ(first.resumed, 1);
+    EXPECT_EQ(first.status, wait_status::cancelled);
+    EXPECT_EQ(second.resumed, 1);
+    EXPECT_EQ(second.status, wait_status::ok);
+  }
+};
+
 TEST(Race, StopAfterWakerClaimedTheNodeIsTooLateToUnlink) {
   // The stop request lands while the waker holds the claimed node, before it resolves it: the
   // stop callback finds nothing to unlink. The waiter is resumed once, by the waker; because the
   // grant is transferable and the stop was observed before it resumed, it passes the grant on.
-  test_scheduler s;
-  gate g;
-  gate_probe first, second;
-  std::stop_source stop;
-  s.spawn(stoppable_waiter(g, stop.get_token(), first));
-  s.spawn(stoppable_waiter(g, {}, second));
-  s.run();
-  s.at(test_point::claimed_for_wake, [&] { stop.request_stop(); });
-  g.open_one();
-  s.run();
-  EXPECT_EQ(first.resumed, 1);
-  EXPECT_EQ(first.status, wait_status::cancelled);
-  EXPECT_EQ(g.given_back, 1);
-  EXPECT_EQ(second.resumed, 1);
-  EXPECT_EQ(second.status, wait_status::ok);
-  EXPECT_EQ(g.stored(), 0);
+  two_queued_waiters t;
+  t.s.at(test_point::claimed_for_wake, [&] { t.stop.request_stop(); });
+  t.g.open_one();
+  t.s.run();
+  t.expect_first_cancelled_second_served();
+  EXPECT_EQ(t.g.given_back, 1);
+  EXPECT_EQ(t.g.stored(), 0);
 }
 
 TEST(Race, WakeAfterCancellationClaimedTheNodeGoesToTheNextWaiter) {
-  test_scheduler s;
-  gate g;
-  gate_probe first, second;
-  std::stop_source stop;
-  s.spawn(stoppable_waiter(g, stop.get_token(), first));
-  s.spawn(stoppable_waiter(g, {}, second));
-  s.run();
-  s.at(test_point::claimed_for_cancel, [&] { g.open_one(); });
-  stop.request_stop();
-  s.run();
-  EXPECT_EQ(first.resumed, 1);
-  EXPECT_EQ(first.status, wait_status::cancelled);
-  EXPECT_EQ(g.given_back, 0);  // it never held the grant
-  EXPECT_EQ(second.resumed, 1);
-  EXPECT_EQ(second.status, wait_status::ok);
+  two_queued_waiters t;
+  t.s.at(test_point::claimed_for_cancel, [&] { t.g.open_one(); });
+  t.stop.request_stop();
+  t.s.run();
+  t.expect_first_cancelled_second_served();
+  EXPECT_EQ(t.g.given_back, 0);  // it never held the grant
+  EXPECT_EQ(t.g.stored(), 0);
 }
 
 TEST(Race, SeededInterleavingsResumeEveryWaiterExactlyOnce) {

@@ -9,6 +9,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <stop_token>
 #include <type_traits>
@@ -84,6 +85,21 @@ task<void> stoppable_waiter(Primitive& primitive, std::stop_token token, Probe& 
   ++p.started;
   auto r = co_await primitive.wait(std::move(token));
   detail::record_result(p, primitive, r);
+}
+
+/// Spawns a waiter on `s` for each of `probes`, in order: plain at even positions, cancellable
+/// with `token` at odd ones.
+template <class Primitive, class Probes>
+void spawn_alternating_waiters(test_scheduler& s, Primitive& primitive, Probes& probes,
+                               const std::stop_token& token) {
+  std::size_t i = 0;
+  for (auto& p : probes) {
+    if (i++ % 2 == 0) {
+      s.spawn(plain_waiter(primitive, p));
+    } else {
+      s.spawn(stoppable_waiter(primitive, token, p));
+    }
+  }
 }
 
 /// Queues an owned task to start on `s`. Unlike spawn(), which detaches, the test keeps the

@@ -100,6 +100,25 @@ struct wait_tally {
   }
 };
 
+/// The waits of all the rounds of a stress test: each round adds its tally; at the end, at least
+/// one round ran and at least one wait ended ok, and the rounds and cancellations are recorded
+/// as test properties.
+struct stress_totals {
+  int ok = 0;
+  int cancelled = 0;
+
+  void add(const wait_tally& round) {
+    ok += round.ok.load();
+    cancelled += round.cancelled.load();
+  }
+  void expect_and_record(int rounds) const {
+    EXPECT_GT(rounds, 0);
+    EXPECT_GT(ok, 0);
+    ::testing::Test::RecordProperty("rounds", rounds);
+    ::testing::Test::RecordProperty("cancelled", cancelled);
+  }
+};
+
 /// A waiter of a stress round `r` (with members stop, record(wait_status) and finished): waits
 /// once on `primitive`, with the round's stop token when `stoppable`, records how the wait ended
 /// and reports itself finished.

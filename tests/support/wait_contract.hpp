@@ -20,6 +20,24 @@ namespace asyncband_test {
 /// The two points where a waiter is linked but not yet suspended.
 inline constexpr test_point before_suspension[] = {test_point::published, test_point::before_arm};
 
+/// On a test scheduler `s`: a cancellable waiter (probe `a`, stop source `stop_a`) and, with
+/// `plain_b`, a plain waiter queued after it (probe `b`), both run until they suspend. Without
+/// `plain_b`, `b` is left for the test (not started).
+template <class Probe = probe>
+struct suspended_waiters {
+  test_scheduler s;
+  std::stop_source stop_a;
+  Probe a;
+  Probe b;
+
+  template <class Primitive>
+  suspended_waiters(Primitive& primitive, bool plain_b) {
+    s.spawn(stoppable_waiter(primitive, stop_a.get_token(), a));
+    if (plain_b) s.spawn(plain_waiter(primitive, b));
+    s.run();
+  }
+};
+
 /// A wait with an already stopped token completes cancelled at once, without suspending.
 template <class Primitive>
 void already_stopped_token_cancels_at_once(Primitive& primitive) {
@@ -31,6 +49,18 @@ void already_stopped_token_cancels_at_once(Primitive& primitive) {
   EXPECT_EQ(s.run(), 1U);  // never suspended
   EXPECT_EQ(p.resumed, 1);
   EXPECT_EQ(p.status, wait_status::cancelled);
+}
+
+/// For an event constructed set or not: a wait with an already stopped token cancels at once and
+/// leaves the event as it was (a stored permit is not consumed).
+template <class Event>
+void already_stopped_token_cancels_at_once_set_or_not() {
+  for (const bool initially_set : {false, true}) {
+    SCOPED_TRACE(initially_set);
+    Event ev(initially_set);
+    already_stopped_token_cancels_at_once(ev);
+    EXPECT_EQ(ev.is_set(), initially_set);
+  }
 }
 
 /// Waking at `point` (the waiter is linked, not yet armed) completes the wait without
@@ -56,6 +86,21 @@ void wake_at_point_completes_without_suspending(test_point point, bool stoppable
   EXPECT_EQ(p.resumed, 1);
 }
 
+/// wake_at_point_completes_without_suspending at each point before suspension, for a plain and a
+/// cancellable waiter, each time on a fresh primitive from `make`; `check` then checks the
+/// primitive's own state.
+template <class Make, class Wake, class Check>
+void wake_before_suspension_completes_without_suspending(Make make, Wake wake, Check check) {
+  for (const test_point point : before_suspension) {
+    for (const bool stoppable : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
+      auto primitive = make();
+      wake_at_point_completes_without_suspending(point, stoppable, primitive, wake);
+      check(primitive);
+    }
+  }
+}
+
 /// A stop requested at `point` cancels the wait without suspending; the node was unlinked, so a
 /// later wake finds nothing to wake.
 template <class Primitive, class Wake>
@@ -79,15 +124,9 @@ void stop_at_point_cancels_without_suspending(test_point point, Primitive& primi
 /// which it then passes on), and `b` receives a wake-up (its own, or the grant passed on).
 template <class Primitive, class Wake>
 void stop_at_claimed_for_wake(Primitive& primitive, Wake wake, wait_status a_status) {
-  test_scheduler s;
-  std::stop_source stop_a;
-  probe a;
-  probe b;
-  s.spawn(stoppable_waiter(primitive, stop_a.get_token(), a));
-  s.spawn(plain_waiter(primitive, b));
-  s.run();
-
-  s.at(test_point::claimed_for_wake, [&] { stop_a.request_stop(); });
+  suspended_waiters waiters(primitive, true);
+  auto& [s, stop_a, a, b] = waiters;
+  s.at(test_point::claimed_for_wake, [&waiters] { waiters.stop_a.request_stop(); });
   wake(primitive);
   EXPECT_EQ(s.pending_actions(), 0U);
   s.run();
@@ -101,14 +140,8 @@ void stop_at_claimed_for_wake(Primitive& primitive, Wake wake, wait_status a_sta
 /// it a second time: it goes to the other waiter. One resumption each.
 template <class Primitive, class Wake>
 void wake_at_claimed_for_cancel_goes_to_the_other_waiter(Primitive& primitive, Wake wake) {
-  test_scheduler s;
-  std::stop_source src;
-  probe cancelled;
-  probe other;
-  s.spawn(stoppable_waiter(primitive, src.get_token(), cancelled));
-  s.spawn(plain_waiter(primitive, other));
-  s.run();
-
+  suspended_waiters waiters(primitive, true);
+  auto& [s, src, cancelled, other] = waiters;
   s.at(test_point::claimed_for_cancel, [&] { wake(primitive); });
   src.request_stop();
   EXPECT_EQ(s.pending_actions(), 0U);
@@ -131,14 +164,8 @@ struct cancelled_and_other {
 /// cancelled); a later wake must not touch the unlinked node and wakes the other waiter.
 template <class Probe = probe, class Primitive, class Wake>
 cancelled_and_other<Probe> stop_while_suspended_cancels_and_resumes_once(Primitive& primitive, Wake wake) {
-  cancelled_and_other<Probe> probes;
-  auto& [cancelled, other] = probes;
-  test_scheduler s;
-  std::stop_source src;
-  s.spawn(stoppable_waiter(primitive, src.get_token(), cancelled));
-  s.spawn(plain_waiter(primitive, other));
-  s.run();
-
+  suspended_waiters<Probe> waiters(primitive, true);
+  auto& [s, src, cancelled, other] = waiters;
   src.request_stop();
   EXPECT_EQ(s.ready_count(), 1U);  // posted to its scheduler, not resumed inline
   EXPECT_EQ(cancelled.resumed, 0);
@@ -152,18 +179,14 @@ cancelled_and_other<Probe> stop_while_suspended_cancels_and_resumes_once(Primiti
   EXPECT_EQ(cancelled.resumed, 1);
   EXPECT_EQ(other.resumed, 1);
   EXPECT_EQ(other.status, wait_status::ok);
-  return probes;
+  return {cancelled, other};
 }
 
 /// A stop requested after the wake claimed the waiter (its resumption is queued) is too late.
 template <class Primitive, class Wake>
 void stop_after_wake_is_ok(Primitive& primitive, Wake wake) {
-  test_scheduler s;
-  std::stop_source src;
-  probe p;
-  s.spawn(stoppable_waiter(primitive, src.get_token(), p));
-  s.run();
-
+  suspended_waiters waiters(primitive, false);
+  auto& [s, src, p, unused] = waiters;
   wake(primitive);     // claims the waiter; its resumption is queued
   src.request_stop();  // too late: the waker claimed it first
   EXPECT_EQ(s.run(), 1U);
@@ -240,6 +263,29 @@ void blocking_wait_is_woken_by_another_thread(Primitive& primitive, Wake wake) {
   wake(primitive);
   woken.join();
   EXPECT_EQ(status, wait_status::ok);
+}
+
+/// block_on on another thread: wait(), wait(token) and a task without a scheduler (resumed
+/// inline) all complete ok once `wake` runs on this one (after an already stopped token was
+/// cancelled at once). Returns the task's probe, for the caller's own checks.
+template <class Probe = probe, class Primitive, class Wake>
+Probe block_on_waits_complete_when_woken_by_another_thread(Primitive& primitive, Wake wake) {
+  std::stop_source src;
+  src.request_stop();
+  EXPECT_TRUE(asyncband::block_on(primitive.wait(src.get_token())).cancelled());
+
+  std::optional<wait_status> status;
+  Probe p;
+  std::thread waiter([&] {
+    asyncband::block_on(primitive.wait());
+    status = asyncband::block_on(primitive.wait(std::stop_token{})).status();
+    asyncband::block_on(plain_waiter(primitive, p));  // a task without a scheduler, resumed inline
+  });
+  wake(primitive);
+  waiter.join();
+  EXPECT_EQ(status, wait_status::ok);
+  EXPECT_EQ(p.resumed, 1);
+  return p;
 }
 
 /// block_on(wait(token)) on another thread ends cancelled when this thread requests stop.
