@@ -111,16 +111,26 @@ template <class Node, bool Cancellable>
 using wait_yield_t =
     std::conditional_t<Cancellable, result<typename Node::value_type>, typename Node::value_type>;
 
+/// A completed wait that will not deliver its outcome (cancelled late, or destroyed or discarded
+/// unrun) passes on what it was granted; true if there was a grant to pass on.
+template <class Node>
+bool pass_on_grant(Node& node) noexcept {
+  if constexpr (Node::transferable) {
+    if (node.status == wait_status::ok) {
+      node.give_back();
+      return true;
+    }
+  }
+  return false;
+}
+
 /// Turns a resolved node into what the wait yields. A transferable grant received after a stop
 /// request was observed is passed on, and the wait reports cancelled: cancellation commits
 /// until the waiter resumes, and whatever it had been granted is not lost.
 template <class Node, bool Cancellable>
 wait_yield_t<Node, Cancellable> finish_wait(Node& node, bool stop_requested) {
   if constexpr (Cancellable) {
-    if (node.status == wait_status::ok && Node::transferable && stop_requested) {
-      if constexpr (Node::transferable) node.give_back();
-      return wait_status::cancelled;
-    }
+    if (stop_requested && pass_on_grant(node)) return wait_status::cancelled;
     if (node.status != wait_status::ok) return node.status;
     if constexpr (std::is_void_v<typename Node::value_type>) {
       node.take();
@@ -163,9 +173,7 @@ class pending_wait {
       at_test_point(test_point::awaiting_resolver);
       node_.await_resolver();
     }
-    if constexpr (Node::transferable) {
-      if (node_.status == wait_status::ok) node_.give_back();
-    }
+    pass_on_grant(node_);
   }
 
   /// Before publishing: true if the wait is over without queueing (a stop already requested
@@ -200,9 +208,7 @@ class pending_wait {
   /// handler destroyed unrun): passes on a grant it received, as a late cancellation would.
   void discard() noexcept {
     stop_.disarm();
-    if constexpr (Node::transferable) {
-      if (node_.status == wait_status::ok) node_.give_back();
-    }
+    pass_on_grant(node_);
   }
 
   /// After completion (or resolution): what the wait yields.
