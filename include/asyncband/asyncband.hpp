@@ -9,4 +9,5 @@
 #include "manual_reset_event.hpp"
 #include "result.hpp"
 #include "scheduler.hpp"
+#include "semaphore.hpp"
 #include "wait_group.hpp"

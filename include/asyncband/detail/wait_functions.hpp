@@ -18,6 +18,33 @@
 
 namespace asyncband::detail {
 
+/// The five forms of one waiting operation whose node takes constructor arguments (a semaphore's
+/// count, a mutex's guard maker): primitives with several operations, or operations that take
+/// arguments, write each public form as a one-line call of these.
+template <class Node>
+struct wait_forms {
+  template <class... Args>
+  [[nodiscard]] static auto await(Args&&... args) {
+    return wait_awaiter<Node, false>({}, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  [[nodiscard]] static auto await_until_stopped(std::stop_token stop, Args&&... args) {
+    return wait_awaiter<Node, true>(std::move(stop), std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  static auto block(Args&&... args) {
+    return block_wait<Node, false>({}, {}, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  static auto block_until_stopped(std::stop_token stop, Args&&... args) {
+    return block_wait<Node, true>(std::move(stop), {}, std::forward<Args>(args)...);
+  }
+  template <class Rep, class Period, class... Args>
+  static auto block_for(std::chrono::duration<Rep, Period> timeout, Args&&... args) {
+    return block_wait<Node, true>({}, std::chrono::steady_clock::now() + timeout, std::forward<Args>(args)...);
+  }
+};
+
 template <class Owner>
 class wait_functions {
  public:

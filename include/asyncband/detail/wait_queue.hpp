@@ -86,17 +86,29 @@ class wait_queue {
   }
 
   /// Runs `claim(waiters, batch)` under the lock, then resolves what it claimed after unlocking.
+  /// Returns what `claim` returned (true for a void `claim`). The queue is pinned throughout the
+  /// locked part, so a waiter completed by `claim` may destroy the primitive as soon as it sees it.
   template <class Claim>
-  void wake(Claim&& claim) noexcept {
+  auto wake(Claim&& claim) noexcept {
+    const auto run = [&claim](wait_list& waiters, wake_batch& batch) {
+      if constexpr (std::is_void_v<std::invoke_result_t<Claim, wait_list&, wake_batch&>>) {
+        std::forward<Claim>(claim)(waiters, batch);
+        return true;
+      } else {
+        return std::forward<Claim>(claim)(waiters, batch);
+      }
+    };
     wake_batch batch;
     pin();
-    {
+    auto claimed = [&] {
       const std::lock_guard lock(mutex_);
-      std::forward<Claim>(claim)(waiters_, batch);
+      auto r = run(waiters_, batch);
       at_test_point(test_point::woken);
-    }
+      return r;
+    }();
     unpin();  // resolving the batch touches only the nodes
     batch.resolve_all();
+    return claimed;
   }
 
   /// Wakes every queued waiter with outcome `status`.

@@ -1,0 +1,382 @@
+// asyncband/semaphore.hpp
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+#include "detail/wait_functions.hpp"
+#include "detail/wait_queue.hpp"
+#include "result.hpp"
+
+namespace asyncband {
+
+class semaphore;
+
+namespace detail {
+class semaphore_waiter;
+template <class Make>
+class semaphore_acquire;
+}  // namespace detail
+
+/// Permits taken from a semaphore; destroying the permit returns them. Move-only.
+///
+/// An empty permit (default-constructed, moved-from, forgotten) returns nothing. A permit may
+/// outlive the scope that acquired it, but not its semaphore.
+class [[nodiscard]] semaphore_permit {
+ public:
+  semaphore_permit() noexcept = default;
+  semaphore_permit(semaphore_permit&& other) noexcept
+      : semaphore_(std::exchange(other.semaphore_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  semaphore_permit& operator=(semaphore_permit&& other) noexcept {
+    if (this != &other) {
+      release();
+      semaphore_ = std::exchange(other.semaphore_, nullptr);
+      count_ = std::exchange(other.count_, 0);
+    }
+    return *this;
+  }
+  semaphore_permit(const semaphore_permit&) = delete;
+  semaphore_permit& operator=(const semaphore_permit&) = delete;
+  ~semaphore_permit() { release(); }
+
+  /// How many permits this holds.
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }
+  /// The semaphore the permits came from (nullptr for a permit that never held any).
+  [[nodiscard]] asyncband::semaphore* semaphore() const noexcept { return semaphore_; }
+  explicit operator bool() const noexcept { return count_ != 0; }
+
+  /// Returns the permits to the semaphore now (the destructor then has nothing to do).
+  inline void release() noexcept;
+
+  /// Gives up the permits without returning them: the semaphore has that many fewer for good.
+  /// Returns how many were forgotten.
+  std::size_t forget() noexcept { return std::exchange(count_, 0); }
+
+  /// Moves `n` of this permit's permits into a new permit of the same semaphore.
+  /// Throws std::invalid_argument if this holds fewer than `n`.
+  semaphore_permit split(std::size_t n) {
+    if (n > count_) throw std::invalid_argument("asyncband::semaphore_permit::split: more than it holds");
+    count_ -= n;
+    return {semaphore_, n};
+  }
+
+  /// Takes over `other`'s permits. Throws std::invalid_argument (and changes nothing) if they
+  /// come from another semaphore: returning them here would corrupt both counts.
+  void merge(semaphore_permit&& other) {
+    if (other.semaphore_ == nullptr || &other == this) return;
+    if (semaphore_ == nullptr) semaphore_ = other.semaphore_;
+    if (other.semaphore_ != semaphore_)
+      throw std::invalid_argument("asyncband::semaphore_permit::merge: permits of another semaphore");
+    count_ += std::exchange(other.count_, 0);
+  }
+
+ private:
+  friend class asyncband::semaphore;
+  friend class detail::semaphore_waiter;
+  semaphore_permit(asyncband::semaphore* owner, std::size_t n) noexcept : semaphore_(owner), count_(n) {}
+
+  asyncband::semaphore* semaphore_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// A counting semaphore with strict FIFO hand-off, partial grants and a deficit.
+///
+/// Contract
+/// - Synchronization: returning permits (a permit's destruction, `release`) happens-before the
+///   acquisition that receives them completes.
+/// - Fairness: strict FIFO. Released permits go first to repay a deficit, then to the waiter at
+///   the head of the queue, which keeps what it is given (a partial grant) until it has all it
+///   asked for; only then does the next waiter receive any. `try_acquire` and a new `acquire`
+///   never take permits while anybody is queued (no barging), so a large request cannot starve.
+/// - Cancellation commits until the waiter resumes: a waiter cancelled while queued gives its
+///   partial grant to the next waiters; one cancelled after its grant was complete (stop
+///   observed on resumption, or its frame destroyed) returns all of it. Nothing is lost.
+/// - `reduce_permits(n)` removes n permits; what is not available now becomes a deficit that
+///   later releases repay before any waiter is served.
+/// - Programming errors throw std::invalid_argument or std::overflow_error before any change: a
+///   request above max(), an available count pushed above max() by `release`.
+/// - Uncontended paths are lock-free: acquiring with nobody queued is one CAS, and so is
+///   returning permits with nobody queued and no deficit.
+/// - The semaphore must outlive its pending waits and its permits; a waiter that acquired may
+///   destroy it at once (the releasing call does not touch it after the hand-off).
+class semaphore {
+  friend class semaphore_permit;
+  friend class detail::semaphore_waiter;
+  template <class Make>
+  friend class detail::semaphore_acquire;
+
+  struct as_permit {
+    semaphore_permit operator()(semaphore_permit&& permit) const noexcept { return std::move(permit); }
+  };
+  using acquire_forms = detail::wait_forms<detail::semaphore_acquire<as_permit>>;
+
+ public:
+  /// The largest count of permits a semaphore holds, or a single request asks for.
+  [[nodiscard]] static constexpr std::size_t max() noexcept { return std::numeric_limits<std::size_t>::max() >> 3; }
+
+  explicit semaphore(std::size_t permits) : state_(encode(checked(permits))) {}
+  semaphore(const semaphore&) = delete;
+  semaphore& operator=(const semaphore&) = delete;
+
+  /// `co_await s.acquire(n)` yields a permit for n. Throws std::invalid_argument if n > max().
+  [[nodiscard]] auto acquire(std::size_t n = 1);
+  /// Yields result<semaphore_permit>: ok, or cancelled.
+  [[nodiscard]] auto acquire(std::size_t n, std::stop_token stop);
+  semaphore_permit acquire_blocking(std::size_t n = 1);
+  result<semaphore_permit> acquire_blocking(std::size_t n, std::stop_token stop);
+  template <class Rep, class Period>
+  result<semaphore_permit> acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout);
+
+  /// n permits now, or nothing: fails if fewer are available or anybody is queued.
+  [[nodiscard]] std::optional<semaphore_permit> try_acquire(std::size_t n = 1) {
+    if (checked(n) != 0 && !try_take(n)) return std::nullopt;
+    return semaphore_permit(this, n);
+  }
+
+  /// Adds n new permits (repaying a deficit, then serving waiters first). Throws
+  /// std::overflow_error if the available count would exceed max().
+  void release(std::size_t n = 1) {
+    if (n > max()) throw std::overflow_error("asyncband::semaphore::release: above max()");
+    give<true>(n);
+  }
+
+  /// Permits available now (0 while anybody waits or a deficit is outstanding).
+  [[nodiscard]] std::size_t available() const noexcept {
+    const std::uint64_t s = state_.load(std::memory_order_acquire);
+    return (s & contended) != 0 ? 0 : count_of(s);
+  }
+
+  /// Takes every available permit and forgets them; returns how many.
+  std::size_t drain_permits() noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0 && s != 0) {
+      if (state_.compare_exchange_weak(s, 0, std::memory_order_acquire, std::memory_order_relaxed)) return count_of(s);
+    }
+    return 0;
+  }
+
+  /// Removes n permits for good: those available now at once, the rest as a deficit that later
+  /// releases repay before any waiter is served. Throws std::invalid_argument if n > max(), and
+  /// std::overflow_error if the deficit would exceed max().
+  void reduce_permits(std::size_t n) {
+    checked(n);
+    const std::lock_guard lock(queue_.mutex());
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((s & contended) != 0) {  // nothing available; only lock holders change the state now
+        add_deficit(n);
+        return;
+      }
+      const std::size_t taken = std::min(count_of(s), n);
+      const std::size_t rest = n - taken;
+      if (rest > max() - deficit_) throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
+      const std::uint64_t next = encode(count_of(s) - taken) | (rest != 0 ? contended : 0);
+      if (state_.compare_exchange_weak(s, next, std::memory_order_acquire, std::memory_order_relaxed)) {
+        deficit_ += rest;
+        return;
+      }
+    }
+  }
+
+ private:
+  // state_: the available count shifted left by one, and the `contended` bit, set while anybody
+  // is queued or a deficit is outstanding. While it is set the count is 0 (the head waiter or the
+  // deficit absorbs every permit), and only holders of the queue's lock change the state, so the
+  // lock-free paths are exactly: take with the bit clear, and give with the bit clear.
+  static constexpr std::uint64_t contended = 1;
+  static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
+  static constexpr std::size_t count_of(std::uint64_t state) noexcept { return static_cast<std::size_t>(state >> 1); }
+
+  static std::size_t checked(std::size_t n) {
+    if (n > max()) throw std::invalid_argument("asyncband::semaphore: count above max()");
+    return n;
+  }
+
+  void add_deficit(std::size_t n) {
+    if (n > max() - deficit_) throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
+    deficit_ += n;
+  }
+
+  /// Lock-free: takes n permits if nobody is queued and enough are available.
+  bool try_take(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0 && count_of(s) >= n) {
+      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire, std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+
+  /// Under the lock, for a waiter about to queue: takes n permits if it can (true); otherwise
+  /// gives it every available permit as a partial grant, marks the state contended (false), and
+  /// the caller links it.
+  bool take_or_queue(detail::semaphore_waiter& w) noexcept;
+
+  enum class add_outcome : unsigned char { added, contended, overflow };
+
+  /// Lock-free: adds n available permits if nobody is queued and nothing is owed.
+  add_outcome try_add(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0) {
+      if (count_of(s) > max() - n) return add_outcome::overflow;
+      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release, std::memory_order_relaxed))
+        return add_outcome::added;
+    }
+    return add_outcome::contended;
+  }
+
+  /// Returns n permits. Lock-free when nobody is queued and no deficit is outstanding;
+  /// otherwise hands them out under the lock (re-checking there: the state may have become
+  /// uncontended meanwhile). `Checked`: throw std::overflow_error rather than exceed max().
+  /// Permits coming back from a permit exceed it only if `release` added permits beyond those
+  /// ever taken: a fatal error there, since a permit's destructor cannot throw.
+  template <bool Checked>
+  void give(std::size_t n) noexcept(!Checked) {
+    if (n == 0) return;
+    add_outcome outcome = try_add(n);
+    if (outcome == add_outcome::contended) {
+      outcome = queue_.wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+        const add_outcome locked = try_add(n);
+        if (locked == add_outcome::contended) hand_out(n, waiters, batch);
+        return locked;
+      });
+    }
+    if (outcome == add_outcome::overflow) {
+      if constexpr (Checked) {
+        throw std::overflow_error("asyncband::semaphore::release: above max()");
+      } else {
+        std::terminate();
+      }
+    }
+  }
+
+  /// Under the lock, with the state contended (count 0, changed only by lock holders): n
+  /// permits repay the deficit, then go to waiters in FIFO order; a waiter that has all it asked
+  /// for is claimed into `batch`. When nobody is left waiting and nothing is owed, the rest
+  /// becomes available and the state uncontended again.
+  inline void hand_out(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
+
+  detail::wait_queue& queue() noexcept { return queue_; }
+
+  std::atomic<std::uint64_t> state_;
+  std::size_t deficit_ = 0;  // guarded by queue_.mutex()
+  detail::wait_queue queue_;
+};
+
+namespace detail {
+
+/// A queued acquisition: how many it asked for and how many it has been given so far.
+class semaphore_waiter : public waiter {
+ public:
+  semaphore_waiter(semaphore* owner, std::size_t n) noexcept : semaphore_(owner), needed_(n) {}
+
+  static constexpr bool transferable = true;
+
+  bool try_ready() noexcept { return needed_ == 0 || semaphore_->try_take(needed_); }
+
+  bool enqueue() noexcept {
+    return semaphore_->queue_.complete_or_enqueue(*this, [this] { return semaphore_->take_or_queue(*this); });
+  }
+
+  /// Unlinks a queued waiter, and gives its partial grant to the waiters behind it.
+  bool cancel(wait_status why) noexcept {
+    return semaphore_->queue_.wake([this, why](wait_list& waiters, wake_batch& batch) {
+      if (!waiters.unlink_if_linked(*this, why)) return false;
+      semaphore_->hand_out(std::exchange(granted_, 0), waiters, batch);
+      return true;
+    });
+  }
+
+  /// A complete grant that will not be used goes back (to the next waiter, or available).
+  void give_back() noexcept { semaphore_->give<false>(needed_); }
+
+  [[nodiscard]] std::size_t missing() const noexcept { return needed_ - granted_; }
+  void grant(std::size_t n) noexcept { granted_ += n; }
+
+ protected:
+  semaphore_permit take_permit() noexcept { return {semaphore_, needed_}; }
+
+ private:
+  semaphore* semaphore_;
+  std::size_t needed_;
+  std::size_t granted_ = 0;  // guarded by the semaphore's lock while queued
+};
+
+/// An acquisition whose completed wait yields `make(permit)`: the permit itself, or a guard built
+/// on it (mutex, rwlock). `Make` is called once, on the waiter's side, after resumption.
+template <class Make>
+class semaphore_acquire : public semaphore_waiter {
+ public:
+  using value_type = std::invoke_result_t<Make&, semaphore_permit&&>;
+
+  semaphore_acquire(semaphore* owner, std::size_t n, Make make) noexcept(std::is_nothrow_move_constructible_v<Make>)
+      : semaphore_waiter(owner, n), make_(std::move(make)) {}
+
+  value_type take() { return make_(take_permit()); }
+
+ private:
+  Make make_;
+};
+
+}  // namespace detail
+
+inline void semaphore_permit::release() noexcept {
+  if (semaphore_ != nullptr) semaphore_->give<false>(std::exchange(count_, 0));
+}
+
+inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
+  std::uint64_t s = state_.load(std::memory_order_relaxed);
+  for (;;) {
+    if ((s & contended) != 0) return false;
+    const std::size_t available_now = count_of(s);
+    if (available_now >= w.missing()) {
+      if (state_.compare_exchange_weak(s, s - encode(w.missing()), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return true;
+    } else if (state_.compare_exchange_weak(s, contended, std::memory_order_acquire, std::memory_order_relaxed)) {
+      w.grant(available_now);
+      return false;
+    }
+  }
+}
+
+inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
+  const std::size_t repaid = std::min(n, deficit_);
+  deficit_ -= repaid;
+  n -= repaid;
+  while (n != 0 && !waiters.empty()) {
+    auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
+    const std::size_t given = std::min(n, head.missing());
+    head.grant(given);
+    n -= given;
+    if (head.missing() == 0) waiters.claim_front(batch);
+  }
+  if (waiters.empty() && deficit_ == 0) state_.store(encode(n), std::memory_order_release);
+}
+
+// The acquisition forms need the node types, which need a complete semaphore.
+inline auto semaphore::acquire(std::size_t n) { return acquire_forms::await(this, checked(n), as_permit{}); }
+inline auto semaphore::acquire(std::size_t n, std::stop_token stop) {
+  return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), as_permit{});
+}
+inline semaphore_permit semaphore::acquire_blocking(std::size_t n) {
+  return acquire_forms::block(this, checked(n), as_permit{});
+}
+inline result<semaphore_permit> semaphore::acquire_blocking(std::size_t n, std::stop_token stop) {
+  return acquire_forms::block_until_stopped(std::move(stop), this, checked(n), as_permit{});
+}
+template <class Rep, class Period>
+result<semaphore_permit> semaphore::acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout) {
+  return acquire_forms::block_for(timeout, this, checked(n), as_permit{});
+}
+
+}  // namespace asyncband
