@@ -176,6 +176,9 @@ class pending_wait {
     pass_on_grant(node_);
   }
 
+  /// Published and not yet resolved: a resolver will still run the target.
+  [[nodiscard]] bool pending() const noexcept { return node_.is_suspended_unresolved(); }
+
   /// Before publishing: true if the wait is over without queueing (a stop already requested
   /// ends it cancelled without touching the primitive).
   [[nodiscard]] bool try_complete() noexcept {

@@ -225,6 +225,10 @@ class wake_batch {
   void resolve_all() noexcept {
     if (head_ == nullptr) return;
     at_test_point(test_point::claimed_for_wake);
+    if (wake_batch* outer = resolving_here(); outer != nullptr && deferring_here()) {
+      outer->splice(*this);  // the outer loop resolves them once the current node returns
+      return;
+    }
     outer_ = std::exchange(resolving_here(), this);
     while (head_ != nullptr) {
       waiter* const w = head_;
@@ -234,6 +238,21 @@ class wake_batch {
     }
     resolving_here() = outer_;
   }
+
+  /// While alive, wake-ups made on this thread from inside the resolution of a batch are not
+  /// resolved on the spot but appended to that batch, whose loop resolves them next. For
+  /// continuations that run in a resolver and wake others again (a condvar wait_while going back
+  /// to wait): a chain of them then runs as a loop, not as ever deeper recursion.
+  class defer_nested {
+   public:
+    defer_nested() noexcept : previous_(std::exchange(deferring_here(), true)) {}
+    defer_nested(const defer_nested&) = delete;
+    defer_nested& operator=(const defer_nested&) = delete;
+    ~defer_nested() { deferring_here() = previous_; }
+
+   private:
+    bool previous_;
+  };
 
   /// For a wait being destroyed whose node a waker claimed: if that waker is this very thread,
   /// further down the stack (a coroutine it resumed inline is destroying another member of the
@@ -250,6 +269,21 @@ class wake_batch {
   static wake_batch*& resolving_here() noexcept {
     thread_local wake_batch* batch = nullptr;
     return batch;
+  }
+
+  static bool& deferring_here() noexcept {
+    thread_local bool deferring = false;
+    return deferring;
+  }
+
+  void splice(wake_batch& inner) noexcept {
+    if (tail_ == nullptr) {
+      head_ = inner.head_;
+    } else {
+      tail_->next = inner.head_;
+    }
+    tail_ = inner.tail_;
+    inner.head_ = inner.tail_ = nullptr;
   }
 
   bool unlink(waiter& w) noexcept {

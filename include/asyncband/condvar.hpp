@@ -1,0 +1,329 @@
+// asyncband/condvar.hpp
+#pragma once
+
+#include <coroutine>
+#include <exception>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+#include "detail/wait_operation.hpp"
+#include "detail/wait_queue.hpp"
+#include "mutex.hpp"
+#include "result.hpp"
+#include "semaphore.hpp"
+
+namespace asyncband {
+
+namespace detail {
+/// wait() is wait_while() with a predicate that asks to wait exactly once.
+struct wait_once {};
+}  // namespace detail
+
+/// A condition variable for asyncband::mutex.
+///
+/// Contract
+/// - A wait registers itself with the condvar before it unlocks the mutex, so a notification
+///   made after the waiter's last check under the mutex is never lost. Then it waits for a
+///   notification, and then re-locks the mutex (a FIFO mutex acquisition like any other).
+/// - notify_one() wakes the oldest registered waiter; notify_all() every registered waiter;
+///   with nobody registered they do nothing (a notification is not stored). The notifier need
+///   not hold the mutex.
+/// - Synchronization: a notify_one()/notify_all() call happens-before the return of a wait it
+///   woke; the mutex orders everything else.
+/// - Cancellation (stop token), at either stage: the wait returns cancelled and does NOT hold
+///   the mutex. A notify_one() already delivered to it is passed to another registered waiter,
+///   also when the stop comes while it re-locks; a mutex hand-off it had received passes on.
+///   Destroying a suspended waiting coroutine does the same.
+/// - wait_while(guard, keep_waiting): returns at once if keep_waiting(value) is false; otherwise
+///   waits, and re-checks after each wake-up with the mutex held, until it is false. The first
+///   check runs in the awaiting coroutine; later ones run on the thread that handed the mutex
+///   back (after every internal lock is released): keep it a cheap check. If it throws, the wait
+///   rethrows in the coroutine and the mutex is unlocked.
+/// - Spurious wake-ups do not happen: a plain wait returns after a notification (or a
+///   cancellation) only.
+/// - The condvar must outlive its pending waits.
+class condvar {
+  class notify_node;
+  friend class detail::queued_waiter<condvar>;
+  template <class T, bool Cancellable, class Predicate>
+  class waiting;
+  template <class T, bool Cancellable, class Predicate>
+  friend class waiting;
+
+  struct as_permit {
+    semaphore_permit operator()(semaphore_permit&& p) const noexcept { return std::move(p); }
+  };
+  using relock_node = detail::semaphore_acquire<as_permit>;
+
+ public:
+  condvar() noexcept = default;
+  condvar(const condvar&) = delete;
+  condvar& operator=(const condvar&) = delete;
+
+  /// Wakes the oldest registered waiter, if any.
+  void notify_one() noexcept {
+    queue_.wake([](detail::wait_list& waiters, detail::wake_batch& batch) {
+      if (!waiters.empty()) waiters.claim_front(batch);
+    });
+  }
+
+  /// Wakes every registered waiter.
+  void notify_all() noexcept { queue_.wake_all(); }
+
+  /// `guard = co_await cv.wait(std::move(guard));` Precondition: guard.owns_lock().
+  template <class T>
+  [[nodiscard]] auto wait(mutex_guard<T> guard) {
+    return waiting<T, false, detail::wait_once>(*this, std::move(guard), {}, {});
+  }
+  /// Yields result<mutex_guard<T>>: ok (mutex held), or cancelled (mutex not held).
+  template <class T>
+  [[nodiscard]] auto wait(mutex_guard<T> guard, std::stop_token stop) {
+    return waiting<T, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
+  }
+  /// Waits while `keep_waiting(value)` is true; yields the guard.
+  template <class T, class Predicate>
+  [[nodiscard]] auto wait_while(mutex_guard<T> guard, Predicate keep_waiting) {
+    return waiting<T, false, Predicate>(*this, std::move(guard), std::move(keep_waiting), {});
+  }
+  /// Yields result<mutex_guard<T>>: ok (mutex held, keep_waiting false), or cancelled.
+  template <class T, class Predicate>
+  [[nodiscard]] auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
+    return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
+  }
+
+  template <class T>
+  mutex_guard<T> wait_blocking(mutex_guard<T> guard) {
+    return block<false>(std::move(guard), detail::wait_once{}, {});
+  }
+  template <class T>
+  result<mutex_guard<T>> wait_blocking(mutex_guard<T> guard, std::stop_token stop) {
+    return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
+  }
+  template <class T, class Predicate>
+  mutex_guard<T> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting) {
+    return block<false>(std::move(guard), std::move(keep_waiting), {});
+  }
+  template <class T, class Predicate>
+  result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
+    return block<true>(std::move(guard), std::move(keep_waiting), std::move(stop));
+  }
+
+ private:
+  /// A registration waiting for a notification. The notification is the grant: one delivered
+  /// to a waiter that will not use it (cancelled, destroyed) goes to the next waiter.
+  class notify_node : public detail::queued_waiter<condvar> {
+   public:
+    using value_type = void;
+    static constexpr bool transferable = true;
+    using queued_waiter::queued_waiter;
+
+    static bool try_ready() noexcept { return false; }
+    bool enqueue() noexcept {
+      return owner().queue_.complete_or_enqueue(*this, [] { return false; });
+    }
+    void take() noexcept {}
+    void give_back() noexcept { owner().notify_one(); }
+  };
+
+  detail::wait_queue& queue() noexcept { return queue_; }
+
+  /// Asks the predicate whether to (go on) waiting. A plain wait waits exactly once.
+  template <class T, class Predicate>
+  static bool keep_waiting(Predicate& predicate, T& value, bool woken) {
+    if constexpr (std::is_same_v<Predicate, detail::wait_once>) {
+      return !woken;
+    } else {
+      return static_cast<bool>(predicate(value));
+    }
+  }
+
+  template <class T>
+  static mutex_guard<T> make_guard(semaphore_permit&& held, mutex<T>* m) noexcept {
+    return mutex_guard<T>(std::move(held), m);
+  }
+  template <class T>
+  static semaphore_permit&& permit_of(mutex_guard<T>& guard) noexcept {
+    return std::move(guard.permit_);
+  }
+
+  /// Ends the notification stage: true if notified (and not cancelled since).
+  template <bool Cancellable>
+  static bool notified(detail::pending_wait<notify_node, Cancellable>& w) {
+    if constexpr (Cancellable) {
+      return w.finish().ok();
+    } else {
+      w.finish();
+      return true;
+    }
+  }
+
+  template <bool Cancellable, class T>
+  using yield_t = std::conditional_t<Cancellable, result<mutex_guard<T>>, mutex_guard<T>>;
+
+  /// Only a cancellable wait ends cancelled; the plain one's stop token never stops.
+  template <bool Cancellable, class T>
+  static yield_t<Cancellable, T> cancelled() noexcept {
+    if constexpr (Cancellable) {
+      return wait_status::cancelled;
+    } else {
+      std::terminate();
+    }
+  }
+
+  template <bool Cancellable, class T, class Predicate>
+  yield_t<Cancellable, T> block(
+      mutex_guard<T> guard, Predicate predicate, std::stop_token stop);
+
+  detail::wait_queue queue_;
+};
+
+/// The awaiter of a condvar wait: two waits in a row (the notification, then the mutex), driven
+/// from callbacks so that the coroutine suspends once. Lives in the awaiting frame.
+template <class T, bool Cancellable, class Predicate>
+class [[nodiscard]] condvar::waiting {
+  using notified_wait = detail::pending_wait<notify_node, Cancellable>;
+  using relock_wait = detail::pending_wait<relock_node, Cancellable>;
+  using yield_type = yield_t<Cancellable, T>;
+
+ public:
+  waiting(condvar& cv, mutex_guard<T>&& guard, Predicate predicate, std::stop_token stop)
+      : condvar_(&cv), mutex_(guard.mutex()), held_(permit_of(guard)), predicate_(std::move(predicate)),
+        stop_(std::move(stop)) {}
+  waiting(const waiting&) = delete;
+  waiting& operator=(const waiting&) = delete;
+
+  /// A frame destroyed while re-locking passes its notification on, as a cancellation would.
+  ~waiting() {
+    if (!relock_ || !relock_->pending()) return;
+    relock_.reset();  // unlinks, passing on a hand-off it had received
+    condvar_->notify_one();
+  }
+
+  bool await_ready() {
+    if (stop_.stop_requested()) {
+      outcome_ = wait_status::cancelled;
+      return true;
+    }
+    return !keep_waiting(predicate_, mutex_->value_, false);
+  }
+
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    self_ = detail::resume_target(h, scheduler_of(h));
+    return wait_for_notification();
+  }
+
+  yield_type await_resume() {
+    if (error_) std::rethrow_exception(error_);
+    if constexpr (Cancellable) {
+      if (outcome_ != wait_status::ok) {
+        held_.release();
+        return outcome_;
+      }
+    }
+    return make_guard(std::move(held_), mutex_);
+  }
+
+ private:
+  // Each step returns true if the wait is pending (a resolver will continue it), false if it
+  // is over and the coroutine should continue now. Nothing touches the frame after a step that
+  // returned true.
+
+  /// Registers with the condvar, then unlocks the mutex (the permit is moved to the stack first,
+  /// since the frame may be running elsewhere once the registration is published).
+  [[gnu::noinline]] bool wait_for_notification() noexcept {
+    notified_wait& w = notified_.emplace(stop_, condvar_);
+    if (w.try_complete()) return finish(wait_status::cancelled);
+    semaphore_permit lock = std::move(held_);
+    const bool pending = w.publish(detail::resume_target(&on_notified, this));
+    lock.release();
+    return pending || after_notification();
+  }
+
+  bool after_notification() noexcept {
+    if (!notified(*notified_)) return finish(wait_status::cancelled);
+    relock_wait& w = relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, as_permit{});
+    if (!w.try_complete() && w.publish(detail::resume_target(&on_relocked, this))) return true;
+    return after_relock();
+  }
+
+  bool after_relock() noexcept {
+    auto relocked = relock_->finish();
+    relock_.reset();
+    if constexpr (Cancellable) {
+      if (!relocked.ok()) {
+        condvar_->notify_one();  // the notification this wait consumed goes to another waiter
+        return finish(wait_status::cancelled);
+      }
+      held_ = std::move(*relocked);
+    } else {
+      held_ = std::move(relocked);
+    }
+    try {
+      if (!keep_waiting(predicate_, mutex_->value_, true)) return finish(wait_status::ok);
+    } catch (...) {
+      error_ = std::current_exception();
+      return finish(wait_status::ok);
+    }
+    const detail::wake_batch::defer_nested loop_not_recursion;
+    return wait_for_notification();
+  }
+
+  bool finish(wait_status outcome) noexcept {
+    outcome_ = outcome;
+    return false;
+  }
+
+  static void on_notified(void* self) noexcept { continue_with(self, &waiting::after_notification); }
+  static void on_relocked(void* self) noexcept { continue_with(self, &waiting::after_relock); }
+  static void continue_with(void* self, bool (waiting::*step)() noexcept) noexcept {
+    auto* w = static_cast<waiting*>(self);
+    const detail::resume_target coroutine = w->self_;
+    if (!(w->*step)()) coroutine.run();
+  }
+
+  condvar* condvar_;
+  mutex<T>* mutex_;
+  semaphore_permit held_;
+  Predicate predicate_;
+  std::stop_token stop_;
+  detail::resume_target self_;
+  std::optional<notified_wait> notified_;
+  std::optional<relock_wait> relock_;
+  wait_status outcome_ = wait_status::ok;
+  std::exception_ptr error_;
+};
+
+template <bool Cancellable, class T, class Predicate>
+condvar::yield_t<Cancellable, T> condvar::block(
+    mutex_guard<T> guard, Predicate predicate, std::stop_token stop) {
+  mutex<T>* const m = guard.mutex();
+  semaphore_permit held = permit_of(guard);
+  for (bool woken = false; keep_waiting(predicate, m->value_, woken); woken = true) {
+    {
+      detail::pending_wait<notify_node, Cancellable> notified(stop, this);
+      if (notified.try_complete()) return cancelled<Cancellable, T>();
+      detail::parker park;
+      const bool pending = notified.publish(detail::resume_target(&detail::parker::unpark_thunk, &park));
+      held.release();
+      if (pending) park.park();
+      if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
+    }
+    auto relocked = detail::block_wait<relock_node, Cancellable>(stop, {}, &detail::mutex_access::semaphore_of(*m),
+                                                                 1, as_permit{});
+    if constexpr (Cancellable) {
+      if (!relocked.ok()) {
+        notify_one();
+        return cancelled<Cancellable, T>();
+      }
+      held = std::move(*relocked);
+    } else {
+      held = std::move(relocked);
+    }
+  }
+  return make_guard(std::move(held), m);
+}
+
+}  // namespace asyncband

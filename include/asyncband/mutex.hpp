@@ -1,0 +1,259 @@
+// asyncband/mutex.hpp
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "detail/wait_functions.hpp"
+#include "result.hpp"
+#include "semaphore.hpp"
+
+namespace asyncband {
+
+template <class T>
+class mutex;
+class condvar;
+
+namespace detail {
+struct mutex_access;
+}  // namespace detail
+
+/// Access to part of a mutex's value (from mutex_guard::map); unlocks on destruction. It cannot
+/// wait on a condvar, which needs the whole mutex.
+template <class U>
+class [[nodiscard]] mapped_mutex_guard {
+ public:
+  mapped_mutex_guard(mapped_mutex_guard&&) noexcept = default;
+  mapped_mutex_guard& operator=(mapped_mutex_guard&&) noexcept = default;
+  mapped_mutex_guard(const mapped_mutex_guard&) = delete;
+  mapped_mutex_guard& operator=(const mapped_mutex_guard&) = delete;
+  ~mapped_mutex_guard() = default;
+
+  /// Precondition: owns_lock().
+  U& operator*() const noexcept { return *value_; }
+  U* operator->() const noexcept { return value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// Unlocks now; the guard gives no access afterwards.
+  void unlock() noexcept { permit_.release(); }
+
+  /// Narrows further: `f(U&)` returns a reference to a part of the value. If f throws, this
+  /// guard still holds the lock.
+  template <class F>
+  auto map(F&& f) && {
+    auto& part = std::forward<F>(f)(*value_);
+    return mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(permit_), &part);
+  }
+
+ private:
+  template <class>
+  friend class mapped_mutex_guard;
+  template <class>
+  friend class mutex_guard;
+  mapped_mutex_guard(semaphore_permit&& permit, U* value) noexcept : permit_(std::move(permit)), value_(value) {}
+
+  semaphore_permit permit_;
+  U* value_;
+};
+
+/// Exclusive access to a mutex's value; unlocks on destruction. Move-only.
+template <class T>
+class [[nodiscard]] mutex_guard {
+ public:
+  mutex_guard(mutex_guard&& other) noexcept
+      : permit_(std::move(other.permit_)), mutex_(std::exchange(other.mutex_, nullptr)) {}
+  mutex_guard& operator=(mutex_guard&& other) noexcept {
+    permit_ = std::move(other.permit_);  // unlocks what this guard held first
+    mutex_ = std::exchange(other.mutex_, nullptr);
+    return *this;
+  }
+  mutex_guard(const mutex_guard&) = delete;
+  mutex_guard& operator=(const mutex_guard&) = delete;
+  ~mutex_guard() = default;
+
+  /// Precondition: owns_lock().
+  T& operator*() const noexcept { return mutex_->value_; }
+  T* operator->() const noexcept { return &mutex_->value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// The mutex this guard locks (nullptr once moved from).
+  [[nodiscard]] asyncband::mutex<T>* mutex() const noexcept { return mutex_; }
+
+  /// Unlocks now; the guard gives no access afterwards.
+  void unlock() noexcept {
+    permit_.release();
+    mutex_ = nullptr;
+  }
+
+  /// A guard of part of the value: `f(T&)` returns a reference into it. If f throws, this guard
+  /// still holds the lock.
+  template <class F>
+  auto map(F&& f) && {
+    auto& part = std::forward<F>(f)(mutex_->value_);
+    mutex_ = nullptr;
+    return mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(permit_), &part);
+  }
+
+ private:
+  friend class asyncband::mutex<T>;
+  friend class asyncband::condvar;
+  mutex_guard(semaphore_permit&& permit, asyncband::mutex<T>* m) noexcept : permit_(std::move(permit)), mutex_(m) {}
+
+  semaphore_permit permit_;
+  asyncband::mutex<T>* mutex_;
+};
+
+/// A guard that also keeps its mutex alive (shared ownership), for work that outlives the scope
+/// that locked it (a detached task). Move-only.
+template <class T>
+class [[nodiscard]] owned_mutex_guard {
+ public:
+  owned_mutex_guard(owned_mutex_guard&&) noexcept = default;
+  owned_mutex_guard& operator=(owned_mutex_guard&& other) noexcept {
+    permit_.release();  // while our mutex is certainly alive
+    mutex_ = std::move(other.mutex_);
+    permit_ = std::move(other.permit_);
+    return *this;
+  }
+  owned_mutex_guard(const owned_mutex_guard&) = delete;
+  owned_mutex_guard& operator=(const owned_mutex_guard&) = delete;
+  ~owned_mutex_guard() { permit_.release(); }  // before mutex_ (maybe the last owner) goes
+
+  T& operator*() const noexcept { return mutex_->value_; }
+  T* operator->() const noexcept { return &mutex_->value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  [[nodiscard]] const std::shared_ptr<asyncband::mutex<T>>& mutex() const noexcept { return mutex_; }
+
+ private:
+  friend struct detail::mutex_access;
+  owned_mutex_guard(std::shared_ptr<asyncband::mutex<T>> m, semaphore_permit&& permit) noexcept
+      : mutex_(std::move(m)), permit_(std::move(permit)) {}
+
+  std::shared_ptr<asyncband::mutex<T>> mutex_;
+  semaphore_permit permit_;
+};
+
+/// A mutual-exclusion lock that owns the value it protects (as tokio's and Asyncband's Mutex):
+/// the value is reachable only through a guard. `mutex<>` protects nothing (std::monostate).
+///
+/// Contract
+/// - Synchronization: everything a guard's holder did before unlocking happens-before
+///   everything the next holder does after its lock completes.
+/// - Fairness: FIFO hand-off. An unlock with waiters hands the lock to the oldest waiter
+///   directly (it is never free in between), and resumes it on its own scheduler, after the
+///   unlocking call has released every internal lock; the unlocker never runs the next holder on
+///   its stack unless that holder has no scheduler (then it resumes inline, as with every
+///   asyncband wait). `try_lock` and a new `lock` never barge past a waiter.
+/// - Cancellation commits until the waiter resumes: a cancelled lock never holds the mutex; if
+///   it had been handed the mutex already, the mutex passes to the next waiter (or is unlocked).
+/// - Uncontended lock and unlock are one CAS each, no internal lock.
+/// - Not recursive: locking a mutex one already holds waits forever.
+/// - The mutex must outlive its guards and pending locks (owned guards keep it alive).
+template <class T = std::monostate>
+class mutex {
+  friend class mutex_guard<T>;
+  friend class owned_mutex_guard<T>;
+  friend class condvar;
+  friend struct detail::mutex_access;
+
+  struct make_guard {
+    mutex* owner;
+    mutex_guard<T> operator()(semaphore_permit&& permit) const noexcept { return {std::move(permit), owner}; }
+  };
+  using lock_forms = detail::wait_forms<detail::semaphore_acquire<make_guard>>;
+
+ public:
+  mutex() = default;
+  explicit mutex(T value) noexcept(std::is_nothrow_move_constructible_v<T>) : value_(std::move(value)) {}
+  template <class... Args>
+  explicit mutex(std::in_place_t /*unused*/, Args&&... args) : value_(std::forward<Args>(args)...) {}
+  mutex(const mutex&) = delete;
+  mutex& operator=(const mutex&) = delete;
+
+  /// `co_await m.lock()` yields a mutex_guard<T>.
+  [[nodiscard]] auto lock() noexcept { return lock_forms::await(&semaphore_, 1, make_guard{this}); }
+  /// Yields result<mutex_guard<T>>: ok, or cancelled (then the mutex is not held).
+  [[nodiscard]] auto lock(std::stop_token stop) noexcept {
+    return lock_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_guard{this});
+  }
+  mutex_guard<T> lock_blocking() { return lock_forms::block(&semaphore_, 1, make_guard{this}); }
+  result<mutex_guard<T>> lock_blocking(std::stop_token stop) {
+    return lock_forms::block_until_stopped(std::move(stop), &semaphore_, 1, make_guard{this});
+  }
+  template <class Rep, class Period>
+  result<mutex_guard<T>> lock_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return lock_forms::block_for(timeout, &semaphore_, 1, make_guard{this});
+  }
+
+  /// The lock now, or nothing (also nothing while anybody waits for it).
+  [[nodiscard]] std::optional<mutex_guard<T>> try_lock() {
+    auto permit = semaphore_.try_acquire(1);
+    if (!permit) return std::nullopt;
+    return mutex_guard<T>(std::move(*permit), this);
+  }
+
+  /// A snapshot: true while somebody holds the mutex.
+  [[nodiscard]] bool is_locked() const noexcept { return semaphore_.available() == 0; }
+
+ private:
+  semaphore semaphore_{1};
+  T value_{};
+};
+
+namespace detail {
+
+/// The owned-guard functions and condvar reach a mutex's semaphore through here.
+struct mutex_access {
+  template <class T>
+  static semaphore& semaphore_of(mutex<T>& m) noexcept {
+    return m.semaphore_;
+  }
+
+  template <class T>
+  struct make_owned_guard {
+    std::shared_ptr<mutex<T>> owner;
+    owned_mutex_guard<T> operator()(semaphore_permit&& permit) noexcept {
+      return {std::move(owner), std::move(permit)};
+    }
+  };
+  template <class T>
+  using owned_forms = wait_forms<semaphore_acquire<make_owned_guard<T>>>;
+
+  template <class T>
+  static std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {
+    auto permit = m->semaphore_.try_acquire(1);
+    if (!permit) return std::nullopt;
+    return owned_mutex_guard<T>(std::move(m), std::move(*permit));
+  }
+};
+
+}  // namespace detail
+
+/// `co_await lock_owned(m)` yields an owned_mutex_guard<T> that keeps `*m` alive.
+/// Precondition: m is not null.
+template <class T>
+[[nodiscard]] auto lock_owned(std::shared_ptr<mutex<T>> m) noexcept {
+  semaphore* s = &detail::mutex_access::semaphore_of(*m);
+  return detail::mutex_access::owned_forms<T>::await(s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+}
+/// Yields result<owned_mutex_guard<T>>: ok, or cancelled.
+template <class T>
+[[nodiscard]] auto lock_owned(std::shared_ptr<mutex<T>> m, std::stop_token stop) noexcept {
+  semaphore* s = &detail::mutex_access::semaphore_of(*m);
+  return detail::mutex_access::owned_forms<T>::await_until_stopped(
+      std::move(stop), s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+}
+template <class T>
+owned_mutex_guard<T> lock_owned_blocking(std::shared_ptr<mutex<T>> m) {
+  semaphore* s = &detail::mutex_access::semaphore_of(*m);
+  return detail::mutex_access::owned_forms<T>::block(s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+}
+template <class T>
+[[nodiscard]] std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {
+  return detail::mutex_access::try_lock_owned(std::move(m));
+}
+
+}  // namespace asyncband

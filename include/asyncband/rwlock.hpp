@@ -1,0 +1,198 @@
+// asyncband/rwlock.hpp
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+#include "detail/wait_functions.hpp"
+#include "result.hpp"
+#include "semaphore.hpp"
+
+namespace asyncband {
+
+template <class T>
+class rwlock;
+template <class T>
+class rwlock_write_guard;
+
+/// Shared, read-only access to an rwlock's value, or to a part of it (map). Releases its read
+/// share on destruction. Move-only.
+template <class T>
+class [[nodiscard]] rwlock_read_guard {
+ public:
+  rwlock_read_guard(rwlock_read_guard&&) noexcept = default;
+  rwlock_read_guard& operator=(rwlock_read_guard&&) noexcept = default;
+  rwlock_read_guard(const rwlock_read_guard&) = delete;
+  rwlock_read_guard& operator=(const rwlock_read_guard&) = delete;
+  ~rwlock_read_guard() = default;
+
+  /// Precondition: owns_lock().
+  const T& operator*() const noexcept { return *value_; }
+  const T* operator->() const noexcept { return value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  void unlock() noexcept { permit_.release(); }
+
+  /// A read guard of part of the value: `f(const T&)` returns a reference into it. If f throws,
+  /// this guard keeps its share.
+  template <class F>
+  auto map(F&& f) && {
+    const auto& part = std::forward<F>(f)(*value_);
+    return rwlock_read_guard<std::remove_cvref_t<decltype(part)>>(std::move(permit_), &part);
+  }
+
+ private:
+  template <class>
+  friend class rwlock;
+  template <class>
+  friend class rwlock_read_guard;
+  template <class>
+  friend class rwlock_write_guard;
+  rwlock_read_guard(semaphore_permit&& permit, const T* value) noexcept : permit_(std::move(permit)), value_(value) {}
+
+  semaphore_permit permit_;
+  const T* value_;
+};
+
+/// Exclusive access to an rwlock's value, or to a part of it (map). Releases on destruction, or
+/// turns into a read guard without letting a writer in between (downgrade). Move-only.
+template <class T>
+class [[nodiscard]] rwlock_write_guard {
+ public:
+  rwlock_write_guard(rwlock_write_guard&&) noexcept = default;
+  rwlock_write_guard& operator=(rwlock_write_guard&&) noexcept = default;
+  rwlock_write_guard(const rwlock_write_guard&) = delete;
+  rwlock_write_guard& operator=(const rwlock_write_guard&) = delete;
+  ~rwlock_write_guard() = default;
+
+  /// Precondition: owns_lock().
+  T& operator*() const noexcept { return *value_; }
+  T* operator->() const noexcept { return value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  void unlock() noexcept { permit_.release(); }
+
+  /// A write guard of part of the value: `f(T&)` returns a reference into it. If f throws, this
+  /// guard keeps the lock.
+  template <class F>
+  auto map(F&& f) && {
+    auto& part = std::forward<F>(f)(*value_);
+    return rwlock_write_guard<std::remove_reference_t<decltype(part)>>(std::move(permit_), &part);
+  }
+
+  /// Keeps one read share and releases the rest at once: no writer can get in between, and
+  /// readers queued behind this writer (up to the next queued writer) are let in.
+  /// Precondition: owns_lock().
+  rwlock_read_guard<T> downgrade() && noexcept {
+    semaphore_permit others = permit_.split(permit_.count() - 1);
+    others.release();
+    return {std::move(permit_), value_};
+  }
+
+ private:
+  template <class>
+  friend class rwlock;
+  template <class>
+  friend class rwlock_write_guard;
+  rwlock_write_guard(semaphore_permit&& permit, T* value) noexcept : permit_(std::move(permit)), value_(value) {}
+
+  semaphore_permit permit_;
+  T* value_;
+};
+
+/// A reader-writer lock that owns the value it protects: any number of readers (up to
+/// max_readers()) or one writer.
+///
+/// Contract
+/// - Synchronization: a writer's unlock happens-before every later lock (read or write) that
+///   completes; a reader's unlock happens-before the next write lock that completes.
+/// - Fairness: one FIFO queue for readers and writers, write-preferring in effect: once a
+///   writer waits, later readers (including `try_read`) queue behind it, so writers cannot
+///   starve; the readers queued behind a writer are let in together when it unlocks.
+///   Built on asyncband::semaphore with max_readers() permits: a read takes one, a write all.
+/// - Cancellation commits until the waiter resumes: a cancelled lock never holds the rwlock,
+///   and what it had been handed passes to the next waiters.
+/// - Uncontended read and write locks and unlocks are one CAS each.
+/// - Not recursive: a reader taking a second read share may wait forever behind a writer.
+/// - The rwlock must outlive its guards and pending locks.
+template <class T>
+class rwlock {
+  template <class Guard, class Value>
+  struct make_guard {
+    Value* value;
+    Guard operator()(semaphore_permit&& permit) const noexcept { return {std::move(permit), value}; }
+  };
+  using make_read = make_guard<rwlock_read_guard<T>, const T>;
+  using make_write = make_guard<rwlock_write_guard<T>, T>;
+  using read_forms = detail::wait_forms<detail::semaphore_acquire<make_read>>;
+  using write_forms = detail::wait_forms<detail::semaphore_acquire<make_write>>;
+
+ public:
+  /// The default maximum number of concurrent readers.
+  static constexpr std::size_t default_max_readers = std::size_t{1} << 28;
+
+  rwlock() : rwlock(T{}) {}
+  explicit rwlock(T value, std::size_t max_readers = default_max_readers)
+      : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::move(value)) {}
+  rwlock(const rwlock&) = delete;
+  rwlock& operator=(const rwlock&) = delete;
+
+  [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
+
+  /// `co_await l.read()` yields an rwlock_read_guard<T>.
+  [[nodiscard]] auto read() noexcept { return read_forms::await(&semaphore_, 1, make_read{&value_}); }
+  /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
+  [[nodiscard]] auto read(std::stop_token stop) noexcept {
+    return read_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
+  }
+  rwlock_read_guard<T> read_blocking() { return read_forms::block(&semaphore_, 1, make_read{&value_}); }
+  result<rwlock_read_guard<T>> read_blocking(std::stop_token stop) {
+    return read_forms::block_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
+  }
+  template <class Rep, class Period>
+  result<rwlock_read_guard<T>> read_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return read_forms::block_for(timeout, &semaphore_, 1, make_read{&value_});
+  }
+  /// A read share now, or nothing (also nothing while anybody, such as a writer, waits).
+  [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }
+
+  /// `co_await l.write()` yields an rwlock_write_guard<T>.
+  [[nodiscard]] auto write() noexcept { return write_forms::await(&semaphore_, max_readers_, make_write{&value_}); }
+  /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
+  [[nodiscard]] auto write(std::stop_token stop) noexcept {
+    return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
+  }
+  rwlock_write_guard<T> write_blocking() { return write_forms::block(&semaphore_, max_readers_, make_write{&value_}); }
+  result<rwlock_write_guard<T>> write_blocking(std::stop_token stop) {
+    return write_forms::block_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
+  }
+  template <class Rep, class Period>
+  result<rwlock_write_guard<T>> write_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return write_forms::block_for(timeout, &semaphore_, max_readers_, make_write{&value_});
+  }
+  /// The write lock now, or nothing.
+  [[nodiscard]] std::optional<rwlock_write_guard<T>> try_write() { return try_lock(max_readers_, make_write{&value_}); }
+
+ private:
+  static std::size_t checked(std::size_t max_readers) {
+    if (max_readers == 0 || max_readers > semaphore::max())
+      throw std::invalid_argument("asyncband::rwlock: max_readers must be in [1, semaphore::max()]");
+    return max_readers;
+  }
+
+  template <class Make>
+  auto try_lock(std::size_t shares, Make make) -> std::optional<std::invoke_result_t<Make&, semaphore_permit&&>> {
+    auto permit = semaphore_.try_acquire(shares);
+    if (!permit) return std::nullopt;
+    return make(std::move(*permit));
+  }
+
+  std::size_t max_readers_;
+  semaphore semaphore_;
+  T value_;
+};
+
+}  // namespace asyncband
