@@ -16,64 +16,22 @@
 
 #include <barrier>
 #include <condition_variable>
-#include <coroutine>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <latch>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include <asyncband/asyncband.hpp>
 
-#if __has_include(<sys/resource.h>)
-#include <sys/resource.h>
-#define ASYNCBAND_BENCH_HAVE_RUSAGE 1
-#endif
+#include "bench_support.hpp"
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// Driver: an eager coroutine with no scheduler (a wake-up would resume it inline). The benchmark
-// loop runs inside the coroutine, so an iteration costs only the awaited operation, not a
-// resume of the driver.
-class inline_coroutine {
- public:
-  struct promise_type {
-    inline_coroutine get_return_object() noexcept {
-      return inline_coroutine(std::coroutine_handle<promise_type>::from_promise(*this));
-    }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-
-  inline_coroutine(inline_coroutine&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
-  inline_coroutine(const inline_coroutine&) = delete;
-  inline_coroutine& operator=(const inline_coroutine&) = delete;
-  inline_coroutine& operator=(inline_coroutine&&) = delete;
-  ~inline_coroutine() {
-    if (handle_) handle_.destroy();
-  }
-
-  /// The loop must have run to its end without ever suspending (every wait was ready).
-  void check(benchmark::State& state) const {
-    if (!handle_.done()) state.SkipWithError("coroutine suspended on an uncontended wait");
-  }
-
- private:
-  explicit inline_coroutine(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
-};
-
-template <class T>
-void escape(T& object) {
-  T* p = &object;
-  benchmark::DoNotOptimize(p);
-}
+using asyncband_bench::escape;
+using asyncband_bench::inline_coroutine;
+using asyncband_bench::run_with_helpers;
 
 // ---------------------------------------------------------------------------------------------
 // std baselines: std::mutex + std::condition_variable, the textbook way.
@@ -164,40 +122,6 @@ class cv_barrier {
   std::ptrdiff_t remaining_;
   std::uint64_t generation_ = 0;
 };
-
-/// Context switches (voluntary + involuntary) of the whole process so far; -1 if unknown.
-long context_switches() {
-#ifdef ASYNCBAND_BENCH_HAVE_RUSAGE
-  rusage usage{};
-  if (getrusage(RUSAGE_SELF, &usage) == 0) return usage.ru_nvcsw + usage.ru_nivcsw;
-#endif
-  return -1;
-}
-
-/// Runs `body()` exactly state.max_iterations times on each of `helpers` extra threads while the
-/// benchmark loop runs `main_body()` on this thread: one iteration = one round for everybody.
-/// Reports the process's context switches per round (`csw/round`): a wait that parks its thread
-/// costs at least one.
-template <class HelperBody, class MainBody>
-void run_with_helpers(benchmark::State& state, int helpers, HelperBody body, MainBody main_body) {
-  const auto rounds = state.max_iterations;
-  const long switches_before = context_switches();
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(helpers));
-  for (int i = 0; i < helpers; ++i) {
-    threads.emplace_back([&body, rounds] {
-      for (benchmark::IterationCount r = 0; r < rounds; ++r) body();
-    });
-  }
-  for (auto _ : state) main_body();
-  for (auto& t : threads) t.join();
-  state.SetItemsProcessed(state.iterations());
-  const long switches_after = context_switches();
-  if (switches_before >= 0 && switches_after >= 0 && state.iterations() > 0) {
-    state.counters["csw/round"] =
-        static_cast<double>(switches_after - switches_before) / static_cast<double>(state.iterations());
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // event/set_wait_reset, event/set_await_reset: manual_reset_event set, wait (ready), reset.

@@ -43,20 +43,31 @@ THREADS = re.compile(r"^threads:(\d+)$")
 AGG_NAME = re.compile(r"_(mean|median|stddev|cv)$")
 
 
+def read_json(path: str) -> dict | None:
+    """A Google Benchmark JSON output; None for an empty file, which is what an executable
+    writes when --benchmark_filter matches none of its benchmarks."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if not text.strip():
+        return None
+    return json.loads(text)
+
+
 def load(paths: list[str]) -> list[dict]:
     benches: list[dict] = []
     for p in paths:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
-        benches.extend(data.get("benchmarks", []))
+        data = read_json(p)
+        if data is not None:
+            benches.extend(data.get("benchmarks", []))
     return benches
 
 
 def merge(out: str, paths: list[str]) -> None:
     merged: dict = {"context": None, "executables": [], "benchmarks": []}
     for p in paths:
-        with open(p, encoding="utf-8") as f:
-            data = json.load(f)
+        data = read_json(p)
+        if data is None:
+            continue  # the filter matched nothing in this executable
         exe = Path(p).stem
         if merged["context"] is None:
             merged["context"] = data.get("context", {})

@@ -1,0 +1,360 @@
+// bench/bench_locks.cpp: mutex, semaphore and rwlock against their std (and oneTBB) baselines.
+//
+// Names are `family/case/impl`; impl is `asyncband` (ours), `std` (std::mutex,
+// std::counting_semaphore, std::shared_mutex), `tbb` (tbb::mutex, tbb::rw_mutex: oneTBB's
+// spin-then-block locks) or `tbb_spin` (tbb::spin_mutex). The coroutine cases are compared with
+// the plain-thread baselines: the standard library has no awaitable lock.
+//
+// Uncontended cases: one thread, the lock is always free, so nothing ever waits. The `co_await`
+// forms run their loop inside an inline_coroutine, which fails the case if it ever suspended.
+// The process is made multi-threaded before any case runs (become_multithreaded): glibc's
+// pthread mutex skips its atomics in a process that never had a second thread, which no
+// program that needs a lock is.
+//
+// Contended cases (mutex/contended_K): K workers each add 1 to a shared counter kIncrements
+// times, each increment under the lock. asyncband: K runtime::task coroutines on a
+// runtime::thread_pool of kPoolThreads threads; std/tbb: K std::threads. One iteration is one
+// whole run (K * kIncrements locked increments, the same work for every impl), timed manually
+// from the start of the workers to the end of the last one (thread creation, pool startup and
+// the final check are not timed). A run whose counter is not K * kIncrements fails the case.
+// Counters: items/s is locked increments per second; csw/lock the process's context switches
+// per increment. Expect more run-to-run variance here than in the uncontended cases: how long
+// the workers actually overlap decides how many acquisitions queue (asyncband hands the lock
+// over in FIFO order, std::mutex lets the unlocking thread take it again).
+//
+//   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <latch>
+#include <mutex>
+#include <semaphore>
+#include <shared_mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <oneapi/tbb/mutex.h>
+#include <oneapi/tbb/rw_mutex.h>
+#include <oneapi/tbb/spin_mutex.h>
+
+#include <asyncband/asyncband.hpp>
+#include <asyncband/runtime/task.hpp>
+#include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/runtime/when_all.hpp>
+
+#include "bench_support.hpp"
+
+namespace {
+
+using asyncband_bench::context_switches;
+using asyncband_bench::escape;
+using asyncband_bench::inline_coroutine;
+
+// ---------------------------------------------------------------------------------------------
+// mutex/lock_unlock: uncontended lock + unlock, empty critical section.
+
+inline_coroutine lock_unlock_loop(benchmark::State& state, asyncband::mutex<>& m) {
+  for (auto _ : state) {
+    auto guard = co_await m.lock();
+  }
+}
+
+void mutex_lock_unlock_asyncband(benchmark::State& state) {
+  asyncband::mutex<> m;
+  lock_unlock_loop(state, m).check(state);
+  escape(m);
+}
+
+void mutex_lock_unlock_blocking_asyncband(benchmark::State& state) {
+  asyncband::mutex<> m;
+  for (auto _ : state) {
+    auto guard = m.lock_blocking();
+  }
+  escape(m);
+}
+
+/// std::mutex and tbb::mutex alike (also the baseline of the blocking form).
+template <class Mutex>
+void mutex_lock_unlock_peer(benchmark::State& state) {
+  Mutex m;
+  for (auto _ : state) {
+    m.lock();
+    m.unlock();
+  }
+  escape(m);
+}
+
+// mutex/try_lock: uncontended try_lock (succeeds) + unlock.
+
+void mutex_try_lock_asyncband(benchmark::State& state) {
+  asyncband::mutex<> m;
+  for (auto _ : state) {
+    auto guard = m.try_lock();
+    if (!guard) {
+      state.SkipWithError("try_lock failed on a free mutex");
+      break;
+    }
+  }
+  escape(m);
+}
+
+template <class Mutex>
+void mutex_try_lock_peer(benchmark::State& state) {
+  Mutex m;
+  for (auto _ : state) {
+    if (!m.try_lock()) {
+      state.SkipWithError("try_lock failed on a free mutex");
+      break;
+    }
+    m.unlock();
+  }
+  escape(m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// semaphore/acquire_release: one permit of a semaphore holding one (a binary semaphore),
+// returned at once. semaphore/acquire_release_spare: the same with kSparePermits permits, so the
+// count never drops to 0. libstdc++'s counting_semaphore (GCC 12) makes a futex wake system call
+// on every release that raises the count from 0, waiter or not: the first case measures that,
+// the second its atomic fast path.
+
+constexpr std::ptrdiff_t kSparePermits = 16;
+
+inline_coroutine acquire_release_loop(benchmark::State& state, asyncband::semaphore& s) {
+  for (auto _ : state) {
+    auto permit = co_await s.acquire();
+  }
+}
+
+template <std::ptrdiff_t Permits>
+void semaphore_acquire_release_asyncband(benchmark::State& state) {
+  asyncband::semaphore s(Permits);
+  acquire_release_loop(state, s).check(state);
+  escape(s);
+}
+
+void semaphore_acquire_release_blocking_asyncband(benchmark::State& state) {
+  asyncband::semaphore s(1);
+  for (auto _ : state) {
+    auto permit = s.acquire_blocking();
+  }
+  escape(s);
+}
+
+template <std::ptrdiff_t Permits>
+void semaphore_acquire_release_std(benchmark::State& state) {
+  std::counting_semaphore<> s(Permits);
+  for (auto _ : state) {
+    s.acquire();
+    s.release();
+  }
+  escape(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// rwlock/read: uncontended read lock, read the value, unlock. rwlock/write: write lock,
+// increment the value, unlock.
+
+inline_coroutine read_loop(benchmark::State& state, asyncband::rwlock<std::uint64_t>& l) {
+  for (auto _ : state) {
+    auto guard = co_await l.read();
+    benchmark::DoNotOptimize(*guard);
+  }
+}
+
+void rwlock_read_asyncband(benchmark::State& state) {
+  asyncband::rwlock<std::uint64_t> l(0);
+  read_loop(state, l).check(state);
+  escape(l);
+}
+
+inline_coroutine write_loop(benchmark::State& state, asyncband::rwlock<std::uint64_t>& l) {
+  for (auto _ : state) {
+    auto guard = co_await l.write();
+    ++*guard;
+  }
+}
+
+void rwlock_write_asyncband(benchmark::State& state) {
+  asyncband::rwlock<std::uint64_t> l(0);
+  write_loop(state, l).check(state);
+  escape(l);
+}
+
+/// std::shared_mutex and tbb::rw_mutex alike.
+template <class SharedMutex>
+void rwlock_read_peer(benchmark::State& state) {
+  SharedMutex l;
+  std::uint64_t value = 0;
+  for (auto _ : state) {
+    l.lock_shared();
+    benchmark::DoNotOptimize(value);
+    l.unlock_shared();
+  }
+  escape(l);
+}
+
+template <class SharedMutex>
+void rwlock_write_peer(benchmark::State& state) {
+  SharedMutex l;
+  std::uint64_t value = 0;
+  for (auto _ : state) {
+    l.lock();
+    ++value;
+    benchmark::DoNotOptimize(value);
+    l.unlock();
+  }
+  escape(l);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mutex/contended_K: K workers, kIncrements locked increments each, one whole run per iteration.
+
+constexpr int kIncrements = 100000;
+constexpr int kPoolThreads = 2;
+
+using asyncband::runtime::task;
+using asyncband::runtime::thread_pool;
+using seconds = std::chrono::duration<double>;
+
+/// Common bookkeeping of a contended case: the counter check and the per-lock rates.
+class contended_run {
+ public:
+  contended_run(benchmark::State& state, int workers)
+      : state_(state),
+        expected_(std::uint64_t{static_cast<unsigned>(workers)} * kIncrements),
+        switches_before_(context_switches()) {}
+
+  /// After each run: the counter must hold every increment.
+  bool check(std::uint64_t counter) {
+    if (counter == expected_) return true;
+    state_.SkipWithError("final counter is not K * kIncrements");
+    return false;
+  }
+
+  void finish() {
+    const auto locks = static_cast<std::int64_t>(expected_) * state_.iterations();
+    state_.SetItemsProcessed(locks);
+    const long switches_after = context_switches();
+    if (switches_before_ >= 0 && switches_after >= 0 && locks > 0) {
+      state_.counters["csw/lock"] =
+          static_cast<double>(switches_after - switches_before_) / static_cast<double>(locks);
+    }
+  }
+
+ private:
+  benchmark::State& state_;
+  std::uint64_t expected_;
+  long switches_before_;
+};
+
+task<void> increment_on(thread_pool& pool, asyncband::mutex<std::uint64_t>& m) {
+  co_await pool.schedule();
+  for (int i = 0; i < kIncrements; ++i) {
+    auto guard = co_await m.lock();
+    ++*guard;
+  }
+}
+
+template <int K>
+void mutex_contended_asyncband(benchmark::State& state) {
+  thread_pool pool(kPoolThreads);
+  contended_run run(state, K);
+  for (auto _ : state) {
+    asyncband::mutex<std::uint64_t> m(0);
+    std::vector<task<void>> workers;
+    workers.reserve(K);
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on(pool, m));
+    const auto start = std::chrono::steady_clock::now();
+    asyncband::block_on(asyncband::runtime::when_all(std::move(workers)));
+    state.SetIterationTime(seconds(std::chrono::steady_clock::now() - start).count());
+    const auto guard = m.try_lock();
+    if (!run.check(guard ? **guard : 0)) break;
+  }
+  run.finish();
+}
+
+/// K std::threads, each incrementing under `Mutex` (std::mutex, tbb::mutex, tbb::spin_mutex).
+/// The threads are created before the timer starts and released together by a latch.
+template <int K, class Mutex>
+void mutex_contended_threads(benchmark::State& state) {
+  contended_run run(state, K);
+  for (auto _ : state) {
+    Mutex m;
+    std::uint64_t counter = 0;
+    std::latch go(1);
+    std::vector<std::thread> threads;
+    threads.reserve(K);
+    for (int i = 0; i < K; ++i) {
+      threads.emplace_back([&] {
+        go.wait();
+        for (int n = 0; n < kIncrements; ++n) {
+          const std::lock_guard lock(m);
+          ++counter;
+        }
+      });
+    }
+    const auto start = std::chrono::steady_clock::now();
+    go.count_down();
+    for (auto& t : threads) t.join();
+    state.SetIterationTime(seconds(std::chrono::steady_clock::now() - start).count());
+    if (!run.check(counter)) break;
+  }
+  run.finish();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Registration, grouped by family/case.
+
+BENCHMARK(mutex_lock_unlock_asyncband)->Name("mutex/lock_unlock/asyncband");
+BENCHMARK(mutex_lock_unlock_peer<std::mutex>)->Name("mutex/lock_unlock/std");
+BENCHMARK(mutex_lock_unlock_peer<tbb::mutex>)->Name("mutex/lock_unlock/tbb");
+BENCHMARK(mutex_lock_unlock_blocking_asyncband)->Name("mutex/lock_unlock_blocking/asyncband");
+BENCHMARK(mutex_lock_unlock_peer<std::mutex>)->Name("mutex/lock_unlock_blocking/std");
+BENCHMARK(mutex_lock_unlock_peer<tbb::mutex>)->Name("mutex/lock_unlock_blocking/tbb");
+BENCHMARK(mutex_try_lock_asyncband)->Name("mutex/try_lock/asyncband");
+BENCHMARK(mutex_try_lock_peer<std::mutex>)->Name("mutex/try_lock/std");
+BENCHMARK(mutex_try_lock_peer<tbb::mutex>)->Name("mutex/try_lock/tbb");
+
+BENCHMARK(mutex_contended_asyncband<2>)->Name("mutex/contended_2/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, std::mutex>)->Name("mutex/contended_2/std")->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, tbb::mutex>)->Name("mutex/contended_2/tbb")->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, tbb::spin_mutex>)->Name("mutex/contended_2/tbb_spin")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<4>)->Name("mutex/contended_4/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, std::mutex>)->Name("mutex/contended_4/std")->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, tbb::mutex>)->Name("mutex/contended_4/tbb")->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, tbb::spin_mutex>)->Name("mutex/contended_4/tbb_spin")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<8>)->Name("mutex/contended_8/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, std::mutex>)->Name("mutex/contended_8/std")->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, tbb::mutex>)->Name("mutex/contended_8/tbb")->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, tbb::spin_mutex>)->Name("mutex/contended_8/tbb_spin")->UseManualTime();
+
+BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
+BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release/std");
+BENCHMARK(semaphore_acquire_release_blocking_asyncband)->Name("semaphore/acquire_release_blocking/asyncband");
+BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release_blocking/std");
+BENCHMARK(semaphore_acquire_release_asyncband<kSparePermits>)
+    ->Name("semaphore/acquire_release_spare/asyncband");
+BENCHMARK(semaphore_acquire_release_std<kSparePermits>)->Name("semaphore/acquire_release_spare/std");
+
+BENCHMARK(rwlock_read_asyncband)->Name("rwlock/read/asyncband");
+BENCHMARK(rwlock_read_peer<std::shared_mutex>)->Name("rwlock/read/std");
+BENCHMARK(rwlock_read_peer<tbb::rw_mutex>)->Name("rwlock/read/tbb");
+BENCHMARK(rwlock_write_asyncband)->Name("rwlock/write/asyncband");
+BENCHMARK(rwlock_write_peer<std::shared_mutex>)->Name("rwlock/write/std");
+BENCHMARK(rwlock_write_peer<tbb::rw_mutex>)->Name("rwlock/write/tbb");
+
+// BENCHMARK_MAIN, in a process that is multi-threaded from the start (become_multithreaded).
+int main(int argc, char** argv) {
+  asyncband_bench::become_multithreaded();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,110 @@
+// bench/bench_support.hpp: helpers shared by the bench/bench_<family>.cpp executables.
+//
+//   inline_coroutine   an eager, scheduler-less coroutine driving a benchmark loop from inside
+//   escape(x)          keeps x (and everything reachable from it) observable to the optimiser
+//   context_switches() the process's context switches so far
+//   run_with_helpers   a benchmark loop with helper threads running the same number of rounds
+//   become_multithreaded() starts and joins one thread, so that std baselines take their
+//                      multi-threaded paths
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <coroutine>
+#include <cstddef>
+#include <exception>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#if __has_include(<sys/resource.h>)
+#include <sys/resource.h>
+#define ASYNCBAND_BENCH_HAVE_RUSAGE 1
+#endif
+
+namespace asyncband_bench {
+
+// ---------------------------------------------------------------------------------------------
+// Driver: an eager coroutine with no scheduler (a wake-up would resume it inline). The benchmark
+// loop runs inside the coroutine, so an iteration costs only the awaited operation, not a
+// resume of the driver.
+class inline_coroutine {
+ public:
+  struct promise_type {
+    inline_coroutine get_return_object() noexcept {
+      return inline_coroutine(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+
+  inline_coroutine(inline_coroutine&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+  inline_coroutine(const inline_coroutine&) = delete;
+  inline_coroutine& operator=(const inline_coroutine&) = delete;
+  inline_coroutine& operator=(inline_coroutine&&) = delete;
+  ~inline_coroutine() {
+    if (handle_) handle_.destroy();
+  }
+
+  /// The loop must have run to its end without ever suspending (every wait was ready).
+  void check(benchmark::State& state) const {
+    if (!handle_.done()) state.SkipWithError("coroutine suspended on an uncontended wait");
+  }
+
+ private:
+  explicit inline_coroutine(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
+  std::coroutine_handle<promise_type> handle_;
+};
+
+template <class T>
+void escape(T& object) {
+  T* p = &object;
+  benchmark::DoNotOptimize(p);
+}
+
+/// Context switches (voluntary + involuntary) of the whole process so far; -1 if unknown.
+inline long context_switches() {
+#ifdef ASYNCBAND_BENCH_HAVE_RUSAGE
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) return usage.ru_nvcsw + usage.ru_nivcsw;
+#endif
+  return -1;
+}
+
+/// Runs `body()` exactly state.max_iterations times on each of `helpers` extra threads while the
+/// benchmark loop runs `main_body()` on this thread: one iteration = one round for everybody.
+/// Reports the process's context switches per round (`csw/round`): a wait that parks its thread
+/// costs at least one.
+template <class HelperBody, class MainBody>
+void run_with_helpers(benchmark::State& state, int helpers, HelperBody body, MainBody main_body) {
+  const auto rounds = state.max_iterations;
+  const long switches_before = context_switches();
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(helpers));
+  for (int i = 0; i < helpers; ++i) {
+    threads.emplace_back([&body, rounds] {
+      for (benchmark::IterationCount r = 0; r < rounds; ++r) body();
+    });
+  }
+  for (auto _ : state) main_body();
+  for (auto& t : threads) t.join();
+  state.SetItemsProcessed(state.iterations());
+  const long switches_after = context_switches();
+  if (switches_before >= 0 && switches_after >= 0 && state.iterations() > 0) {
+    state.counters["csw/round"] =
+        static_cast<double>(switches_after - switches_before) / static_cast<double>(state.iterations());
+  }
+}
+
+/// Starts and joins one thread. glibc (2.35 and later) gives pthread mutexes, hence std::mutex, a
+/// non-atomic fast path while the process has never had a second thread; a program that needs a
+/// lock has threads, so std baselines are measured after this (the process stays multi-threaded
+/// for good). Without it, uncontended std::mutex lock + unlock measures about 3x faster than in
+/// any real program, and depends on whether an earlier case happened to start a thread.
+inline void become_multithreaded() {
+  std::thread([] {}).join();
+}
+
+}  // namespace asyncband_bench
