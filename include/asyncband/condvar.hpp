@@ -65,7 +65,9 @@ class condvar {
   /// Wakes the oldest registered waiter, if any.
   void notify_one() noexcept {
     queue_.wake([](detail::wait_list& waiters, detail::wake_batch& batch) {
-      if (!waiters.empty()) waiters.claim_front(batch);
+      if (waiters.empty()) return;
+      static_cast<notify_node&>(*waiters.front()).by_notify_one = true;
+      waiters.claim_front(batch);
     });
   }
 
@@ -111,8 +113,9 @@ class condvar {
   }
 
  private:
-  /// A registration waiting for a notification. The notification is the grant: one delivered
-  /// to a waiter that will not use it (cancelled, destroyed) goes to the next waiter.
+  /// A registration waiting for a notification. A notify_one is a grant: delivered to a waiter
+  /// that will not use it (cancelled, destroyed), it goes to the next waiter. A notify_all woke
+  /// everybody registered then; passing it on would wake somebody registered after it.
   class notify_node : public detail::queued_waiter<condvar> {
    public:
     using value_type = void;
@@ -124,10 +127,17 @@ class condvar {
       return owner().queue_.complete_or_enqueue(*this, [] { return false; });
     }
     void take() noexcept {}
-    void give_back() noexcept { owner().notify_one(); }
+    void give_back() noexcept { owner().pass_on(by_notify_one); }
+
+    bool by_notify_one = false;  // written by the claiming notifier, under the lock
   };
 
   detail::wait_queue& queue() noexcept { return queue_; }
+
+  /// A waiter that consumed a notification and will not return with it passes a notify_one on.
+  void pass_on(bool by_notify_one) noexcept {
+    if (by_notify_one) notify_one();
+  }
 
   /// Asks the predicate whether to (go on) waiting. A plain wait waits exactly once.
   template <class T, class Predicate>
@@ -198,15 +208,14 @@ class [[nodiscard]] condvar::waiting {
   ~waiting() {
     if (!relock_ || !relock_->pending()) return;
     relock_.reset();  // unlinks, passing on a hand-off it had received
-    condvar_->notify_one();
+    condvar_->pass_on(by_notify_one_);
   }
 
   bool await_ready() {
-    if (stop_.stop_requested()) {
-      outcome_ = wait_status::cancelled;
-      return true;
-    }
-    return !keep_waiting(predicate_, mutex_->value_, false);
+    if (!keep_waiting(predicate_, mutex_->value_, false)) return true;  // holds already
+    if (!stop_.stop_requested()) return false;
+    outcome_ = wait_status::cancelled;
+    return true;
   }
 
   template <class Promise>
@@ -236,13 +245,14 @@ class [[nodiscard]] condvar::waiting {
   [[gnu::noinline]] bool wait_for_notification() noexcept {
     notified_wait& w = notified_.emplace(stop_, condvar_);
     if (w.try_complete()) return finish(wait_status::cancelled);
-    semaphore_permit lock = std::move(held_);
-    const bool pending = w.publish(detail::resume_target(&on_notified, this));
-    lock.release();
+    // Unlocked once registered and before anything can resume the wait: so the wait cannot
+    // end (and its owner destroy the mutex) while this thread still holds the lock.
+    const bool pending = w.publish(detail::resume_target(&on_notified, this), [this]() noexcept { held_.release(); });
     return pending || after_notification();
   }
 
   bool after_notification() noexcept {
+    by_notify_one_ = notified_->node().by_notify_one;
     if (!notified(*notified_)) return finish(wait_status::cancelled);
     relock_wait& w = relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, as_permit{});
     if (!w.try_complete() && w.publish(detail::resume_target(&on_relocked, this))) return true;
@@ -254,7 +264,7 @@ class [[nodiscard]] condvar::waiting {
     relock_.reset();
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
-        condvar_->notify_one();  // the notification this wait consumed goes to another waiter
+        condvar_->pass_on(by_notify_one_);  // the notification this wait consumed goes on
         return finish(wait_status::cancelled);
       }
       held_ = std::move(*relocked);
@@ -293,6 +303,7 @@ class [[nodiscard]] condvar::waiting {
   std::optional<notified_wait> notified_;
   std::optional<relock_wait> relock_;
   wait_status outcome_ = wait_status::ok;
+  bool by_notify_one_ = false;
   std::exception_ptr error_;
 };
 
@@ -301,21 +312,23 @@ condvar::yield_t<Cancellable, T> condvar::block(
     mutex_guard<T> guard, Predicate predicate, std::stop_token stop) {
   mutex<T>* const m = guard.mutex();
   semaphore_permit held = permit_of(guard);
+  bool by_notify_one = false;
   for (bool woken = false; keep_waiting(predicate, m->value_, woken); woken = true) {
     {
       detail::pending_wait<notify_node, Cancellable> notified(stop, this);
       if (notified.try_complete()) return cancelled<Cancellable, T>();
       detail::parker park;
-      const bool pending = notified.publish(detail::resume_target(&detail::parker::unpark_thunk, &park));
-      held.release();
+      const bool pending = notified.publish(detail::resume_target(&detail::parker::unpark_thunk, &park),
+                                            [&held]() noexcept { held.release(); });
       if (pending) park.park();
+      by_notify_one = notified.node().by_notify_one;
       if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
     }
     auto relocked = detail::block_wait<relock_node, Cancellable>(stop, {}, &detail::mutex_access::semaphore_of(*m),
                                                                  1, as_permit{});
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
-        notify_one();
+        pass_on(by_notify_one);
         return cancelled<Cancellable, T>();
       }
       held = std::move(*relocked);

@@ -134,9 +134,13 @@ class rwlock {
   /// The default maximum number of concurrent readers.
   static constexpr std::size_t default_max_readers = std::size_t{1} << 28;
 
-  rwlock() : rwlock(T{}) {}
+  rwlock() : rwlock(std::in_place, default_max_readers) {}
   explicit rwlock(T value, std::size_t max_readers = default_max_readers)
       : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::move(value)) {}
+  /// Constructs the value in place from args (for values that cannot move, such as atomics).
+  template <class... Args>
+  rwlock(std::in_place_t /*unused*/, std::size_t max_readers, Args&&... args)
+      : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::forward<Args>(args)...) {}
   rwlock(const rwlock&) = delete;
   rwlock& operator=(const rwlock&) = delete;
 

@@ -72,10 +72,12 @@ class [[nodiscard]] semaphore_permit {
   /// Takes over `other`'s permits. Throws std::invalid_argument (and changes nothing) if they
   /// come from another semaphore: returning them here would corrupt both counts.
   void merge(semaphore_permit&& other) {
-    if (other.semaphore_ == nullptr || &other == this) return;
-    if (semaphore_ == nullptr) semaphore_ = other.semaphore_;
-    if (other.semaphore_ != semaphore_)
+    if (&other == this || other.count_ == 0) return;
+    if (count_ == 0) {
+      semaphore_ = other.semaphore_;
+    } else if (other.semaphore_ != semaphore_) {
       throw std::invalid_argument("asyncband::semaphore_permit::merge: permits of another semaphore");
+    }
     count_ += std::exchange(other.count_, 0);
   }
 
@@ -136,7 +138,8 @@ class semaphore {
   template <class Rep, class Period>
   result<semaphore_permit> acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout);
 
-  /// n permits now, or nothing: fails if fewer are available or anybody is queued.
+  /// n permits now, or nothing: fails if fewer are available or anybody is queued (n = 0
+  /// always succeeds).
   [[nodiscard]] std::optional<semaphore_permit> try_acquire(std::size_t n = 1) {
     if (checked(n) != 0 && !try_take(n)) return std::nullopt;
     return semaphore_permit(this, n);
@@ -227,7 +230,7 @@ class semaphore {
   add_outcome try_add(std::size_t n) noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     while ((s & contended) == 0) {
-      if (count_of(s) > max() - n) return add_outcome::overflow;
+      if (n > max() || count_of(s) > max() - n) return add_outcome::overflow;
       if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release, std::memory_order_relaxed))
         return add_outcome::added;
     }
@@ -287,13 +290,18 @@ class semaphore_waiter : public waiter {
     return semaphore_->queue_.complete_or_enqueue(*this, [this] { return semaphore_->take_or_queue(*this); });
   }
 
-  /// Unlinks a queued waiter, and gives its partial grant to the waiters behind it.
+  /// Unlinks a queued waiter and gives its partial grant to the waiters behind it, in one
+  /// locked step. The cancelled waiter goes first into the batch that wakes those it completes,
+  /// and is resolved here, ahead of them: one of them resumed inline may destroy its frame,
+  /// which then finds it resolved. So this returns false in every case (as if a waker had
+  /// claimed it), and the caller leaves the resolution to us.
   bool cancel(wait_status why) noexcept {
-    return semaphore_->queue_.wake([this, why](wait_list& waiters, wake_batch& batch) {
-      if (!waiters.unlink_if_linked(*this, why)) return false;
+    semaphore_->queue_.wake([this, why](wait_list& waiters, wake_batch& batch) {
+      if (!waiters.unlink_if_linked(*this, why)) return;
+      batch.add(*this);
       semaphore_->hand_out(std::exchange(granted_, 0), waiters, batch);
-      return true;
-    });
+    }, test_point::claimed_for_cancel);
+    return false;
   }
 
   /// A complete grant that will not be used goes back (to the next waiter, or available).
@@ -330,7 +338,7 @@ class semaphore_acquire : public semaphore_waiter {
 }  // namespace detail
 
 inline void semaphore_permit::release() noexcept {
-  if (semaphore_ != nullptr) semaphore_->give<false>(std::exchange(count_, 0));
+  if (count_ != 0) semaphore_->give<false>(std::exchange(count_, 0));
 }
 
 inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {

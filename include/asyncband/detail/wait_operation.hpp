@@ -9,7 +9,9 @@
 //                                                 // late cancellation must pass on?
 //     bool try_ready() noexcept;                  // complete without queueing (lock-free or locked)
 //     bool enqueue() noexcept;                    // under the lock: complete now (true) or link
-//     bool cancel(wait_status why) noexcept;      // unlink if still queued; true if it did
+//     bool cancel(wait_status why) noexcept;      // unlink if still queued; true if it did and the
+//                                                 // caller must resolve it (false: claimed by a
+//                                                 // waker, or resolved by cancel itself)
 //     value_type take();                          // after completion with status ok
 //     void give_back() noexcept;                  // transferable only: pass the grant on
 //   };
@@ -105,6 +107,11 @@ struct stop_registration<Node, false> {
   static void disarm() noexcept {}
 };
 
+/// The default of pending_wait::publish's hook.
+struct nothing_to_do {
+  void operator()() const noexcept {}
+};
+
 /// What a wait yields: the node's value (or nothing) for waits that cannot fail, result<value>
 /// for cancellable ones.
 template <class Node, bool Cancellable>
@@ -176,6 +183,8 @@ class pending_wait {
     pass_on_grant(node_);
   }
 
+  [[nodiscard]] Node& node() noexcept { return node_; }
+
   /// Published and not yet resolved: a resolver will still run the target.
   [[nodiscard]] bool pending() const noexcept { return node_.is_suspended_unresolved(); }
 
@@ -194,10 +203,17 @@ class pending_wait {
   /// (`target` will not run). Nothing here touches the wait after the final arm().
   /// Out of line so that nothing after the publication is merged into a coroutine body (clang 14
   /// has touched the frame after await_suspend handed it away: LLVM 56301/65054).
-  [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target) noexcept {
+  /// `linked()` runs right after the node is queued, before anything can resume the wait (a
+  /// condvar unlocks its mutex there: after registering, and before it can be resumed).
+  template <class Linked = nothing_to_do>
+  [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target, Linked linked = {}) noexcept {
     node_.set_target(target);
-    if (node_.enqueue()) return false;
+    if (node_.enqueue()) {
+      linked();
+      return false;
+    }
     at_test_point(test_point::published);
+    linked();
     stop_.arm(node_);
     at_test_point(test_point::before_arm);
     return node_.arm();

@@ -89,7 +89,7 @@ class wait_queue {
   /// Returns what `claim` returned (true for a void `claim`). The queue is pinned throughout the
   /// locked part, so a waiter completed by `claim` may destroy the primitive as soon as it sees it.
   template <class Claim>
-  auto wake(Claim&& claim) noexcept {
+  auto wake(Claim&& claim, test_point after_unlock = test_point::claimed_for_wake) noexcept {
     const auto run = [&claim](wait_list& waiters, wake_batch& batch) {
       if constexpr (std::is_void_v<std::invoke_result_t<Claim, wait_list&, wake_batch&>>) {
         std::forward<Claim>(claim)(waiters, batch);
@@ -107,6 +107,7 @@ class wait_queue {
       return r;
     }();
     unpin();  // resolving the batch touches only the nodes
+    if (after_unlock != test_point::claimed_for_wake && !batch.empty()) at_test_point(after_unlock);
     batch.resolve_all();
     return claimed;
   }

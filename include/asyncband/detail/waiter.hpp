@@ -225,10 +225,15 @@ class wake_batch {
   void resolve_all() noexcept {
     if (head_ == nullptr) return;
     at_test_point(test_point::claimed_for_wake);
-    if (wake_batch* outer = resolving_here(); outer != nullptr && deferring_here()) {
+    if (wake_batch* outer = resolving_here();
+        outer != nullptr && (deferring_here() || nesting_here() >= max_nesting)) {
       outer->splice(*this);  // the outer loop resolves them once the current node returns
       return;
     }
+    // Continuations resolved from here run with deferral off: only the code that asked for it
+    // (between defer_nested's construction and destruction, in this very frame) defers.
+    const bool deferring = std::exchange(deferring_here(), false);
+    ++nesting_here();
     outer_ = std::exchange(resolving_here(), this);
     while (head_ != nullptr) {
       waiter* const w = head_;
@@ -237,6 +242,8 @@ class wake_batch {
       w->resolve();
     }
     resolving_here() = outer_;
+    --nesting_here();
+    deferring_here() = deferring;
   }
 
   /// While alive, wake-ups made on this thread from inside the resolution of a batch are not
@@ -269,6 +276,17 @@ class wake_batch {
   static wake_batch*& resolving_here() noexcept {
     thread_local wake_batch* batch = nullptr;
     return batch;
+  }
+
+  /// Batches being resolved on this thread, one inside another (a coroutine resumed inline
+  /// wakes others, which wake others...). Past max_nesting, a batch is appended to the
+  /// innermost one being resolved instead: an inline hand-off chain (every unlock resuming the
+  /// next lock holder inline) then runs as a loop, and its depth no longer grows with the number
+  /// of waiters (cppcoro's and libcoro's stack overflows).
+  static constexpr unsigned max_nesting = 16;
+  static unsigned& nesting_here() noexcept {
+    thread_local unsigned depth = 0;
+    return depth;
   }
 
   static bool& deferring_here() noexcept {

@@ -1,0 +1,1119 @@
+// Tests for asyncband::mutex: try_lock / lock / lock_blocking / lock_timeout, guards (access,
+// unlock, moves, map), owned guards that keep the mutex alive, FIFO hand-off without barging,
+// cancellation racing the hand-off at the waiter core's test points, destruction of suspended
+// lockers, plain threads and block_on, "last one out", and a bounded multi-threaded stress test.
+#include "asyncband/mutex.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "asyncband/block_on.hpp"
+#include "asyncband/runtime/task.hpp"
+#include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/runtime/thread_pool.hpp"
+#include "support/last_one_out.hpp"
+#include "support/probe.hpp"
+#include "support/stress.hpp"
+#include "support/thread_hook.hpp"
+#include "support/wait_contract.hpp"
+
+namespace {
+
+using namespace asyncband_test;
+using asyncband::block_on;
+using asyncband::mapped_mutex_guard;
+using asyncband::mutex;
+using asyncband::mutex_guard;
+using asyncband::owned_mutex_guard;
+using asyncband::runtime::thread_pool;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A mutex as the shared wait scenarios (support/wait_contract.hpp) see a primitive: wait() is
+/// lock(), and the test holds the lock from the start (`held`), so that every lock queues;
+/// `unlock_held` is the scenarios' wake. The waiter coroutines keep the guard they receive until
+/// they end, so each one unlocks (handing the mutex on) as soon as it has run.
+struct held_mutex {
+  mutex<int> m;
+  std::optional<mutex_guard<int>> held = m.try_lock();
+
+  [[nodiscard]] auto wait() noexcept { return m.lock(); }
+  [[nodiscard]] auto wait(std::stop_token stop) noexcept { return m.lock(std::move(stop)); }
+  auto wait_blocking() { return m.lock_blocking(); }
+  auto wait_blocking(std::stop_token stop) { return m.lock_blocking(std::move(stop)); }
+  template <class Rep, class Period>
+  auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return m.lock_timeout(timeout);
+  }
+};
+
+const auto unlock_held = [](held_mutex& h) { h.held.reset(); };
+
+/// Nothing is left locked or queued: the mutex is free and a try_lock gets it.
+void expect_free(mutex<int>& m) {
+  EXPECT_FALSE(m.is_locked());
+  EXPECT_TRUE(m.try_lock().has_value());
+  EXPECT_FALSE(m.is_locked());
+}
+
+/// What a locker saw once it had the lock: that its guard owned this mutex, locked.
+struct lock_probe : probe {
+  bool owned = false;
+  void after_wait(held_mutex& /*unused*/) noexcept {}
+  void after_wait(held_mutex& h, const mutex_guard<int>& g) noexcept {
+    owned = g.owns_lock() && g.mutex() == &h.m && h.m.is_locked();
+  }
+};
+
+/// The order in which turns called lock() and got it, and how many are inside at once.
+struct turn_log {
+  std::vector<int> arrivals;
+  std::vector<int> acquisitions;
+  int inside = 0;
+  int cancelled = 0;
+};
+
+/// One turn at the lock on the test scheduler: announces itself (arrival order), locks (with
+/// `stop` when it is possible), checks that it is alone inside, holds the lock across `holds`
+/// reschedulings (everybody else runs meanwhile) and unlocks.
+task<void> take_turn(test_scheduler& s, mutex<int>& m, int id, int holds, std::stop_token stop, turn_log& log) {
+  log.arrivals.push_back(id);
+  std::optional<mutex_guard<int>> g;
+  if (stop.stop_possible()) {
+    auto r = co_await m.lock(std::move(stop));
+    if (!r.ok()) {
+      EXPECT_EQ(r.status(), wait_status::cancelled);
+      ++log.cancelled;
+      std::erase(log.arrivals, id);  // it never held the lock: not in the acquisition order
+      co_return;
+    }
+    g.emplace(std::move(*r));
+  } else {
+    g.emplace(co_await m.lock());
+  }
+  log.acquisitions.push_back(id);
+  EXPECT_EQ(log.inside++, 0) << "turn " << id << " entered while another held the lock";
+  ++**g;
+  for (int k = 0; k < holds; ++k) co_await s.schedule();
+  EXPECT_EQ(--log.inside, 0);
+}
+
+/// Requests stop after `delay` reschedulings on `s`.
+task<void> request_stop_later(test_scheduler& s, std::stop_source& src, int delay) {
+  for (int k = 0; k < delay; ++k) co_await s.schedule();
+  src.request_stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locking without waiting, guards
+
+TEST(Mutex, TryLockGivesExclusiveAccessToTheValue) {
+  mutex<int> m(5);
+  EXPECT_FALSE(m.is_locked());
+  auto g = m.try_lock();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_TRUE(g->owns_lock());
+  EXPECT_EQ(g->mutex(), &m);
+  EXPECT_EQ(**g, 5);
+  **g = 6;
+  EXPECT_TRUE(m.is_locked());
+  EXPECT_FALSE(m.try_lock().has_value());  // not recursive, no second holder
+  g.reset();
+  EXPECT_FALSE(m.is_locked());
+  auto again = m.try_lock();
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(**again, 6);  // the first holder's write
+}
+
+TEST(Mutex, ValueConstructionAndArrowAccess) {
+  mutex<> nothing;  // protects std::monostate
+  EXPECT_TRUE(nothing.try_lock().has_value());
+
+  mutex<std::pair<int, std::string>> m(std::in_place, 3, "abc");
+  auto g = m.try_lock();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ((*g)->first, 3);
+  EXPECT_EQ((*g)->second, "abc");
+  (*g)->second += "d";
+  EXPECT_EQ((**g).second, "abcd");
+
+  mutex<std::string> from_value(std::string("xyz"));
+  EXPECT_EQ(**from_value.try_lock(), "xyz");
+  mutex<std::vector<int>> defaulted;
+  EXPECT_TRUE((*defaulted.try_lock())->empty());
+}
+
+TEST(Mutex, GuardUnlockReleasesAtOnceAndGivesNoMoreAccess) {
+  mutex<int> m(1);
+  auto g = *m.try_lock();
+  g.unlock();
+  EXPECT_FALSE(g.owns_lock());
+  EXPECT_EQ(g.mutex(), nullptr);
+  EXPECT_FALSE(m.is_locked());
+  auto other = m.try_lock();
+  EXPECT_TRUE(other.has_value());
+  g.unlock();  // a second unlock does nothing: the other holder keeps the lock
+  EXPECT_TRUE(m.is_locked());
+}
+
+TEST(Mutex, GuardMovesTransferTheLock) {
+  mutex<int> a(1);
+  mutex<int> b(2);
+  auto ga = *a.try_lock();
+  mutex_guard<int> moved(std::move(ga));
+  EXPECT_FALSE(ga.owns_lock());  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+  EXPECT_EQ(ga.mutex(), nullptr);
+  EXPECT_TRUE(moved.owns_lock());
+  EXPECT_EQ(moved.mutex(), &a);
+  EXPECT_EQ(*moved, 1);
+  EXPECT_TRUE(a.is_locked());
+
+  auto gb = *b.try_lock();
+  moved = std::move(gb);  // unlocks `a` first
+  EXPECT_FALSE(a.is_locked());
+  EXPECT_TRUE(b.is_locked());
+  EXPECT_EQ(moved.mutex(), &b);
+  EXPECT_EQ(*moved, 2);
+  EXPECT_FALSE(gb.owns_lock());  // NOLINT(bugprone-use-after-move)
+
+  moved = std::move(ga);  // an empty guard moved in: `b` is unlocked, nothing is held
+  EXPECT_FALSE(b.is_locked());
+  EXPECT_FALSE(moved.owns_lock());
+  EXPECT_EQ(moved.mutex(), nullptr);
+  {
+    auto ga2 = *a.try_lock();
+    const mutex_guard<int> sink(std::move(ga2));
+  }  // the moved-from guard's destruction unlocks nothing twice
+  EXPECT_FALSE(a.is_locked());
+  expect_free(a);
+  expect_free(b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// map
+
+struct account {
+  int id = 0;
+  std::string name;
+};
+
+TEST(MutexMap, MappedGuardGivesAccessToAPartAndKeepsTheLock) {
+  mutex<account> m(account{7, "ann"});
+  auto name = (*m.try_lock()).map([](account& a) -> std::string& { return a.name; });
+  EXPECT_TRUE(name.owns_lock());
+  EXPECT_TRUE(m.is_locked());
+  EXPECT_FALSE(m.try_lock().has_value());
+  EXPECT_EQ(*name, "ann");
+  EXPECT_EQ(name->size(), 3U);
+  *name = "bob";
+
+  auto initial = std::move(name).map([](std::string& s) -> char& { return s[0]; });  // narrows further
+  EXPECT_TRUE(initial.owns_lock());
+  EXPECT_FALSE(name.owns_lock());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(m.is_locked());
+  *initial = 'r';
+
+  mapped_mutex_guard<char> moved(std::move(initial));
+  EXPECT_TRUE(moved.owns_lock());
+  EXPECT_FALSE(initial.owns_lock());  // NOLINT(bugprone-use-after-move)
+  moved.unlock();
+  EXPECT_FALSE(moved.owns_lock());
+  EXPECT_FALSE(m.is_locked());
+  auto g = m.try_lock();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ((*g)->name, "rob");
+  EXPECT_EQ((*g)->id, 7);
+}
+
+TEST(MutexMap, MappedGuardUnlocksOnDestructionAndMoveAssignment) {
+  mutex<account> a(account{1, "a"});
+  mutex<account> b(account{2, "b"});
+  const auto id_of = [](account& acc) -> int& { return acc.id; };
+  {
+    auto ida = (*a.try_lock()).map(id_of);
+    EXPECT_EQ(*ida, 1);
+    ida = (*b.try_lock()).map(id_of);  // releases `a` first
+    EXPECT_FALSE(a.is_locked());
+    EXPECT_TRUE(b.is_locked());
+    EXPECT_EQ(*ida, 2);
+  }
+  EXPECT_FALSE(b.is_locked());
+}
+
+TEST(MutexMap, AMappingFunctionThatThrowsLeavesTheLockHeld) {
+  mutex<account> m(account{3, "c"});
+  auto g = *m.try_lock();
+  const auto boom = [](account& /*unused*/) -> int& { throw std::runtime_error("boom"); };
+  EXPECT_THROW((void)std::move(g).map(boom), std::runtime_error);
+  EXPECT_TRUE(g.owns_lock());  // NOLINT(bugprone-use-after-move): map threw before taking anything
+  EXPECT_EQ(g.mutex(), &m);
+  EXPECT_TRUE(m.is_locked());
+  EXPECT_EQ(g->id, 3);
+
+  auto name = std::move(g).map([](account& acc) -> std::string& { return acc.name; });
+  const auto boom_again = [](std::string& /*unused*/) -> char& { throw std::runtime_error("again"); };
+  EXPECT_THROW((void)std::move(name).map(boom_again), std::runtime_error);
+  EXPECT_TRUE(name.owns_lock());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(m.is_locked());
+  EXPECT_EQ(*name, "c");
+  name.unlock();
+  EXPECT_FALSE(m.is_locked());
+}
+
+TEST(MutexMap, AMappedGuardHandsTheLockToAQueuedLocker) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe p;
+  s.spawn(plain_waiter(h, p));
+  s.run();
+  {
+    auto part = std::move(*h.held).map([](int& v) -> int& { return v; });
+    h.held.reset();  // the emptied guard unlocks nothing
+    EXPECT_EQ(s.ready_count(), 0U);
+    EXPECT_TRUE(h.m.is_locked());
+    *part = 42;
+  }
+  EXPECT_EQ(s.ready_count(), 1U);  // handed to the locker
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_TRUE(p.owned);
+  auto g = h.m.try_lock();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(**g, 42);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owned guards
+
+using shared_mutex_ptr = std::shared_ptr<mutex<int>>;
+
+/// An owned guard from `acquire(shared_ptr)` keeps the mutex alive once the test's own pointer is
+/// gone, gives access, and its destruction unlocks and then frees the mutex.
+template <class Acquire>
+void owned_guard_keeps_the_mutex_alive(Acquire acquire) {
+  auto m = std::make_shared<mutex<int>>(10);
+  const std::weak_ptr<mutex<int>> weak = m;
+  std::optional<owned_mutex_guard<int>> g(acquire(m));
+  ASSERT_TRUE(g->owns_lock());
+  EXPECT_EQ(g->mutex(), m);
+  EXPECT_TRUE(m->is_locked());
+  m.reset();
+  EXPECT_FALSE(weak.expired());
+  EXPECT_EQ(weak.use_count(), 1);  // only the guard
+  EXPECT_EQ(**g, 10);
+  **g = 11;
+  EXPECT_EQ(*g->operator->(), 11);
+  g.reset();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(MutexOwned, EveryFormKeepsTheMutexAlive) {
+  {
+    SCOPED_TRACE("try_lock_owned");
+    owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) { return *asyncband::try_lock_owned(std::move(m)); });
+  }
+  {
+    SCOPED_TRACE("lock_owned_blocking");
+    owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) { return asyncband::lock_owned_blocking(std::move(m)); });
+  }
+  {
+    SCOPED_TRACE("lock_owned");
+    owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) { return block_on(asyncband::lock_owned(std::move(m))); });
+  }
+  {
+    SCOPED_TRACE("lock_owned(stop)");
+    owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) {
+      std::stop_source never;
+      return block_on(asyncband::lock_owned(std::move(m), never.get_token())).value();
+    });
+  }
+}
+
+TEST(MutexOwned, FailedOrCancelledAttemptsKeepNoReference) {
+  auto m = std::make_shared<mutex<int>>(0);
+  auto holder = asyncband::try_lock_owned(m);
+  ASSERT_TRUE(holder.has_value());
+  EXPECT_EQ(m.use_count(), 2);
+  EXPECT_FALSE(asyncband::try_lock_owned(m).has_value());
+  EXPECT_EQ(m.use_count(), 2);
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_TRUE(block_on(asyncband::lock_owned(m, stopped.get_token())).cancelled());
+  EXPECT_EQ(m.use_count(), 2);
+  holder.reset();
+  EXPECT_EQ(m.use_count(), 1);
+  EXPECT_FALSE(m->is_locked());
+}
+
+/// Locks `m` with lock_owned (with `stop` when possible), moving the pointer into the lock so
+/// that the coroutine keeps no reference of its own; records in `p`, and whether its guard was
+/// the mutex's only owner.
+task<void> owned_locker(shared_mutex_ptr m, std::stop_token stop, int value, probe& p, long& owners) {
+  ++p.started;
+  std::optional<owned_mutex_guard<int>> g;
+  if (stop.stop_possible()) {
+    auto r = co_await asyncband::lock_owned(std::move(m), std::move(stop));
+    p.finish(r.status());
+    if (!r.ok()) co_return;
+    g.emplace(std::move(*r));
+  } else {
+    g.emplace(co_await asyncband::lock_owned(std::move(m)));
+    p.finish(wait_status::ok);
+  }
+  owners = g->mutex().use_count();
+  **g = value;
+}
+
+TEST(MutexOwned, AQueuedOwnedLockKeepsTheMutexAliveAfterEveryOtherOwnerLeft) {
+  test_scheduler s;
+  auto m = std::make_shared<mutex<int>>(0);
+  const std::weak_ptr<mutex<int>> weak = m;
+  auto holder = asyncband::try_lock_owned(m);
+  ASSERT_TRUE(holder.has_value());
+  probe p;
+  long owners = 0;
+  s.spawn(owned_locker(std::move(m), std::stop_token{}, 5, p, owners));
+  s.run();
+  EXPECT_EQ(p.resumed, 0);
+  EXPECT_EQ(weak.use_count(), 2);  // the holder and the queued lock
+
+  holder.reset();  // unlocks (handing the mutex to the queued lock), then drops its reference
+  EXPECT_FALSE(weak.expired());
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_EQ(p.status, wait_status::ok);
+  EXPECT_EQ(owners, 1);  // its guard was the last owner
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(MutexOwned, ACancelledOwnedLockReleasesItsReferenceAndTheLockStaysWithItsHolder) {
+  test_scheduler s;
+  auto m = std::make_shared<mutex<int>>(0);
+  const std::weak_ptr<mutex<int>> weak = m;
+  auto holder = asyncband::try_lock_owned(m);
+  std::stop_source src;
+  probe p;
+  long owners = 0;
+  s.spawn(owned_locker(std::move(m), src.get_token(), 5, p, owners));
+  s.run();
+  src.request_stop();
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_EQ(p.status, wait_status::cancelled);
+  EXPECT_EQ(weak.use_count(), 1);  // only the holder
+  EXPECT_TRUE(holder->owns_lock());
+  EXPECT_EQ(**holder, 0);
+  holder.reset();
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(MutexOwned, MovesTransferTheLockAndTheOwnership) {
+  test_scheduler s;
+  auto a = std::make_shared<mutex<int>>(1);
+  auto b = std::make_shared<mutex<int>>(2);
+  const std::weak_ptr<mutex<int>> weak_a = a;
+  auto ga = *asyncband::try_lock_owned(a);
+  auto gb = *asyncband::try_lock_owned(b);
+  probe next;  // queued for `a`, with its own reference
+  long owners = 0;
+  s.spawn(owned_locker(a, std::stop_token{}, 3, next, owners));
+  s.run();
+  a.reset();
+
+  owned_mutex_guard<int> moved(std::move(ga));
+  EXPECT_FALSE(ga.owns_lock());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(ga.mutex(), nullptr);
+  EXPECT_TRUE(moved.owns_lock());
+  EXPECT_EQ(*moved, 1);
+  EXPECT_EQ(s.ready_count(), 0U);
+
+  moved = std::move(gb);  // unlocks `a` (handing it to `next`) before dropping its reference
+  EXPECT_EQ(moved.mutex(), b);
+  EXPECT_EQ(*moved, 2);
+  EXPECT_FALSE(gb.owns_lock());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(next.status, wait_status::ok);
+  EXPECT_EQ(owners, 1);
+  EXPECT_TRUE(weak_a.expired());
+  EXPECT_TRUE(b->is_locked());
+  moved = owned_mutex_guard<int>(std::move(moved));
+  EXPECT_TRUE(b->is_locked());
+  { const owned_mutex_guard<int> sink(std::move(moved)); }
+  EXPECT_FALSE(b->is_locked());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locking from coroutines: hand-off order, no barging
+
+TEST(Mutex, UncontendedLockCompletesWithoutSuspending) {
+  test_scheduler s;
+  held_mutex h;
+  h.held.reset();
+  lock_probe plain;
+  lock_probe stoppable;
+  std::stop_source src;
+  s.spawn(plain_waiter(h, plain));
+  s.spawn(stoppable_waiter(h, src.get_token(), stoppable));
+  EXPECT_EQ(s.run(), 2U);  // one step each: neither suspended
+  EXPECT_TRUE(plain.owned);
+  EXPECT_TRUE(stoppable.owned);
+  EXPECT_EQ(stoppable.status, wait_status::ok);
+  expect_free(h.m);
+}
+
+TEST(Mutex, LockIsHandedToWaitersInFifoOrder) {
+  test_scheduler s;
+  held_mutex h;
+  std::vector<int> order;
+  std::array<lock_probe, 5> probes;
+  std::stop_source src;  // never stopped
+  for (int i = 0; i < 5; ++i) {
+    probes[static_cast<std::size_t>(i)].id = i;
+    probes[static_cast<std::size_t>(i)].order = &order;
+  }
+  spawn_alternating_waiters(s, h, probes, src.get_token());
+  s.run();
+  EXPECT_TRUE(order.empty());
+
+  h.held.reset();
+  // One at a time: each unlock (at the end of a waiter) hands the lock to exactly one more.
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    EXPECT_EQ(s.ready_count(), 1U) << "step " << i;
+    s.step();
+  }
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  for (const auto& p : probes) {
+    EXPECT_EQ(p.resumed, 1);
+    EXPECT_TRUE(p.owned);
+  }
+  expect_free(h.m);
+}
+
+TEST(Mutex, TurnsHoldingTheLockAcrossSuspensionsAreExclusiveAndServedInArrivalOrder) {
+  constexpr int kTurns = 8;
+  for (const std::uint64_t seed : {0ULL, 1ULL, 2ULL, 3ULL, 4ULL, 5ULL, 17ULL, 99ULL}) {
+    SCOPED_TRACE(seed);
+    test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
+    mutex<int> m(0);
+    turn_log log;
+    for (int id = 0; id < kTurns; ++id) s.spawn(take_turn(s, m, id, 1 + id % 3, std::stop_token{}, log));
+    s.run();
+    EXPECT_EQ(log.acquisitions, log.arrivals);
+    EXPECT_EQ(log.acquisitions.size(), static_cast<std::size_t>(kTurns));
+    EXPECT_EQ(log.inside, 0);
+    auto g = m.try_lock();
+    ASSERT_TRUE(g.has_value());
+    EXPECT_EQ(**g, kTurns);
+  }
+}
+
+TEST(Mutex, CancelledTurnsLeaveTheOthersInArrivalOrder) {
+  constexpr int kTurns = 10;
+  int cancelled_somewhere = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    SCOPED_TRACE(seed);
+    test_scheduler s(seed);
+    mutex<int> m(0);
+    turn_log log;
+    std::stop_source src;
+    for (int id = 0; id < kTurns; ++id) {
+      const std::stop_token stop = id % 2 == 0 ? std::stop_token{} : src.get_token();
+      s.spawn(take_turn(s, m, id, 1 + id % 2, stop, log));
+    }
+    s.spawn(request_stop_later(s, src, static_cast<int>(seed % 7)));
+    s.run();
+    EXPECT_EQ(log.acquisitions, log.arrivals);  // the cancelled ones removed themselves
+    EXPECT_EQ(static_cast<int>(log.acquisitions.size()) + log.cancelled, kTurns);
+    EXPECT_EQ(log.inside, 0);
+    cancelled_somewhere += log.cancelled;
+    auto g = m.try_lock();
+    ASSERT_TRUE(g.has_value());
+    EXPECT_EQ(**g, static_cast<int>(log.acquisitions.size()));
+  }
+  EXPECT_GT(cancelled_somewhere, 0);  // the seeds do exercise cancellation
+}
+
+TEST(Mutex, NoBargingTheLockIsHandedToTheQueuedWaiterNotLeftFree) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe first;
+  lock_probe newcomer;
+  std::vector<int> order;
+  first.id = 1;
+  newcomer.id = 2;
+  first.order = newcomer.order = &order;
+  s.spawn(plain_waiter(h, first));
+  s.run();
+  EXPECT_FALSE(h.m.try_lock().has_value());
+
+  h.held.reset();                // hands the lock to `first`; its resumption is queued
+  EXPECT_TRUE(h.m.is_locked());  // never free in between
+  EXPECT_FALSE(h.m.try_lock().has_value());
+  EXPECT_TRUE(h.m.lock_timeout(0ms).timed_out());
+  auto late = plain_waiter(h, newcomer);
+  run_inline(s, late);  // locks now, before `first` resumes: it must queue behind it
+  EXPECT_EQ(newcomer.started, 1);
+  EXPECT_EQ(newcomer.resumed, 0);
+  EXPECT_FALSE(h.m.try_lock().has_value());
+  s.run();
+  EXPECT_TRUE(late.done());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(first.owned);
+  EXPECT_TRUE(newcomer.owned);
+  expect_free(h.m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation, and cancellation racing the hand-off at the waiter core's test points
+
+TEST(MutexCancel, AlreadyStoppedTokenCancelsAtOnceWithoutLocking) {
+  for (const bool locked : {false, true}) {
+    SCOPED_TRACE(locked);
+    held_mutex h;
+    if (!locked) h.held.reset();
+    already_stopped_token_cancels_at_once(h);
+    EXPECT_EQ(h.m.is_locked(), locked);  // a free mutex was not taken
+    std::stop_source stopped;
+    stopped.request_stop();
+    EXPECT_TRUE(h.m.lock_blocking(stopped.get_token()).cancelled());
+    EXPECT_EQ(h.m.is_locked(), locked);
+    h.held.reset();
+    expect_free(h.m);
+  }
+}
+
+TEST(MutexCancel, StopWhileQueuedCancelsAndTheNextWaiterGetsTheLock) {
+  held_mutex h;
+  stop_while_suspended_cancels_and_resumes_once(h, unlock_held);
+  expect_free(h.m);
+}
+
+TEST(MutexCancel, AWaiterHandedTheLockThatObservesItsStopBeforeResumingPassesItOn) {
+  held_mutex h;
+  suspended_waiters waiters(h, true);
+  auto& [s, stop_a, a, b] = waiters;
+  h.held.reset();  // hands the lock to A; A's resumption is queued
+  ASSERT_EQ(s.ready_count(), 1U);
+  stop_a.request_stop();  // too late to unlink A, but before it resumes
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(h.m.try_lock().has_value());
+  s.step();  // A resumes: cancelled, and gives the lock back, which goes to B
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(h.m.is_locked());
+  s.run();
+  EXPECT_EQ(b.resumed, 1);
+  EXPECT_EQ(b.status, wait_status::ok);
+  expect_free(h.m);
+}
+
+TEST(MutexCancel, AWaiterHandedTheLockThatObservesItsStopUnlocksWhenNobodyElseWaits) {
+  held_mutex h;
+  suspended_waiters waiters(h, false);
+  auto& [s, stop_a, a, unused] = waiters;
+  h.held.reset();
+  stop_a.request_stop();
+  EXPECT_TRUE(h.m.is_locked());  // A holds it until it resumes
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  expect_free(h.m);  // given back, not lost
+}
+
+TEST(MutexCancel, StopAfterTheLockerResumedChangesNothing) {
+  test_scheduler s;
+  mutex<int> m(0);
+  auto holder = m.try_lock();
+  turn_log log;
+  std::stop_source src;
+  s.spawn(take_turn(s, m, 1, 2, src.get_token(), log));
+  s.run();
+  holder.reset();
+  EXPECT_TRUE(s.step());  // resumes with the lock, then holds it across two reschedulings
+  EXPECT_EQ(log.acquisitions, (std::vector<int>{1}));
+  src.request_stop();  // the wait is over: nothing to cancel
+  EXPECT_TRUE(m.is_locked());
+  s.run();
+  EXPECT_EQ(log.cancelled, 0);
+  EXPECT_EQ(log.inside, 0);
+  expect_free(m);
+}
+
+TEST(MutexRace, StopAtClaimedForWakePassesTheLockOn) {
+  held_mutex h;
+  stop_at_claimed_for_wake(h, unlock_held, wait_status::cancelled);
+  expect_free(h.m);
+}
+
+TEST(MutexRace, UnlockAtClaimedForCancelGoesToTheOtherWaiter) {
+  held_mutex h;
+  wake_at_claimed_for_cancel_goes_to_the_other_waiter(h, unlock_held);
+  expect_free(h.m);
+}
+
+TEST(MutexRace, UnlockAtClaimedForCancelIsFreeWhenNobodyElseWaits) {
+  held_mutex h;
+  suspended_waiters waiters(h, false);
+  auto& [s, stop_a, a, unused] = waiters;
+  s.at(test_point::claimed_for_cancel, [&h] { h.held.reset(); });
+  stop_a.request_stop();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_FALSE(h.m.is_locked());  // unlinked before the unlock: the lock was not handed to it
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  expect_free(h.m);
+}
+
+TEST(MutexRace, UnlockAtPublishedOrBeforeArmCompletesWithoutSuspending) {
+  wake_before_suspension_completes_without_suspending([] { return held_mutex(); }, unlock_held,
+                                                      [](held_mutex& h) { expect_free(h.m); });
+}
+
+TEST(MutexRace, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
+  for (const test_point point : before_suspension) {
+    SCOPED_TRACE(static_cast<int>(point));
+    held_mutex h;
+    stop_at_point_cancels_without_suspending(point, h, unlock_held);
+    expect_free(h.m);
+  }
+}
+
+// Two cancellable waiters share one stop source, a plain one waits behind them. The stop comes
+// while the unlock holds the first one claimed: the first cannot be unlinked any more (it is
+// cancelled when it resumes and passes the lock on), the second is unlinked at once, and the
+// lock ends with the plain waiter. Each resumes once, the lock ends free.
+TEST(MutexRace, OneStopCancellingAHandedWaiterAndAQueuedOneLeavesTheLockToThePlainOne) {
+  test_scheduler s;
+  held_mutex h;
+  std::stop_source src;
+  lock_probe a;
+  lock_probe b;
+  lock_probe c;
+  s.spawn(stoppable_waiter(h, src.get_token(), a));
+  s.spawn(stoppable_waiter(h, src.get_token(), b));
+  s.spawn(plain_waiter(h, c));
+  s.run();
+  s.at(test_point::claimed_for_wake, [&src] { src.request_stop(); });
+  h.held.reset();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  s.run();
+  for (const lock_probe* p : {&a, &b, &c}) EXPECT_EQ(p->resumed, 1);
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(b.status, wait_status::cancelled);
+  EXPECT_EQ(c.status, wait_status::ok);
+  EXPECT_FALSE(a.owned);
+  EXPECT_FALSE(b.owned);
+  EXPECT_TRUE(c.owned);
+  expect_free(h.m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Destroying suspended lockers
+
+TEST(MutexDestroy, DestroyingQueuedLockersAnywhereInTheQueueUnlinksThem) {
+  held_mutex h;
+  destroying_suspended_waiters_unlinks_them(h, unlock_held);
+  expect_free(h.m);
+}
+
+// The unlocking thread has claimed the doomed locker (handing it the lock) and stops before
+// resolving it; this thread destroys the doomed coroutine right then. Its destructor waits for
+// the resolver, which must not resume it, and then passes the lock on: to the next locker, or
+// back to free.
+TEST(MutexDestroy, ALockerHandedTheLockAndDestroyedBeforeResumingPassesItOn) {
+  for (const bool another_waits : {true, false}) {
+    SCOPED_TRACE(another_waits);
+    test_scheduler s;
+    held_mutex h;
+    probe doomed;
+    lock_probe next;
+    auto doomed_task = plain_waiter(h, doomed);
+    start_on(s, doomed_task);
+    if (another_waits) s.spawn(plain_waiter(h, next));
+    s.run();
+
+    std::latch claimed(1);
+    std::latch destroying(1);
+    s.at(test_point::awaiting_resolver, [&destroying] { destroying.count_down(); });
+    std::thread unlocker([&h, &claimed, &destroying] {
+      const thread_hook hook(test_point::claimed_for_wake, [&claimed, &destroying] {
+        claimed.count_down();
+        destroying.wait();  // resolve only once the destructor waits for us
+      });
+      h.held.reset();
+    });
+    claimed.wait();
+    doomed_task = {};
+    unlocker.join();
+    EXPECT_EQ(s.pending_actions(), 0U);  // the destructor did wait for the resolver
+    s.run();
+    EXPECT_EQ(doomed.resumed, 0);
+    EXPECT_EQ(next.resumed, another_waits ? 1 : 0);
+    EXPECT_EQ(next.owned, another_waits);
+    expect_free(h.m);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain threads and block_on
+
+TEST(MutexBlocking, LockBlockingAndLockTimeoutWhenFree) {
+  mutex<int> m(1);
+  {
+    auto g = m.lock_blocking();
+    EXPECT_EQ(*g, 1);
+    EXPECT_TRUE(m.is_locked());
+  }
+  {
+    auto r = m.lock_timeout(0ms);  // completes without waiting: the deadline does not matter
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(**r, 1);
+  }
+  std::stop_source never;
+  {
+    auto r = m.lock_blocking(never.get_token());
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(m.is_locked());
+  }
+  {
+    auto g = block_on(m.lock());
+    EXPECT_TRUE(g.owns_lock());
+  }
+  expect_free(m);
+}
+
+TEST(MutexBlocking, LockTimeoutTimesOutAndLeavesNoTrace) {
+  held_mutex h;
+  EXPECT_TRUE(h.m.lock_timeout(0ms).timed_out());
+  EXPECT_TRUE(h.m.lock_timeout(1ms).timed_out());
+  EXPECT_TRUE(h.m.is_locked());
+  h.held.reset();  // nobody queued: unlocked, not handed to a timed-out lock
+  expect_free(h.m);
+}
+
+TEST(MutexBlocking, LockTimeoutCompletesWhenUnlockedByAnotherThread) {
+  held_mutex h;
+  wait_timeout_completes_when_woken_by_another_thread(h, unlock_held);
+  expect_free(h.m);
+}
+
+TEST(MutexBlocking, LockBlockingWithStopTokenIsCancelledByAnotherThread) {
+  held_mutex h;
+  blocking_wait_is_cancelled_by_another_thread(h);
+  EXPECT_TRUE(h.m.is_locked());  // still the test's
+  h.held.reset();
+  expect_free(h.m);
+}
+
+TEST(MutexBlocking, LockBlockingWithStopTokenIsHandedTheLockByAnotherThread) {
+  held_mutex h;
+  blocking_wait_is_woken_by_another_thread(h, unlock_held);
+  expect_free(h.m);
+}
+
+TEST(MutexBlocking, LockBlockingWaitsForTheHolderOnAnotherThread) {
+  mutex<int> m(0);
+  auto g = m.try_lock();
+  std::thread locker([&m] {
+    auto mine = m.lock_blocking();
+    EXPECT_EQ(*mine, 1);  // the holder's write happened before
+    *mine = 2;
+  });
+  **g = 1;
+  g.reset();
+  locker.join();
+  auto after = m.try_lock();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(**after, 2);
+}
+
+// A thread waits in lock_blocking(token), a coroutine queues behind it. The unlock claims the
+// thread's lock and the thread's stop is requested right then, before it resumes: the thread
+// reports cancelled and passes the lock to the coroutine.
+TEST(MutexBlocking, ALockBlockingHandedTheLockAfterItsStopPassesItOn) {
+  test_scheduler s;
+  held_mutex h;
+  std::stop_source stop;
+  std::latch queued(1);
+  std::optional<wait_status> status;
+  std::thread locker([&h, &stop, &queued, &status] {
+    const thread_hook hook(test_point::before_arm, [&queued] { queued.count_down(); });
+    status = h.m.lock_blocking(stop.get_token()).status();
+  });
+  queued.wait();
+  lock_probe next;
+  s.spawn(plain_waiter(h, next));
+  s.run();
+  s.at(test_point::claimed_for_wake, [&stop] { stop.request_stop(); });
+  h.held.reset();
+  locker.join();
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_EQ(status, wait_status::cancelled);
+  s.run();
+  EXPECT_EQ(next.resumed, 1);
+  EXPECT_TRUE(next.owned);
+  expect_free(h.m);
+}
+
+TEST(MutexBlocking, BlockOnLocksFromAnotherThread) {
+  held_mutex h;
+  std::optional<wait_status> status;
+  lock_probe p;
+  std::thread locker([&h, &status, &p] {
+    {
+      auto g = block_on(h.m.lock());  // waits for the unlock below
+      EXPECT_EQ(*g, 1);
+    }
+    status = block_on(h.m.lock(std::stop_token{})).status();
+    block_on(plain_waiter(h, p));  // a task without a scheduler, resumed inline
+  });
+  **h.held = 1;
+  h.held.reset();
+  locker.join();
+  EXPECT_EQ(status, wait_status::ok);
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_TRUE(p.owned);
+  expect_free(h.m);
+}
+
+TEST(MutexBlocking, BlockOnLockIsCancelledByAStopFromAnotherThread) {
+  held_mutex h;
+  block_on_wait_is_cancelled_by_another_thread(h);
+  h.held.reset();
+  expect_free(h.m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Last one out. An unlock never lets anybody complete while it still holds the mutex: the
+// hand-off resolves the next holder after the unlock has left the mutex, and a lock-free unlock's
+// CAS is its last access. The one waker that does is a cancellation: a queued lock destroyed
+// (here on the waker thread), which leaves the mutex to lock-free lockers while it still holds the
+// mutex's queue. A locker that then gets the lock and destroys the mutex must wait for it.
+
+TEST(MutexLifetime, TheLastOneOutMayDestroyTheMutexWhileACancelledLockReturns) {
+  test_scheduler s;
+  probe doomed;
+  task<void> doomed_lock;
+  waiter_destroys_while_the_waker_returns(
+      [&s, &doomed, &doomed_lock] {
+        auto h = std::make_unique<held_mutex>();
+        doomed_lock = plain_waiter(*h, doomed);
+        start_on(s, doomed_lock);
+        s.run();
+        return h;
+      },
+      [&doomed_lock](held_mutex& /*unused*/) { doomed_lock = {}; },
+      [](held_mutex& h) {
+        h.held.reset();  // lock-free: nobody is queued any more
+        EXPECT_TRUE(h.m.try_lock().has_value());
+      });
+  EXPECT_EQ(doomed.started, 1);
+  EXPECT_EQ(doomed.resumed, 0);
+}
+
+TEST(MutexLifetime, ALockerResumedInlineMayDestroyTheMutexInsideTheUnlock) {
+  // The locker has no scheduler: the unlock resumes it on its own stack, and it unlocks and
+  // destroys the mutex there, before the unlock returns. The unlock must not touch it afterwards
+  // (ASan checks; a pinned queue would make the destructor wait for itself).
+  auto m = std::make_unique<mutex<int>>(0);
+  auto holder = m->try_lock();
+  bool destroyed = false;
+  auto locker = [](std::unique_ptr<mutex<int>>& owner, bool& done) -> task<void> {
+    {
+      auto g = co_await owner->lock();
+      *g = 1;
+    }
+    owner.reset();
+    done = true;
+  }(m, destroyed);
+  locker.handle().resume();  // runs until it queues
+  EXPECT_FALSE(destroyed);
+  holder.reset();  // unlocks, and resumes the locker inline
+  EXPECT_TRUE(destroyed);
+  EXPECT_TRUE(locker.done());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stress: pool tasks and plain threads lock one mutex with every form; some cancellable locks
+// are cancelled while queued or after the hand-off. Mutual exclusion is checked with a count of
+// holders inside (must be 1), and the protected counter must equal the number of acquisitions.
+
+constexpr auto kStressTime = 400ms;
+constexpr int kStressIterations = 20000;
+
+struct mutex_stress {
+  mutex<long> m;
+  std::atomic<int> inside{0};
+  std::atomic<int> violations{0};
+  std::atomic<long> acquired{0};
+  std::atomic<long> cancelled{0};
+  std::atomic<long> timed_out{0};
+  std::atomic<long> try_failed{0};
+  std::mutex epoch_mutex;
+  std::stop_source epoch;  // guarded by epoch_mutex; replaced when stopped
+  completion finished;
+  const std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() + kStressTime;
+
+  explicit mutex_stress(int participants) : finished(participants) {}
+
+  [[nodiscard]] bool keep_going(int i) const {
+    return i < kStressIterations && std::chrono::steady_clock::now() < deadline;
+  }
+
+  std::stop_token token() {
+    const std::lock_guard lock(epoch_mutex);
+    return epoch.get_token();
+  }
+  void cancel_current_locks() {
+    std::stop_source old;
+    {
+      const std::lock_guard lock(epoch_mutex);
+      old = std::exchange(epoch, std::stop_source{});
+    }
+    old.request_stop();
+  }
+
+  void enter(long& value) {
+    if (inside.fetch_add(1) != 0) violations.fetch_add(1);
+    ++value;  // a plain write: the lock's hand-over must order it (TSan)
+    acquired.fetch_add(1);
+  }
+  void leave() {
+    if (inside.fetch_sub(1) != 1) violations.fetch_add(1);
+  }
+  template <class Result>
+  void enter_and_leave(Result& r) {
+    if (r.ok()) {
+      enter(**r);
+      leave();
+    } else if (r.cancelled()) {
+      cancelled.fetch_add(1);
+    } else if (r.timed_out()) {
+      timed_out.fetch_add(1);
+    } else {
+      violations.fetch_add(1);
+    }
+  }
+};
+
+task<void> stress_task(thread_pool& pool, mutex_stress& st, int id) {
+  co_await pool.schedule();
+  for (int i = 0; st.keep_going(i); ++i) {
+    switch ((i + id) % 4) {
+      case 0: {
+        auto g = co_await st.m.lock();
+        st.enter(*g);
+        co_await pool.schedule();  // holds the lock while it moves to another worker
+        st.leave();
+        break;
+      }
+      case 1: {
+        auto r = co_await st.m.lock(st.token());
+        st.enter_and_leave(r);
+        break;
+      }
+      case 2: {
+        auto r = co_await st.m.lock(st.token());
+        st.cancel_current_locks();  // cancels the others' queued locks, and maybe its own successor
+        st.enter_and_leave(r);
+        break;
+      }
+      default: {
+        if (auto g = st.m.try_lock()) {
+          st.enter(**g);
+          st.leave();
+        } else {
+          st.try_failed.fetch_add(1);
+        }
+        break;
+      }
+    }
+  }
+  st.finished.done();
+}
+
+void stress_thread(mutex_stress& st, int id) {
+  for (int i = 0; st.keep_going(i); ++i) {
+    switch ((i + id) % 5) {
+      case 0: {
+        auto g = st.m.lock_blocking();
+        st.enter(*g);
+        std::this_thread::yield();  // holds the lock a little longer: the others queue
+        st.leave();
+        break;
+      }
+      case 1: {
+        auto r = st.m.lock_blocking(st.token());
+        st.enter_and_leave(r);
+        break;
+      }
+      case 2: {
+        auto r = st.m.lock_timeout(50us);
+        st.enter_and_leave(r);
+        break;
+      }
+      case 3: {
+        auto r = block_on(st.m.lock(st.token()));
+        st.enter_and_leave(r);
+        break;
+      }
+      default:
+        st.cancel_current_locks();
+        if (auto g = st.m.try_lock()) {
+          st.enter(**g);
+          st.leave();
+        } else {
+          st.try_failed.fetch_add(1);
+        }
+        break;
+    }
+  }
+  st.finished.done();
+}
+
+TEST(MutexStress, PoolTasksAndPlainThreadsExcludeEachOther) {
+  constexpr int kTasks = 3;
+  constexpr int kThreads = 3;
+  mutex_stress st(kTasks + kThreads);
+  {
+    thread_pool pool(2);  // destroyed before `st`
+    for (int id = 0; id < kTasks; ++id) asyncband::runtime::spawn(pool.ref(), stress_task(pool, st, id));
+    std::vector<std::thread> threads;
+    for (int id = 0; id < kThreads; ++id) threads.emplace_back(stress_thread, std::ref(st), id);
+    st.finished.wait_or_abort(60s, "mutex stress");
+    for (auto& t : threads) t.join();
+  }
+  EXPECT_EQ(st.violations.load(), 0);
+  EXPECT_EQ(st.inside.load(), 0);
+  EXPECT_GT(st.acquired.load(), 0);
+  EXPECT_FALSE(st.m.is_locked());
+  auto g = st.m.try_lock();
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(**g, st.acquired.load());
+  RecordProperty("acquired", static_cast<int>(st.acquired.load()));
+  RecordProperty("cancelled", static_cast<int>(st.cancelled.load()));
+  RecordProperty("timed_out", static_cast<int>(st.timed_out.load()));
+  RecordProperty("try_failed", static_cast<int>(st.try_failed.load()));
+}
+
+}  // namespace
