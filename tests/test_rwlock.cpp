@@ -162,6 +162,16 @@ TEST(Rwlock, ConstructionChecksMaxReaders) {
   EXPECT_TRUE((*defaulted.try_read())->empty());
 }
 
+TEST(Rwlock, InPlaceConstructionForValuesThatCannotMove) {
+  rwlock<std::atomic<int>> l(std::in_place, 2, 5);
+  EXPECT_EQ(l.max_readers(), 2U);
+  EXPECT_EQ((*l.try_read())->load(), 5);
+  EXPECT_THROW((void)rwlock<std::atomic<int>>(std::in_place, 0, 1), std::invalid_argument);
+  rwlock<std::atomic<int>> defaulted;
+  EXPECT_EQ(defaulted.max_readers(), rwlock<std::atomic<int>>::default_max_readers);
+  EXPECT_EQ((*defaulted.try_write())->load(), 0);
+}
+
 TEST(Rwlock, ManyReadersAtOnceUpToMaxReaders) {
   rwlock<int> l(5, 3);
   std::vector<rwlock_read_guard<int>> readers;
@@ -472,7 +482,8 @@ task<void> rw_turn(test_scheduler& s, rwlock<int>& l, rw_turns& t, int id, int h
 }
 
 TEST(Rwlock, SeededMixOfReadersAndWritersKeepsTheInvariantsAndTheQueueOrder) {
-  const std::vector<bool> kinds = {false, false, true, false, false, false, true, true, false, false, false, true};
+  const std::vector<bool> kinds = {false, false, true,  false, false, false,
+                                   true,  true,  false, false, false, true};
   for (std::uint64_t seed = 0; seed <= 16; ++seed) {
     SCOPED_TRACE(seed);
     test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
@@ -657,8 +668,9 @@ TEST(RwlockCancel, ATimedOutWriterPassesItsPartialGrantToTheReadersBehindIt) {
 
 TEST(RwlockCancel, ABlockedWriterStoppedFromAnotherThreadPassesItsPartialGrantToTheReadersBehindIt) {
   std::stop_source stop;
-  blocked_writer_passes_its_partial_grant([&stop](rwlock<int>& l) { return l.write_blocking(stop.get_token()); },
-                                          [&stop] { stop.request_stop(); }, wait_status::cancelled);
+  blocked_writer_passes_its_partial_grant(
+      [&stop](rwlock<int>& l) { return l.write_blocking(stop.get_token()); },
+      [&stop] { stop.request_stop(); }, wait_status::cancelled);
 }
 
 TEST(RwlockCancel, AWriterHandedTheLockThatObservesItsStopBeforeResumingPassesItToTheReaders) {
