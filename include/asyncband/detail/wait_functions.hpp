@@ -18,6 +18,18 @@
 
 namespace asyncband::detail {
 
+/// now + timeout, saturated: a timeout too large for the clock (nanoseconds::max(), hours::max())
+/// waits forever rather than overflowing into the past.
+template <class Rep, class Period>
+std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, Period> timeout) {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point now = clock::now();
+  if (timeout <= timeout.zero()) return now;
+  const std::chrono::duration<long double> room = clock::time_point::max() - now;
+  if (std::chrono::duration<long double>(timeout) >= room) return clock::time_point::max();
+  return now + std::chrono::ceil<clock::duration>(timeout);
+}
+
 /// The five forms of one waiting operation whose node takes constructor arguments (a semaphore's
 /// count, a mutex's guard maker): primitives with several operations, or operations that take
 /// arguments, write each public form as a one-line call of these.
@@ -41,7 +53,7 @@ struct wait_forms {
   }
   template <class Rep, class Period, class... Args>
   static auto block_for(std::chrono::duration<Rep, Period> timeout, Args&&... args) {
-    return block_wait<Node, true>({}, std::chrono::steady_clock::now() + timeout, std::forward<Args>(args)...);
+    return block_wait<Node, true>({}, deadline_after(timeout), std::forward<Args>(args)...);
   }
 };
 
@@ -78,7 +90,7 @@ class wait_functions {
   /// Blocks the calling thread until completion or until `timeout` has passed.
   template <class Rep, class Period>
   auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return block_wait<typename Owner::wait_node, true>({}, std::chrono::steady_clock::now() + timeout,
+    return block_wait<typename Owner::wait_node, true>({}, deadline_after(timeout),
                                                        self());
   }
 
