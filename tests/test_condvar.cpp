@@ -5,7 +5,6 @@
 // destruction of a suspended waiter in each stage; the blocking twins; a producer/consumer queue;
 // the chain of wait_while continuations that wake_batch::defer_nested keeps off the stack; and a
 // bounded multi-threaded stress test.
-//
 #include "asyncband/condvar.hpp"
 
 #include <gtest/gtest.h>
@@ -24,9 +23,7 @@
 #include <latch>
 #include <limits>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -201,10 +198,46 @@ struct two_waiters {
   }
 };
 
+/// A thread running `body`. join() fails the test rather than hang if the thread has not finished
+/// within 10 s (a lost wake-up): it then runs `rescue`, which must wake the thread, and joins.
+class waiting_thread {
+ public:
+  template <class Body>
+  explicit waiting_thread(Body body)
+      : thread_([this, body]() mutable {
+          body();
+          done_.done();
+        }) {}
+  waiting_thread(const waiting_thread&) = delete;
+  waiting_thread& operator=(const waiting_thread&) = delete;
+  ~waiting_thread() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void join(const std::function<void()>& rescue) {
+    if (!done_.wait_for(10s)) {
+      ADD_FAILURE() << "a waiting thread was never woken";
+      rescue();
+    }
+    thread_.join();
+  }
+
+ private:
+  completion done_{1};
+  std::thread thread_;
+};
+
+/// Sets the value to `v` and wakes every waiter: the rescue of a waiting_thread.
+void set_and_notify_all(int_mutex& m, condvar& cv, int v) {
+  *m.lock_blocking() = v;
+  cv.notify_all();
+}
+
 /// Like thread_hook, for the n-th time this thread reaches the point.
 class nth_point_hook {
  public:
-  nth_point_hook(test_point p, int n, std::function<void()> action) : point_(p), remaining_(n), action_(std::move(action)) {
+  nth_point_hook(test_point p, int n, std::function<void()> action)
+      : point_(p), remaining_(n), action_(std::move(action)) {
     asyncband::detail::current_test_hook = {&nth_point_hook::fire, this};
   }
   ~nth_point_hook() { asyncband::detail::current_test_hook = {}; }
@@ -717,7 +750,7 @@ void blocking_wait_is_notified_from_another_thread(wait_form f) {
   std::optional<wait_status> status;
   bool held = false;
   int value = -1;
-  std::thread waiter([&] {
+  waiting_thread waiter([&] {
     guard_t g = m.lock_blocking();
     *g = 1;
     auto r = wait_blocking_in(f, cv, std::move(g), never.get_token(), 2);
@@ -730,7 +763,7 @@ void blocking_wait_is_notified_from_another_thread(wait_form f) {
     *g = 2;
     cv.notify_one();
   }
-  waiter.join();
+  waiter.join([&] { set_and_notify_all(m, cv, 2); });
   EXPECT_EQ(status, wait_status::ok);
   EXPECT_TRUE(held);
   EXPECT_EQ(value, 2);
@@ -748,13 +781,14 @@ TEST(CondvarBlocking, WaitWhileBlockingLoopsUntilThePredicateIsFalse) {
   int_mutex m;
   condvar cv;
   int value = -1;
-  std::thread waiter([&] { value = *cv.wait_while_blocking(m.lock_blocking(), [](const int& v) { return v < 3; }); });
+  waiting_thread waiter(
+      [&] { value = *cv.wait_while_blocking(m.lock_blocking(), [](const int& v) { return v < 3; }); });
   for (int v = 1; v <= 3; ++v) {
     guard_t g = m.lock_blocking();
     *g = v;
     cv.notify_one();
   }
-  waiter.join();
+  waiter.join([&] { set_and_notify_all(m, cv, 3); });
   EXPECT_EQ(value, 3);
   EXPECT_FALSE(m.is_locked());
 }
@@ -778,14 +812,14 @@ TEST(CondvarBlocking, AStopFromAnotherThreadCancelsWithoutTheMutex) {
     condvar cv;
     std::stop_source src;
     std::optional<wait_status> status;
-    std::thread waiter([&] {
+    waiting_thread waiter([&] {
       guard_t g = m.lock_blocking();
       *g = 1;
       status = wait_blocking_in(f, cv, std::move(g), src.get_token(), 2).status();
     });
     lock_when(m, 1).unlock();  // registered
     src.request_stop();
-    waiter.join();
+    waiter.join([&] { set_and_notify_all(m, cv, 2); });
     EXPECT_EQ(status, wait_status::cancelled);
     EXPECT_FALSE(m.is_locked());
   }
@@ -804,7 +838,7 @@ TEST(CondvarBlocking, APredicateExceptionPropagatesWithTheMutexUnlocked) {
   EXPECT_FALSE(m.is_locked());
 
   bool threw = false;
-  std::thread waiter([&] {
+  waiting_thread waiter([&] {
     guard_t g = m.lock_blocking();
     *g = 1;
     try {
@@ -815,7 +849,7 @@ TEST(CondvarBlocking, APredicateExceptionPropagatesWithTheMutexUnlocked) {
   });
   lock_when(m, 1).unlock();
   cv.notify_one();
-  waiter.join();
+  waiter.join([&] { cv.notify_all(); });
   EXPECT_TRUE(threw);
   EXPECT_FALSE(m.is_locked());
 }
@@ -828,8 +862,9 @@ TEST(CondvarBlocking, ACancelledReLockForwardsTheNotificationToAnotherThread) {
   condvar cv;
   std::stop_source stop_a;
   std::latch a_relocking(1);
+  std::stop_source stop_b;  // only if `b` is never woken, to end the test
   std::optional<wait_status> a_status;
-  int b_value = -1;
+  std::optional<wait_status> b_status;
   std::thread a([&] {
     guard_t g = m.lock_blocking();
     *g = 1;
@@ -838,10 +873,10 @@ TEST(CondvarBlocking, ACancelledReLockForwardsTheNotificationToAnotherThread) {
     a_status = cv.wait_blocking(std::move(g), stop_a.get_token()).status();
   });
   lock_when(m, 1).unlock();
-  std::thread b([&] {
+  waiting_thread b([&] {
     guard_t g = m.lock_blocking();
     *g = 2;
-    b_value = *cv.wait_blocking(std::move(g));
+    b_status = cv.wait_blocking(std::move(g), stop_b.get_token()).status();
   });
   {
     guard_t g = lock_when(m, 2);
@@ -850,9 +885,9 @@ TEST(CondvarBlocking, ACancelledReLockForwardsTheNotificationToAnotherThread) {
     stop_a.request_stop();
   }
   a.join();
-  b.join();
+  b.join([&stop_b] { stop_b.request_stop(); });
   EXPECT_EQ(a_status, wait_status::cancelled);
-  EXPECT_EQ(b_value, 2);
+  EXPECT_EQ(b_status, wait_status::ok) << "the notification `a` consumed did not reach `b`";
   EXPECT_FALSE(m.is_locked());
 }
 
@@ -866,7 +901,8 @@ class bounded_queue {
 
   task<void> push(int item) {
     auto g = co_await state_.lock();
-    g = co_await not_full_.wait_while(std::move(g), [this](const state& s) { return s.items.size() >= capacity_; });
+    g = co_await not_full_.wait_while(std::move(g),
+                                      [this](const state& s) { return s.items.size() >= capacity_; });
     g->items.push_back(item);
     not_empty_.notify_one();
   }
@@ -875,7 +911,8 @@ class bounded_queue {
   /// in the order they leave the queue.
   task<std::optional<int>> pop(std::vector<int>& log) {
     auto g = co_await state_.lock();
-    g = co_await not_empty_.wait_while(std::move(g), [](const state& s) { return s.items.empty() && !s.closed; });
+    g = co_await not_empty_.wait_while(std::move(g),
+                                       [](const state& s) { return s.items.empty() && !s.closed; });
     if (g->items.empty()) co_return std::nullopt;
     const int item = g->items.front();
     g->items.pop_front();
@@ -946,9 +983,11 @@ TEST(CondvarExample, ProducerConsumerQueueDeliversEveryItemOnceInOrder) {
 // Thousands of coroutines without a scheduler (resumed inline) wait_while on one condvar. The
 // test notifies all of them holding the mutex, so each queues to re-lock it; its unlock hands the
 // mutex to the first, whose predicate still holds: it registers again and unlocks, which hands the
-// mutex to the next, and so on. Without wake_batch::defer_nested, each unlock would resolve the
-// next re-lock inside the previous one's continuation: a recursion as deep as the chain. Run on a
-// thread with a small stack, whose depth the predicates measure.
+// mutex to the next, and so on. Were each unlock to resolve the next re-lock inside the previous
+// one's continuation, the recursion would be as deep as the chain: the test runs on a thread with
+// a small stack, and the predicates measure the depth. wake_batch's nesting cap (16 batches)
+// would bound that depth as well, but only wake_batch::defer_nested runs every continuation of
+// the chain at the same depth, which the predicates check too.
 
 /// An eager coroutine with no scheduler hook: wake-ups resume it inline on the waking thread. It
 /// frees itself at the end.
@@ -968,14 +1007,23 @@ struct chain_state {
   std::thread::id thread;
   std::uintptr_t stack_top = 0;
   std::uintptr_t deepest = std::numeric_limits<std::uintptr_t>::max();
+  bool in_chain = false;  // the predicates run in the chain of re-locks: note their spread too
+  std::uintptr_t chain_deepest = std::numeric_limits<std::uintptr_t>::max();
+  std::uintptr_t chain_shallowest = 0;
   int checks = 0;
   int finished = 0;
   int bad = 0;
 
   void note_depth() noexcept {
-    deepest = std::min(deepest, reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0)));
+    const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+    deepest = std::min(deepest, here);
+    if (in_chain) {
+      chain_deepest = std::min(chain_deepest, here);
+      chain_shallowest = std::max(chain_shallowest, here);
+    }
   }
   [[nodiscard]] std::size_t depth() const noexcept { return stack_top - deepest; }
+  [[nodiscard]] std::size_t chain_spread() const noexcept { return chain_shallowest - chain_deepest; }
 };
 
 inline_coroutine chain_waiter(chain_state& st, int until) {
@@ -1010,18 +1058,21 @@ TEST(CondvarChain, ThousandsOfInlineWaitWhileContinuationsRunAsALoop) {
   static constexpr int waiters = 2000;
   constexpr std::size_t stack_bytes = 512 * 1024;
   constexpr std::size_t depth_bound = 64 * 1024;  // far below the stack; the recursion would need far more
+  constexpr std::size_t spread_bound = 1024;      // 0 in fact; 16 nested batches take several KiB
   chain_state st;
   run_with_stack_size(stack_bytes, [&st] {
     st.thread = std::this_thread::get_id();
     st.stack_top = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
-    for (int i = 0; i < waiters; ++i) chain_waiter(st, i == waiters - 1 ? 1 : 2);  // each registers and suspends
+    for (int i = 0; i < waiters; ++i) chain_waiter(st, i == waiters - 1 ? 1 : 2);  // each waits
     EXPECT_EQ(st.finished, 0);
     EXPECT_EQ(st.checks, waiters);
     {
       guard_t g = lock_now(st.m);
       *g = 1;  // only the last waiter's predicate turns false
       st.cv.notify_all();
+      st.in_chain = true;
     }  // the unlock starts the chain of re-locks
+    st.in_chain = false;
     EXPECT_EQ(st.checks, 2 * waiters);
     EXPECT_EQ(st.finished, 1);
     EXPECT_FALSE(st.m.is_locked());
@@ -1035,22 +1086,25 @@ TEST(CondvarChain, ThousandsOfInlineWaitWhileContinuationsRunAsALoop) {
   });
   EXPECT_EQ(st.finished, waiters);
   EXPECT_LT(st.depth(), depth_bound) << "the continuations recursed";
+  EXPECT_LT(st.chain_spread(), spread_bound) << "the chain's continuations ran at different depths";
   RecordProperty("stack_depth_bytes", static_cast<int>(st.depth()));
+  RecordProperty("chain_spread_bytes", static_cast<int>(st.chain_spread()));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Stress. Each round, producers (pool tasks and a plain thread) push a few numbered items into a
 // bounded queue (waiting on not_full) and notify not_empty in varied ways (under the mutex or
-// not, notify_one or, rarely, notify_all); every few items, and after their last one, they cancel
-// the current waits of the stoppable consumers while still holding the mutex, so that a consumer
-// just notified is cancelled while it waits to re-lock and must forward its notification. Consumers
-// are pool tasks and plain threads: the plain ones (never cancelled) use wait_while and a wait
-// loop; the stoppable ones use every stoppable form and retire for the round when cancelled, so
-// that a notification a cancelled consumer failed to forward is not taken by the consumer itself.
-// Invariants: every item is taken exactly once, an ok wait_while returns with its predicate
-// false, and the last items of each round are taken before the queue is closed (rounds are short,
-// so a lost notification, which leaves an item behind with every consumer asleep, tends to be
-// among them), then everyone leaves once the queue is closed.
+// not, notify_one or, rarely, notify_all); every few items they cancel the current waits of the
+// stoppable consumers while still holding the mutex, so that a consumer just notified is
+// cancelled while it waits to re-lock and must forward its notification. Consumers are pool tasks
+// and plain threads: the plain ones (never cancelled) use wait_while and a wait loop; the
+// stoppable ones use every stoppable form and, when cancelled, check again. Once every produced
+// item is taken, the test pushes a final item the same way (notify_one and cancel under the
+// mutex), and a stoppable consumer cancelled then retires instead of checking again: if the
+// notification it consumed were not forwarded, the final item would stay behind with every other
+// consumer asleep. Invariants: every item is taken exactly once, an ok wait_while returns with its
+// predicate false, nobody hangs (a lost notification leaves an item behind, or a producer or a
+// consumer asleep), and everyone leaves once the queue is closed.
 
 struct stress_state {
   std::deque<int> items;
@@ -1070,12 +1124,19 @@ struct stress_round {
   std::mutex epoch_mutex;
   std::stop_source epoch;  // the stoppable consumers' current stop source; replaced when stopped
   wait_tally tally;
-  completion items_left;
+  const int final_item;             // pushed by the test once the produced items are taken
+  std::atomic<bool> retire{false};  // set before the final item: a cancelled consumer retires
+  completion produced_left;
+  completion final_left{1};
   completion producers_left;
   completion consumers_left;
 
-  stress_round(int items, int producers, int consumers)
-      : taken(static_cast<std::size_t>(items)), items_left(items), producers_left(producers), consumers_left(consumers) {}
+  stress_round(int produced, int producers, int consumers)
+      : taken(static_cast<std::size_t>(produced) + 1),
+        final_item(produced),
+        produced_left(produced),
+        producers_left(producers),
+        consumers_left(consumers) {}
 
   std::stop_token token() {
     const std::lock_guard lock(epoch_mutex);
@@ -1127,33 +1188,35 @@ struct stress_round {
     g.unlock();
     not_full.notify_one();
     taken[static_cast<std::size_t>(item)].fetch_add(1);
-    items_left.done();
+    (item == final_item ? final_left : produced_left).done();
     return true;
   }
 };
 
-/// Whether a producer cancels the stoppable consumers after its i-th of `count` items: every
-/// few items, and after its last one (near the end of the round, where a lost notification shows).
-bool cancels_after(int i, int count) { return i % 4 == 3 || i == count - 1; }
+/// Whether a producer cancels the stoppable consumers after its i-th item.
+bool cancels_after(int i) {
+  return i % 4 == 3;
+}
 
 task<void> stress_pool_producer(stress_round& r, thread_pool& pool, int first, int count) {
   co_await pool.schedule();
   for (int item = first; item < first + count; ++item) {
     stress_guard g = co_await r.m.lock();
     g = co_await r.not_full.wait_while(std::move(g), queue_full);
-    r.put(std::move(g), item, cancels_after(item - first, count));
+    r.put(std::move(g), item, cancels_after(item - first));
   }
   r.producers_left.done();
 }
 
 void stress_thread_producer(stress_round& r, int first, int count) {
   for (int item = first; item < first + count; ++item) {
-    r.put(r.not_full.wait_while_blocking(r.m.lock_blocking(), queue_full), item, cancels_after(item - first, count));
+    r.put(r.not_full.wait_while_blocking(r.m.lock_blocking(), queue_full), item, cancels_after(item - first));
   }
   r.producers_left.done();
 }
 
-/// Takes items until the queue is closed and drained, or (stoppable) until a wait is cancelled.
+/// Takes items until the queue is closed and drained, or (stoppable) until a wait is cancelled
+/// once the round is retiring.
 task<void> stress_pool_consumer(stress_round& r, thread_pool& pool, bool stoppable) {
   co_await pool.schedule();
   for (int i = 0;; ++i) {
@@ -1180,7 +1243,11 @@ task<void> stress_pool_consumer(stress_round& r, thread_pool& pool, bool stoppab
         ready = r.accept(std::move(woken), false);
       }
     }
-    if (!ready || !r.take(std::move(*ready))) break;  // cancelled (retires), or closed and drained
+    if (!ready) {  // cancelled
+      if (r.retire.load()) break;
+      continue;
+    }
+    if (!r.take(std::move(*ready))) break;  // closed and drained
   }
   r.consumers_left.done();
 }
@@ -1203,7 +1270,8 @@ void stress_thread_consumer(stress_round& r, bool stoppable) {
         ready = r.accept(r.not_empty.wait_while_blocking(std::move(g), nothing_to_take, token), true);
         break;
       case 4:
-        ready = r.accept(asyncband::block_on(r.not_empty.wait_while(std::move(g), nothing_to_take, token)), true);
+        ready =
+            r.accept(asyncband::block_on(r.not_empty.wait_while(std::move(g), nothing_to_take, token)), true);
         break;
       default:
         ready.emplace(std::move(g));
@@ -1212,7 +1280,11 @@ void stress_thread_consumer(stress_round& r, bool stoppable) {
         }
         break;
     }
-    if (!ready || !r.take(std::move(*ready))) break;
+    if (!ready) {
+      if (r.retire.load()) break;
+      continue;
+    }
+    if (!r.take(std::move(*ready))) break;
   }
   r.consumers_left.done();
 }
@@ -1221,14 +1293,14 @@ TEST(CondvarStress, ProducersAndConsumersLoseNothing) {
   constexpr int per_producer = 10;
   constexpr int pool_producers = 2;
   constexpr int producers = pool_producers + 1;
-  constexpr int items = producers * per_producer;
+  constexpr int produced = producers * per_producer;
   constexpr int consumers = 4;
   constexpr auto limit = std::chrono::seconds(20);
 
   thread_pool pool(2);
   stress_totals totals;
   const int rounds = repeat_for(1000, std::chrono::seconds(1), [&](int round) {
-    stress_round r(items, producers, consumers);
+    stress_round r(produced, producers, consumers);
     std::vector<std::thread> threads;
     for (const bool stoppable : {false, true}) {
       asyncband::runtime::spawn(pool.ref(), stress_pool_consumer(r, pool, stoppable));
@@ -1239,8 +1311,11 @@ TEST(CondvarStress, ProducersAndConsumersLoseNothing) {
     }
     threads.emplace_back(stress_thread_producer, std::ref(r), pool_producers * per_producer, per_producer);
 
-    r.items_left.wait_or_abort(limit, "condvar stress: items left in the queue (a lost notification)");
     r.producers_left.wait_or_abort(limit, "condvar stress: a producer never finished");
+    r.produced_left.wait_or_abort(limit, "condvar stress: items left in the queue (a lost notification)");
+    r.retire.store(true);
+    r.put(r.m.lock_blocking(), r.final_item, true);
+    r.final_left.wait_or_abort(limit, "condvar stress: the final item was never taken (a notification lost)");
     r.m.lock_blocking()->closed = true;
     r.not_empty.notify_all();
     r.consumers_left.wait_or_abort(limit, "condvar stress: a consumer never saw the queue closed");
@@ -1256,18 +1331,17 @@ TEST(CondvarStress, ProducersAndConsumersLoseNothing) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bugs found in include/asyncband/condvar.hpp. Each test below fails against the header as it
-// is; its comment names the defect and the interleaving.
+// Regressions: defects of include/asyncband/condvar.hpp that these tests found (fixed in f7af20d).
 
-// A waiter woken by notify_all that is cancelled late passes nothing on (a notify_one it
-// would forward would wake a waiter registered after the notify_all: a spurious wake-up);
-// one woken by notify_one passes it on.
-// Interleaving: `a` waits; T1 holds the mutex and calls notify_all(), which wakes `a`, whose re-lock
-// queues behind T1; T2 calls m.lock(), queued behind `a`. T1 unlocks: the mutex is handed to `a`;
-// a stop on `a` is requested at that moment (before its continuation runs); `a` gives the mutex
-// back, which hands it to T2; T2 registers with the condvar and unlocks; then `a` calls
-// condvar_->notify_one(), which wakes T2. With notify_one instead of notify_all, forwarding to T2
-// is the contract, which the first half of the test checks.
+// A waiter woken by notify_all that is cancelled late passes nothing on; one woken by notify_one
+// passes it on. (The notification node could not tell them apart, and a late-cancelled waiter
+// forwarded a notify_one in both cases: a spurious wake-up of a waiter registered after the
+// notify_all.) Interleaving: `a` waits; T1 holds the mutex and calls notify_all(), which wakes `a`,
+// whose re-lock queues behind T1; T2 calls m.lock(), queued behind `a`. T1 unlocks: the mutex is
+// handed to `a`; a stop on `a` is requested at that moment (before its continuation runs); `a`
+// gives the mutex back, which hands it to T2; T2 registers with the condvar and unlocks; then `a`,
+// cancelled, forwards what it consumed: nothing after a notify_all (T2 must go on waiting), the
+// notification after a notify_one (T2, registered by then, is woken).
 
 /// The scenario above with `notify` as the only notification; returns b's probe.
 template <class Notify>
@@ -1307,7 +1381,8 @@ TEST(Condvar, ALateCancellationForwardsANotifyOneButNotANotifyAll) {
 
 // The predicate is checked before the stop token, in both forms (as std::condition_variable_any
 // does): with a stop already requested and the predicate already false, the wait returns ok,
-// holding the mutex.
+// holding the mutex. (The coroutine form checked the stop token first and the blocking twin the
+// predicate first: they disagreed.)
 TEST(Condvar, BlockingAndCoroutineWaitWhileAgreeOnAStopAlreadyRequested) {
   std::stop_source src;
   src.request_stop();
