@@ -125,7 +125,7 @@ class semaphore {
   /// The largest count of permits a semaphore holds, or a single request asks for.
   [[nodiscard]] static constexpr std::size_t max() noexcept { return std::numeric_limits<std::size_t>::max() >> 3; }
 
-  explicit semaphore(std::size_t permits) : state_(encode(checked(permits))) {}
+  explicit semaphore(std::size_t permits) : idle_(encode(checked(permits))), state_(idle_) {}
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
 
@@ -209,9 +209,20 @@ class semaphore {
     deficit_ += n;
   }
 
+  /// The first guess of the lock-free paths: nobody else holds any permit, as for an
+  /// uncontended mutex or rwlock. A right guess saves the read before the CAS, which costs
+  /// about 5 ns right after another locked instruction; a wrong one costs the failed CAS, which
+  /// then reports the actual state.
+  [[nodiscard]] std::uint64_t guess_before_take(std::size_t n) const noexcept {
+    return idle_ >= encode(n) ? idle_ : state_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t guess_before_give(std::size_t n) const noexcept {
+    return idle_ >= encode(n) ? idle_ - encode(n) : state_.load(std::memory_order_relaxed);
+  }
+
   /// Lock-free: takes n permits if nobody is queued and enough are available.
   bool try_take(std::size_t n) noexcept {
-    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    std::uint64_t s = guess_before_take(n);
     while ((s & contended) == 0 && count_of(s) >= n) {
       if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire, std::memory_order_relaxed))
         return true;
@@ -228,7 +239,7 @@ class semaphore {
 
   /// Lock-free: adds n available permits if nobody is queued and nothing is owed.
   add_outcome try_add(std::size_t n) noexcept {
-    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    std::uint64_t s = guess_before_give(n);
     while ((s & contended) == 0) {
       if (n > max() || count_of(s) > max() - n) return add_outcome::overflow;
       if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release, std::memory_order_relaxed))
@@ -270,6 +281,7 @@ class semaphore {
 
   detail::wait_queue& queue() noexcept { return queue_; }
 
+  const std::uint64_t idle_;  // the state with the initial permits all available
   std::atomic<std::uint64_t> state_;
   std::size_t deficit_ = 0;  // guarded by queue_.mutex()
   detail::wait_queue queue_;

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "spin_lock.hpp"
 #include "waiter.hpp"
 
 namespace asyncband::detail {
@@ -117,11 +118,11 @@ class wait_queue {
     wake([status](wait_list& waiters, wake_batch& batch) { waiters.claim_all(batch, status); });
   }
 
-  [[nodiscard]] std::mutex& mutex() noexcept { return mutex_; }
+  [[nodiscard]] spin_lock& mutex() noexcept { return mutex_; }
   [[nodiscard]] wait_list& waiters() noexcept { return waiters_; }  // only under mutex()
 
  private:
-  std::mutex mutex_;
+  spin_lock mutex_;
   wait_list waiters_;
   std::atomic<unsigned> pins_{0};
 };

@@ -23,8 +23,8 @@ namespace asyncband::runtime {
 /// moves to the shared FIFO), so h runs on this worker as soon as the current coroutine
 /// suspends or ends: a hand-off (a mutex unlock, a notify) then costs no cross-thread wake-up,
 /// and the woken coroutine finds its data in this core's cache (tokio's LIFO slot). At most
-/// `slot_budget` slot runs in a row; then the slot goes to the FIFO so that queued work is not
-/// starved. The slot is not stolen by other workers: a pool coroutine must not block its thread
+/// `slot_budget` slot runs in a row; then, if the FIFO holds anything, the slot goes to its back
+/// and the worker takes its front, so that queued work is not starved. The slot is not stolen by other workers: a pool coroutine must not block its thread
 /// waiting for a coroutine it just woke (blocking a pool thread is a bad idea anyway).
 /// Destruction runs what is queued, then joins the workers: destroy the pool only when no
 /// coroutine will be scheduled on it any more.
@@ -93,7 +93,14 @@ class thread_pool {
   std::coroutine_handle<> next_ready(worker_state& me) {
     if (me.next) {
       if (++me.slot_runs <= slot_budget) return std::exchange(me.next, {});
-      push_shared(std::exchange(me.next, {}));
+      me.slot_runs = 0;
+      const std::lock_guard lock(mutex_);
+      // Out of budget: the slot yields to the FIFO's oldest, if anything is queued there.
+      if (ready_.empty()) return std::exchange(me.next, {});
+      ready_.push_back(std::exchange(me.next, {}));
+      const auto h = ready_.front();
+      ready_.pop_front();
+      return h;
     }
     me.slot_runs = 0;
     std::unique_lock lock(mutex_);
