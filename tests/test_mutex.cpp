@@ -348,6 +348,23 @@ TEST(MutexOwned, EveryFormKeepsTheMutexAlive) {
       return block_on(asyncband::lock_owned(std::move(m), never.get_token())).value();
     });
   }
+  {
+    SCOPED_TRACE("lock_owned_blocking(stop)");
+    owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) {
+      std::stop_source never;
+      return asyncband::lock_owned_blocking(std::move(m), never.get_token()).value();
+    });
+  }
+}
+
+TEST(MutexOwned, UnlockReleasesTheLockAndKeepsTheReference) {
+  auto m = std::make_shared<mutex<int>>(0);
+  auto g = asyncband::lock_owned_blocking(m);
+  g.unlock();
+  EXPECT_FALSE(g.owns_lock());
+  EXPECT_FALSE(m->is_locked());
+  EXPECT_EQ(m.use_count(), 2);  // still owned by the guard
+  EXPECT_TRUE(m->try_lock().has_value());
 }
 
 TEST(MutexOwned, FailedOrCancelledAttemptsKeepNoReference) {
@@ -360,6 +377,8 @@ TEST(MutexOwned, FailedOrCancelledAttemptsKeepNoReference) {
   std::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(block_on(asyncband::lock_owned(m, stopped.get_token())).cancelled());
+  EXPECT_EQ(m.use_count(), 2);
+  EXPECT_TRUE(asyncband::lock_owned_blocking(m, stopped.get_token()).cancelled());
   EXPECT_EQ(m.use_count(), 2);
   holder.reset();
   EXPECT_EQ(m.use_count(), 1);

@@ -331,6 +331,20 @@ TEST(SemaphorePermit, SplitMovesPermitsIntoANewPermitOfTheSameSemaphore) {
   EXPECT_EQ(sem.available(), 4U);
 }
 
+TEST(SemaphorePermit, PartialReleaseReturnsSomeAndKeepsTheRest) {
+  semaphore sem(4);
+  {
+    auto p = take(sem, 3);
+    p.release(2);
+    EXPECT_EQ(p.count(), 1U);
+    EXPECT_EQ(sem.available(), 3U);
+    p.release(5);  // more than it holds: all of them
+    EXPECT_EQ(p.count(), 0U);
+    EXPECT_EQ(sem.available(), 4U);
+  }
+  EXPECT_EQ(sem.available(), 4U);
+}
+
 TEST(SemaphorePermit, MergeSumsPermitsOfTheSameSemaphore) {
   semaphore sem(5);
   {

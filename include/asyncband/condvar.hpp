@@ -108,7 +108,8 @@ class condvar {
     return block<false>(std::move(guard), std::move(keep_waiting), {});
   }
   template <class T, class Predicate>
-  result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
+  result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting,
+                                             std::stop_token stop) {
     return block<true>(std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -183,8 +184,7 @@ class condvar {
   }
 
   template <bool Cancellable, class T, class Predicate>
-  yield_t<Cancellable, T> block(
-      mutex_guard<T> guard, Predicate predicate, std::stop_token stop);
+  yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, std::stop_token stop);
 
   detail::wait_queue queue_;
 };
@@ -199,7 +199,10 @@ class [[nodiscard]] condvar::waiting {
 
  public:
   waiting(condvar& cv, mutex_guard<T>&& guard, Predicate predicate, std::stop_token stop)
-      : condvar_(&cv), mutex_(guard.mutex()), held_(permit_of(guard)), predicate_(std::move(predicate)),
+      : condvar_(&cv),
+        mutex_(guard.mutex()),
+        held_(permit_of(guard)),
+        predicate_(std::move(predicate)),
         stop_(std::move(stop)) {}
   waiting(const waiting&) = delete;
   waiting& operator=(const waiting&) = delete;
@@ -247,7 +250,8 @@ class [[nodiscard]] condvar::waiting {
     if (w.try_complete()) return finish(wait_status::cancelled);
     // Unlocked once registered and before anything can resume the wait: so the wait cannot
     // end (and its owner destroy the mutex) while this thread still holds the lock.
-    const bool pending = w.publish(detail::resume_target(&on_notified, this), [this]() noexcept { held_.release(); });
+    const bool pending =
+        w.publish(detail::resume_target(&on_notified, this), [this]() noexcept { held_.release(); });
     return pending || after_notification();
   }
 
@@ -308,8 +312,8 @@ class [[nodiscard]] condvar::waiting {
 };
 
 template <bool Cancellable, class T, class Predicate>
-condvar::yield_t<Cancellable, T> condvar::block(
-    mutex_guard<T> guard, Predicate predicate, std::stop_token stop) {
+condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate predicate,
+                                                std::stop_token stop) {
   mutex<T>* const m = guard.mutex();
   semaphore_permit held = permit_of(guard);
   bool by_notify_one = false;
@@ -324,8 +328,8 @@ condvar::yield_t<Cancellable, T> condvar::block(
       by_notify_one = notified.node().by_notify_one;
       if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
     }
-    auto relocked = detail::block_wait<relock_node, Cancellable>(stop, {}, &detail::mutex_access::semaphore_of(*m),
-                                                                 1, as_permit{});
+    auto relocked = detail::block_wait<relock_node, Cancellable>(
+        stop, {}, &detail::mutex_access::semaphore_of(*m), 1, as_permit{});
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
         pass_on(by_notify_one);

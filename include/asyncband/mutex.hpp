@@ -54,7 +54,8 @@ class [[nodiscard]] mapped_mutex_guard {
   friend class mapped_mutex_guard;
   template <class>
   friend class mutex_guard;
-  mapped_mutex_guard(semaphore_permit&& permit, U* value) noexcept : permit_(std::move(permit)), value_(value) {}
+  mapped_mutex_guard(semaphore_permit&& permit, U* value) noexcept
+      : permit_(std::move(permit)), value_(value) {}
 
   semaphore_permit permit_;
   U* value_;
@@ -100,7 +101,8 @@ class [[nodiscard]] mutex_guard {
  private:
   friend class asyncband::mutex<T>;
   friend class asyncband::condvar;
-  mutex_guard(semaphore_permit&& permit, asyncband::mutex<T>* m) noexcept : permit_(std::move(permit)), mutex_(m) {}
+  mutex_guard(semaphore_permit&& permit, asyncband::mutex<T>* m) noexcept
+      : permit_(std::move(permit)), mutex_(m) {}
 
   semaphore_permit permit_;
   asyncband::mutex<T>* mutex_;
@@ -126,6 +128,8 @@ class [[nodiscard]] owned_mutex_guard {
   T* operator->() const noexcept { return &mutex_->value_; }
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
   [[nodiscard]] const std::shared_ptr<asyncband::mutex<T>>& mutex() const noexcept { return mutex_; }
+  /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
+  void unlock() noexcept { permit_.release(); }
 
  private:
   friend struct detail::mutex_access;
@@ -237,7 +241,8 @@ struct mutex_access {
 template <class T>
 [[nodiscard]] auto lock_owned(std::shared_ptr<mutex<T>> m) noexcept {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
-  return detail::mutex_access::owned_forms<T>::await(s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+  return detail::mutex_access::owned_forms<T>::await(s, 1,
+                                                     detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 /// Yields result<owned_mutex_guard<T>>: ok, or cancelled.
 template <class T>
@@ -249,7 +254,14 @@ template <class T>
 template <class T>
 owned_mutex_guard<T> lock_owned_blocking(std::shared_ptr<mutex<T>> m) {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
-  return detail::mutex_access::owned_forms<T>::block(s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+  return detail::mutex_access::owned_forms<T>::block(s, 1,
+                                                     detail::mutex_access::make_owned_guard<T>{std::move(m)});
+}
+template <class T>
+result<owned_mutex_guard<T>> lock_owned_blocking(std::shared_ptr<mutex<T>> m, std::stop_token stop) {
+  semaphore* s = &detail::mutex_access::semaphore_of(*m);
+  return detail::mutex_access::owned_forms<T>::block_until_stopped(
+      std::move(stop), s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 template <class T>
 [[nodiscard]] std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {

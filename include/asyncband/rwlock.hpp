@@ -52,7 +52,8 @@ class [[nodiscard]] rwlock_read_guard {
   friend class rwlock_read_guard;
   template <class>
   friend class rwlock_write_guard;
-  rwlock_read_guard(semaphore_permit&& permit, const T* value) noexcept : permit_(std::move(permit)), value_(value) {}
+  rwlock_read_guard(semaphore_permit&& permit, const T* value) noexcept
+      : permit_(std::move(permit)), value_(value) {}
 
   semaphore_permit permit_;
   const T* value_;
@@ -87,8 +88,7 @@ class [[nodiscard]] rwlock_write_guard {
   /// readers queued behind this writer (up to the next queued writer) are let in.
   /// Precondition: owns_lock().
   rwlock_read_guard<T> downgrade() && noexcept {
-    semaphore_permit others = permit_.split(permit_.count() - 1);
-    others.release();
+    permit_.release(permit_.count() - 1);
     return {std::move(permit_), value_};
   }
 
@@ -97,7 +97,8 @@ class [[nodiscard]] rwlock_write_guard {
   friend class rwlock;
   template <class>
   friend class rwlock_write_guard;
-  rwlock_write_guard(semaphore_permit&& permit, T* value) noexcept : permit_(std::move(permit)), value_(value) {}
+  rwlock_write_guard(semaphore_permit&& permit, T* value) noexcept
+      : permit_(std::move(permit)), value_(value) {}
 
   semaphore_permit permit_;
   T* value_;
@@ -164,12 +165,16 @@ class rwlock {
   [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }
 
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
-  [[nodiscard]] auto write() noexcept { return write_forms::await(&semaphore_, max_readers_, make_write{&value_}); }
+  [[nodiscard]] auto write() noexcept {
+    return write_forms::await(&semaphore_, max_readers_, make_write{&value_});
+  }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
   [[nodiscard]] auto write(std::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
-  rwlock_write_guard<T> write_blocking() { return write_forms::block(&semaphore_, max_readers_, make_write{&value_}); }
+  rwlock_write_guard<T> write_blocking() {
+    return write_forms::block(&semaphore_, max_readers_, make_write{&value_});
+  }
   result<rwlock_write_guard<T>> write_blocking(std::stop_token stop) {
     return write_forms::block_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
@@ -178,7 +183,9 @@ class rwlock {
     return write_forms::block_for(timeout, &semaphore_, max_readers_, make_write{&value_});
   }
   /// The write lock now, or nothing.
-  [[nodiscard]] std::optional<rwlock_write_guard<T>> try_write() { return try_lock(max_readers_, make_write{&value_}); }
+  [[nodiscard]] std::optional<rwlock_write_guard<T>> try_write() {
+    return try_lock(max_readers_, make_write{&value_});
+  }
 
  private:
   static std::size_t checked(std::size_t max_readers) {
@@ -188,7 +195,8 @@ class rwlock {
   }
 
   template <class Make>
-  auto try_lock(std::size_t shares, Make make) -> std::optional<std::invoke_result_t<Make&, semaphore_permit&&>> {
+  auto try_lock(std::size_t shares, Make make)
+      -> std::optional<std::invoke_result_t<Make&, semaphore_permit&&>> {
     auto permit = semaphore_.try_acquire(shares);
     if (!permit) return std::nullopt;
     return make(std::move(*permit));

@@ -55,7 +55,9 @@ class [[nodiscard]] semaphore_permit {
   explicit operator bool() const noexcept { return count_ != 0; }
 
   /// Returns the permits to the semaphore now (the destructor then has nothing to do).
-  inline void release() noexcept;
+  void release() noexcept { release(count_); }
+  /// Returns n of the permits now and keeps the rest (all of them if n >= count()).
+  inline void release(std::size_t n) noexcept;
 
   /// Gives up the permits without returning them: the semaphore has that many fewer for good.
   /// Returns how many were forgotten.
@@ -123,7 +125,9 @@ class semaphore {
 
  public:
   /// The largest count of permits a semaphore holds, or a single request asks for.
-  [[nodiscard]] static constexpr std::size_t max() noexcept { return std::numeric_limits<std::size_t>::max() >> 3; }
+  [[nodiscard]] static constexpr std::size_t max() noexcept {
+    return std::numeric_limits<std::size_t>::max() >> 3;
+  }
 
   explicit semaphore(std::size_t permits) : idle_(encode(checked(permits))), state_(idle_) {}
   semaphore(const semaphore&) = delete;
@@ -162,7 +166,8 @@ class semaphore {
   std::size_t drain_permits() noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     while ((s & contended) == 0 && s != 0) {
-      if (state_.compare_exchange_weak(s, 0, std::memory_order_acquire, std::memory_order_relaxed)) return count_of(s);
+      if (state_.compare_exchange_weak(s, 0, std::memory_order_acquire, std::memory_order_relaxed))
+        return count_of(s);
     }
     return 0;
   }
@@ -181,7 +186,8 @@ class semaphore {
       }
       const std::size_t taken = std::min(count_of(s), n);
       const std::size_t rest = n - taken;
-      if (rest > max() - deficit_) throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
+      if (rest > max() - deficit_)
+        throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
       const std::uint64_t next = encode(count_of(s) - taken) | (rest != 0 ? contended : 0);
       if (state_.compare_exchange_weak(s, next, std::memory_order_acquire, std::memory_order_relaxed)) {
         deficit_ += rest;
@@ -197,7 +203,9 @@ class semaphore {
   // lock-free paths are exactly: take with the bit clear, and give with the bit clear.
   static constexpr std::uint64_t contended = 1;
   static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
-  static constexpr std::size_t count_of(std::uint64_t state) noexcept { return static_cast<std::size_t>(state >> 1); }
+  static constexpr std::size_t count_of(std::uint64_t state) noexcept {
+    return static_cast<std::size_t>(state >> 1);
+  }
 
   static std::size_t checked(std::size_t n) {
     if (n > max()) throw std::invalid_argument("asyncband::semaphore: count above max()");
@@ -205,7 +213,8 @@ class semaphore {
   }
 
   void add_deficit(std::size_t n) {
-    if (n > max() - deficit_) throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
+    if (n > max() - deficit_)
+      throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
     deficit_ += n;
   }
 
@@ -224,7 +233,8 @@ class semaphore {
   bool try_take(std::size_t n) noexcept {
     std::uint64_t s = guess_before_take(n);
     while ((s & contended) == 0 && count_of(s) >= n) {
-      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire, std::memory_order_relaxed))
+      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
         return true;
     }
     return false;
@@ -242,7 +252,8 @@ class semaphore {
     std::uint64_t s = guess_before_give(n);
     while ((s & contended) == 0) {
       if (n > max() || count_of(s) > max() - n) return add_outcome::overflow;
-      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release, std::memory_order_relaxed))
+      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
+                                       std::memory_order_relaxed))
         return add_outcome::added;
     }
     return add_outcome::contended;
@@ -308,11 +319,13 @@ class semaphore_waiter : public waiter {
   /// which then finds it resolved. So this returns false in every case (as if a waker had
   /// claimed it), and the caller leaves the resolution to us.
   bool cancel(wait_status why) noexcept {
-    semaphore_->queue_.wake([this, why](wait_list& waiters, wake_batch& batch) {
-      if (!waiters.unlink_if_linked(*this, why)) return;
-      batch.add(*this);
-      semaphore_->hand_out(std::exchange(granted_, 0), waiters, batch);
-    }, test_point::claimed_for_cancel);
+    semaphore_->queue_.wake(
+        [this, why](wait_list& waiters, wake_batch& batch) {
+          if (!waiters.unlink_if_linked(*this, why)) return;
+          batch.add(*this);
+          semaphore_->hand_out(std::exchange(granted_, 0), waiters, batch);
+        },
+        test_point::claimed_for_cancel);
     return false;
   }
 
@@ -338,7 +351,8 @@ class semaphore_acquire : public semaphore_waiter {
  public:
   using value_type = std::invoke_result_t<Make&, semaphore_permit&&>;
 
-  semaphore_acquire(semaphore* owner, std::size_t n, Make make) noexcept(std::is_nothrow_move_constructible_v<Make>)
+  semaphore_acquire(semaphore* owner, std::size_t n,
+                    Make make) noexcept(std::is_nothrow_move_constructible_v<Make>)
       : semaphore_waiter(owner, n), make_(std::move(make)) {}
 
   value_type take() { return make_(take_permit()); }
@@ -349,8 +363,11 @@ class semaphore_acquire : public semaphore_waiter {
 
 }  // namespace detail
 
-inline void semaphore_permit::release() noexcept {
-  if (count_ != 0) semaphore_->give<false>(std::exchange(count_, 0));
+inline void semaphore_permit::release(std::size_t n) noexcept {
+  n = std::min(n, count_);
+  if (n == 0) return;
+  count_ -= n;
+  semaphore_->give<false>(n);
 }
 
 inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
@@ -362,14 +379,16 @@ inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
       if (state_.compare_exchange_weak(s, s - encode(w.missing()), std::memory_order_acquire,
                                        std::memory_order_relaxed))
         return true;
-    } else if (state_.compare_exchange_weak(s, contended, std::memory_order_acquire, std::memory_order_relaxed)) {
+    } else if (state_.compare_exchange_weak(s, contended, std::memory_order_acquire,
+                                            std::memory_order_relaxed)) {
       w.grant(available_now);
       return false;
     }
   }
 }
 
-inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
+inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
+                                detail::wake_batch& batch) noexcept {
   const std::size_t repaid = std::min(n, deficit_);
   deficit_ -= repaid;
   n -= repaid;
@@ -384,7 +403,9 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters, detai
 }
 
 // The acquisition forms need the node types, which need a complete semaphore.
-inline auto semaphore::acquire(std::size_t n) { return acquire_forms::await(this, checked(n), as_permit{}); }
+inline auto semaphore::acquire(std::size_t n) {
+  return acquire_forms::await(this, checked(n), as_permit{});
+}
 inline auto semaphore::acquire(std::size_t n, std::stop_token stop) {
   return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), as_permit{});
 }
@@ -395,7 +416,8 @@ inline result<semaphore_permit> semaphore::acquire_blocking(std::size_t n, std::
   return acquire_forms::block_until_stopped(std::move(stop), this, checked(n), as_permit{});
 }
 template <class Rep, class Period>
-result<semaphore_permit> semaphore::acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout) {
+result<semaphore_permit> semaphore::acquire_timeout(std::size_t n,
+                                                    std::chrono::duration<Rep, Period> timeout) {
   return acquire_forms::block_for(timeout, this, checked(n), as_permit{});
 }
 

@@ -90,8 +90,7 @@ class wait_functions {
   /// Blocks the calling thread until completion or until `timeout` has passed.
   template <class Rep, class Period>
   auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return block_wait<typename Owner::wait_node, true>({}, deadline_after(timeout),
-                                                       self());
+    return block_wait<typename Owner::wait_node, true>({}, deadline_after(timeout), self());
   }
 
  protected:

@@ -24,10 +24,10 @@ namespace asyncband::runtime {
 /// suspends or ends: a hand-off (a mutex unlock, a notify) then costs no cross-thread wake-up,
 /// and the woken coroutine finds its data in this core's cache (tokio's LIFO slot). At most
 /// `slot_budget` slot runs in a row; then, if the FIFO holds anything, the slot goes to its back
-/// and the worker takes its front, so that queued work is not starved. The slot is not stolen by other workers: a pool coroutine must not block its thread
-/// waiting for a coroutine it just woke (blocking a pool thread is a bad idea anyway).
-/// Destruction runs what is queued, then joins the workers: destroy the pool only when no
-/// coroutine will be scheduled on it any more.
+/// and the worker takes its front, so that queued work is not starved. The slot is not stolen by other
+/// workers: a pool coroutine must not block its thread waiting for a coroutine it just woke (blocking a pool
+/// thread is a bad idea anyway). Destruction runs what is queued, then joins the workers: destroy the pool
+/// only when no coroutine will be scheduled on it any more.
 class thread_pool {
  public:
   explicit thread_pool(std::size_t threads = std::thread::hardware_concurrency()) {
