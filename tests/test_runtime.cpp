@@ -94,6 +94,22 @@ TEST(ThreadPool, RunsTasksOnItsWorkers) {
   EXPECT_EQ(distinct.count(std::this_thread::get_id()), 0U);
 }
 
+// schedule() from a worker goes through the shared FIFO, not that worker's next slot: a worker
+// that then blocks (here in block_on) does not hold the scheduled coroutine where no other
+// worker can take it.
+TEST(ThreadPool, ScheduleFromAWorkerThatThenBlocksRunsOnAnotherWorker) {
+  thread_pool pool(2);
+  const auto outer = [](thread_pool& pool) -> task<bool> {
+    co_await pool.schedule();
+    const auto inner = [](thread_pool& pool) -> task<bool> {
+      co_await pool.schedule();
+      co_return pool.on_worker_thread();
+    };
+    co_return block_on(inner(pool));  // blocks this worker until the other one runs inner
+  };
+  EXPECT_TRUE(block_on(outer(pool)));
+}
+
 TEST(ThreadPool, WaitersWokenTogetherResumeOnThePool) {
   thread_pool pool(2);
   asyncband::manual_reset_event ev;

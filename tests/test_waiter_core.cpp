@@ -5,6 +5,7 @@
 #include "support/probe.hpp"
 #include "support/thread_hook.hpp"
 
+#include <algorithm>
 #include <asyncband/block_on.hpp>
 #include <asyncband/detail/wait_functions.hpp>
 #include <asyncband/detail/wait_queue.hpp>
@@ -115,6 +116,77 @@ TEST(Handshake, ArmedThenResolvedRunsTheTargetOnce) {
   w.resolve();
   p.park();  // would hang if the target had not run
   EXPECT_TRUE(w.is_resolved());
+}
+
+// --- nested resolutions ---------------------------------------------------------------------------
+
+/// Each level resolves a batch of one inline continuation, which starts the next level, down to
+/// `depth`; the last level resolves a batch holding an inline continuation and a plain callback.
+struct nested_chain {
+  int depth = 0;                // links in the chain
+  int steps = 0;                // links run so far
+  int level = 0;                // current stack depth of next_level
+  int deepest_stack_level = 0;  // how deep the recursion really went
+  bool plain_ran_before_return = false;
+  bool inline_ran = false;
+  int inline_ran_at_level = -1;
+  std::vector<asyncband::detail::waiter> nodes = std::vector<asyncband::detail::waiter>(64);
+  std::size_t used = 0;
+
+  asyncband::detail::waiter& node(asyncband::detail::resume_target t) {
+    asyncband::detail::waiter& w = nodes.at(used++);
+    w.set_target(t);
+    EXPECT_TRUE(w.arm());
+    return w;
+  }
+
+  static void descend(void* self) noexcept { static_cast<nested_chain*>(self)->next_level(); }
+  static void last_inline(void* self) noexcept {
+    auto* c = static_cast<nested_chain*>(self);
+    c->inline_ran = true;
+    c->inline_ran_at_level = c->level;
+  }
+  static void plain(void* self) noexcept { *static_cast<bool*>(self) = true; }
+
+  void next_level() {
+    ++level;
+    ++steps;
+    deepest_stack_level = std::max(deepest_stack_level, level);
+    asyncband::detail::wake_batch batch;
+    if (steps < depth) {
+      batch.add(node(asyncband::detail::resume_target::continuation(&descend, this)));
+      batch.resolve_all();
+    } else {
+      bool plain_ran = false;
+      batch.add(node(asyncband::detail::resume_target::continuation(&last_inline, this)));
+      batch.add(node(asyncband::detail::resume_target(&plain, &plain_ran)));
+      batch.resolve_all();
+      plain_ran_before_return = plain_ran;
+    }
+    --level;
+  }
+};
+
+TEST(WakeBatch, ShallowNestingResolvesEverythingOnTheSpot) {
+  nested_chain chain;
+  chain.depth = 4;
+  chain.next_level();
+  EXPECT_TRUE(chain.plain_ran_before_return);
+  EXPECT_TRUE(chain.inline_ran);
+  EXPECT_EQ(chain.inline_ran_at_level, 4);
+}
+
+// Past the nesting limit, continuations join the innermost batch being resolved (so an inline
+// chain loops instead of recursing), but a plain callback (a parked thread's unpark, a post) is
+// still resolved on the spot: deferring it could leave a parked thread waiting for this thread.
+TEST(WakeBatch, PastTheNestingLimitOnlyInlineMembersAreDeferred) {
+  nested_chain chain;
+  chain.depth = 40;
+  chain.next_level();
+  EXPECT_TRUE(chain.plain_ran_before_return);
+  EXPECT_TRUE(chain.inline_ran);
+  EXPECT_EQ(chain.steps, 40);
+  EXPECT_LT(chain.deepest_stack_level, 20) << "the chain recursed past the nesting limit";
 }
 
 // --- wake and stop racing at every interleaving point ------------------------------------------

@@ -250,8 +250,8 @@ class [[nodiscard]] condvar::waiting {
     if (w.try_complete()) return finish(wait_status::cancelled);
     // Unlocked once registered and before anything can resume the wait: so the wait cannot
     // end (and its owner destroy the mutex) while this thread still holds the lock.
-    const bool pending =
-        w.publish(detail::resume_target(&on_notified, this), [this]() noexcept { held_.release(); });
+    const bool pending = w.publish(detail::resume_target::continuation(&on_notified, this),
+                                   [this]() noexcept { held_.release(); });
     return pending || after_notification();
   }
 
@@ -259,7 +259,7 @@ class [[nodiscard]] condvar::waiting {
     by_notify_one_ = notified_->node().by_notify_one;
     if (!notified(*notified_)) return finish(wait_status::cancelled);
     relock_wait& w = relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, as_permit{});
-    if (!w.try_complete() && w.publish(detail::resume_target(&on_relocked, this))) return true;
+    if (!w.try_complete() && w.publish(detail::resume_target::continuation(&on_relocked, this))) return true;
     return after_relock();
   }
 

@@ -72,16 +72,9 @@ class [[nodiscard]] semaphore_permit {
   }
 
   /// Takes over `other`'s permits. Throws std::invalid_argument (and changes nothing) if they
-  /// come from another semaphore: returning them here would corrupt both counts.
-  void merge(semaphore_permit&& other) {
-    if (&other == this || other.count_ == 0) return;
-    if (count_ == 0) {
-      semaphore_ = other.semaphore_;
-    } else if (other.semaphore_ != semaphore_) {
-      throw std::invalid_argument("asyncband::semaphore_permit::merge: permits of another semaphore");
-    }
-    count_ += std::exchange(other.count_, 0);
-  }
+  /// come from another semaphore: returning them here would corrupt both counts; throws
+  /// std::overflow_error if the sum would exceed semaphore::max().
+  inline void merge(semaphore_permit&& other);
 
  private:
   friend class asyncband::semaphore;
@@ -267,7 +260,7 @@ class semaphore {
   template <bool Checked>
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
-    add_outcome outcome = try_add(n);
+    add_outcome outcome = n > max() ? add_outcome::overflow : try_add(n);
     if (outcome == add_outcome::contended) {
       outcome = queue_.wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
         const add_outcome locked = try_add(n);
@@ -362,6 +355,18 @@ class semaphore_acquire : public semaphore_waiter {
 };
 
 }  // namespace detail
+
+inline void semaphore_permit::merge(semaphore_permit&& other) {
+  if (&other == this || other.count_ == 0) return;
+  if (count_ == 0) {
+    semaphore_ = other.semaphore_;
+  } else if (other.semaphore_ != semaphore_) {
+    throw std::invalid_argument("asyncband::semaphore_permit::merge: permits of another semaphore");
+  } else if (other.count_ > semaphore::max() - count_) {
+    throw std::overflow_error("asyncband::semaphore_permit::merge: above semaphore::max()");
+  }
+  count_ += std::exchange(other.count_, 0);
+}
 
 inline void semaphore_permit::release(std::size_t n) noexcept {
   n = std::min(n, count_);

@@ -118,8 +118,22 @@ class resume_target {
   using callback = void (*)(void* context) noexcept;
 
   resume_target() noexcept = default;
-  resume_target(std::coroutine_handle<> h, scheduler_ref sched) noexcept : handle_(h), sched_(sched) {}
+  resume_target(std::coroutine_handle<> h, scheduler_ref sched) noexcept
+      : handle_(h), sched_(sched), runs_inline_(sched.empty()) {}
+  /// A callback that returns promptly (unparks a thread, posts a completion).
   resume_target(callback fn, void* context) noexcept : callback_(fn), context_(context) {}
+
+  /// A callback that goes on with the waiter's work on the resolving thread (a condvar wait's
+  /// next stage), and so may wake others from inside a resolution.
+  static resume_target continuation(callback fn, void* context) noexcept {
+    resume_target t(fn, context);
+    t.runs_inline_ = true;
+    return t;
+  }
+
+  /// Whether running it runs the waiter's code on the resolving thread (an inline coroutine, a
+  /// continuation): only those can nest resolutions one inside another.
+  [[nodiscard]] bool runs_inline() const noexcept { return runs_inline_; }
 
   void run() const noexcept {
     if (callback_ != nullptr) {
@@ -134,6 +148,7 @@ class resume_target {
   scheduler_ref sched_{};
   callback callback_ = nullptr;
   void* context_ = nullptr;
+  bool runs_inline_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -152,6 +167,7 @@ class waiter {
   wait_status status = wait_status::ok;
 
   void set_target(resume_target t) noexcept { target_ = t; }
+  [[nodiscard]] bool resumes_inline() const noexcept { return target_.runs_inline(); }
 
   /// The waiting side, once setup is done: returns true if the waiter must stay suspended
   /// (a resolver will resume it), false if it was already resolved (continue now).
@@ -227,8 +243,8 @@ class wake_batch {
     at_test_point(test_point::claimed_for_wake);
     if (wake_batch* outer = resolving_here();
         outer != nullptr && (deferring_here() || nesting_here() >= max_nesting)) {
-      outer->splice(*this);  // the outer loop resolves them once the current node returns
-      return;
+      outer->adopt_inline_members(*this);  // the outer loop resolves them once the current node returns
+      if (head_ == nullptr) return;        // the rest (unparks, posts) are resolved here
     }
     // Continuations resolved from here run with deferral off: only the code that asked for it
     // (between defer_nested's construction and destruction, in this very frame) defers.
@@ -294,14 +310,26 @@ class wake_batch {
     return deferring;
   }
 
-  void splice(wake_batch& inner) noexcept {
-    if (tail_ == nullptr) {
-      head_ = inner.head_;
-    } else {
-      tail_->next = inner.head_;
+  /// Moves the members of `inner` that would run waiter code on this thread (inline coroutines,
+  /// continuations) to the back of this batch. The others stay in `inner`: resolving them only
+  /// unparks a thread or posts to a scheduler, which does not nest, and deferring them would
+  /// make a parked thread (maybe this one, in a timeout) wait for this thread's outer loop.
+  void adopt_inline_members(wake_batch& inner) noexcept {
+    waiter* kept_head = nullptr;
+    waiter* kept_tail = nullptr;
+    for (waiter* w = inner.head_; w != nullptr;) {
+      waiter* const next = w->next;
+      if (w->resumes_inline()) {
+        add(*w);
+      } else {
+        w->next = nullptr;
+        (kept_tail == nullptr ? kept_head : kept_tail->next) = w;
+        kept_tail = w;
+      }
+      w = next;
     }
-    tail_ = inner.tail_;
-    inner.head_ = inner.tail_ = nullptr;
+    inner.head_ = kept_head;
+    inner.tail_ = kept_tail;
   }
 
   bool unlink(waiter& w) noexcept {

@@ -165,18 +165,24 @@ detached run_detached(task<T> t) {
 /// Moves the awaiting coroutine onto `s` and, for asyncband tasks, makes `s` its scheduler.
 class schedule_on {
  public:
-  explicit schedule_on(scheduler_ref s) noexcept : scheduler_(s) { assert(!s.empty()); }
+  explicit schedule_on(scheduler_ref s) noexcept : schedule_on(s, s) {}
+  /// Becomes scheduled by `s`, but makes the first hop through `first` (a pool's shared queue
+  /// rather than the current worker's next slot).
+  schedule_on(scheduler_ref s, scheduler_ref first) noexcept : scheduler_(s), first_(first) {
+    assert(!s.empty() && !first.empty());
+  }
   bool await_ready() const noexcept { return false; }
   template <class Promise>
   void await_suspend(std::coroutine_handle<Promise> h) const noexcept {
     if constexpr (std::is_base_of_v<detail::task_promise_base, Promise>)
       h.promise().set_scheduler(scheduler_);
-    scheduler_.schedule(h);
+    first_.schedule(h);
   }
   void await_resume() const noexcept {}
 
  private:
   scheduler_ref scheduler_;
+  scheduler_ref first_;
 };
 
 /// Starts `t` on scheduler `s` without waiting for it; the frame frees itself at the end.

@@ -58,7 +58,11 @@ class thread_pool {
 
   /// `co_await pool.schedule();` moves the awaiting coroutine onto the pool (and makes the pool
   /// the scheduler of an asyncband task).
-  [[nodiscard]] schedule_on schedule() noexcept { return schedule_on(ref()); }
+  /// It goes through the shared FIFO, not the current worker's next slot: a worker that then
+  /// blocks (block_on on a pool thread) must not hold it where no other worker can take it.
+  [[nodiscard]] schedule_on schedule() noexcept {
+    return schedule_on(ref(), scheduler_ref::of(shared_fifo_));
+  }
 
   [[nodiscard]] scheduler_ref ref() noexcept { return scheduler_ref::of(*this); }
   [[nodiscard]] std::size_t thread_count() const noexcept { return workers_.size(); }
@@ -68,6 +72,12 @@ class thread_pool {
 
  private:
   static constexpr unsigned slot_budget = 64;
+
+  /// The pool's shared FIFO as a scheduler of its own.
+  struct shared_fifo {
+    thread_pool* pool;
+    void schedule(std::coroutine_handle<> h) noexcept { pool->push_shared(h); }
+  };
 
   struct worker_state {
     const thread_pool* pool = nullptr;
@@ -123,6 +133,7 @@ class thread_pool {
   std::mutex mutex_;
   std::condition_variable ready_cv_;
   std::deque<std::coroutine_handle<>> ready_;
+  shared_fifo shared_fifo_{this};
   bool stopping_ = false;
   unsigned sleeping_ = 0;  // workers inside ready_cv_.wait (guarded by mutex_)
   std::vector<std::thread> workers_;
