@@ -55,7 +55,7 @@ class [[nodiscard]] semaphore_permit {
   explicit operator bool() const noexcept { return count_ != 0; }
 
   /// Returns the permits to the semaphore now (the destructor then has nothing to do).
-  void release() noexcept { release(count_); }
+  inline void release() noexcept;
   /// Returns n of the permits now and keeps the rest (all of them if n >= count()).
   inline void release(std::size_t n) noexcept;
 
@@ -260,11 +260,13 @@ class semaphore {
   template <bool Checked>
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
-    add_outcome outcome = n > max() ? add_outcome::overflow : try_add(n);
+    add_outcome outcome = try_add(n);  // checks n > max() too
     if (outcome == add_outcome::contended) {
       outcome = queue_.wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
         const add_outcome locked = try_add(n);
-        if (locked == add_outcome::contended) hand_out(n, waiters, batch);
+        if (locked != add_outcome::contended) return locked;
+        if (n > max()) return add_outcome::overflow;
+        hand_out(n, waiters, batch);
         return locked;
       });
     }
@@ -366,6 +368,10 @@ inline void semaphore_permit::merge(semaphore_permit&& other) {
     throw std::overflow_error("asyncband::semaphore_permit::merge: above semaphore::max()");
   }
   count_ += std::exchange(other.count_, 0);
+}
+
+inline void semaphore_permit::release() noexcept {
+  if (count_ != 0) semaphore_->give<false>(std::exchange(count_, 0));
 }
 
 inline void semaphore_permit::release(std::size_t n) noexcept {
