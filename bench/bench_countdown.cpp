@@ -418,4 +418,6 @@ BENCHMARK(barrier_single_std_barrier)->Name("barrier/single_await/std_barrier");
 BENCHMARK(wait_group_spawn_wait_asyncband)->Name("wait_group/spawn_wait/asyncband");
 BENCHMARK(wait_group_spawn_wait_std)->Name("wait_group/spawn_wait/std");
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  return asyncband_bench::run_benchmarks(argc, argv);
+}

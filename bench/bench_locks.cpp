@@ -349,12 +349,6 @@ BENCHMARK(rwlock_write_asyncband)->Name("rwlock/write/asyncband");
 BENCHMARK(rwlock_write_peer<std::shared_mutex>)->Name("rwlock/write/std");
 BENCHMARK(rwlock_write_peer<tbb::rw_mutex>)->Name("rwlock/write/tbb");
 
-// BENCHMARK_MAIN, in a process that is multi-threaded from the start (become_multithreaded).
 int main(int argc, char** argv) {
-  asyncband_bench::become_multithreaded();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return asyncband_bench::run_benchmarks(argc, argv);
 }

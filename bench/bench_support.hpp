@@ -107,4 +107,15 @@ inline void become_multithreaded() {
   std::thread([] {}).join();
 }
 
+/// BENCHMARK_MAIN, in a process that is multi-threaded from the start (become_multithreaded), so
+/// that every std baseline is measured on the path a real program takes.
+inline int run_benchmarks(int argc, char** argv) {
+  become_multithreaded();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
 }  // namespace asyncband_bench
