@@ -1054,29 +1054,11 @@ struct mutex_stress {
   std::atomic<long> cancelled{0};
   std::atomic<long> timed_out{0};
   std::atomic<long> try_failed{0};
-  std::mutex epoch_mutex;
-  std::stop_source epoch;  // guarded by epoch_mutex; replaced when stopped
+  stop_epoch epoch;
   completion finished;
-  const std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() + kStressTime;
+  stress_budget budget{kStressIterations, kStressTime};
 
   explicit mutex_stress(int participants) : finished(participants) {}
-
-  [[nodiscard]] bool keep_going(int i) const {
-    return i < kStressIterations && std::chrono::steady_clock::now() < deadline;
-  }
-
-  std::stop_token token() {
-    const std::lock_guard lock(epoch_mutex);
-    return epoch.get_token();
-  }
-  void cancel_current_locks() {
-    std::stop_source old;
-    {
-      const std::lock_guard lock(epoch_mutex);
-      old = std::exchange(epoch, std::stop_source{});
-    }
-    old.request_stop();
-  }
 
   void enter(long& value) {
     if (inside.fetch_add(1) != 0) violations.fetch_add(1);
@@ -1103,7 +1085,7 @@ struct mutex_stress {
 
 task<void> stress_task(thread_pool& pool, mutex_stress& st, int id) {
   co_await pool.schedule();
-  for (int i = 0; st.keep_going(i); ++i) {
+  for (int i = 0; st.budget.keep_going(i); ++i) {
     switch ((i + id) % 4) {
       case 0: {
         auto g = co_await st.m.lock();
@@ -1113,13 +1095,13 @@ task<void> stress_task(thread_pool& pool, mutex_stress& st, int id) {
         break;
       }
       case 1: {
-        auto r = co_await st.m.lock(st.token());
+        auto r = co_await st.m.lock(st.epoch.token());
         st.enter_and_leave(r);
         break;
       }
       case 2: {
-        auto r = co_await st.m.lock(st.token());
-        st.cancel_current_locks();  // cancels the others' queued locks, and maybe its own successor
+        auto r = co_await st.m.lock(st.epoch.token());
+        st.epoch.cancel_current();  // cancels the others' queued locks, and maybe its own successor
         st.enter_and_leave(r);
         break;
       }
@@ -1138,7 +1120,7 @@ task<void> stress_task(thread_pool& pool, mutex_stress& st, int id) {
 }
 
 void stress_thread(mutex_stress& st, int id) {
-  for (int i = 0; st.keep_going(i); ++i) {
+  for (int i = 0; st.budget.keep_going(i); ++i) {
     switch ((i + id) % 5) {
       case 0: {
         auto g = st.m.lock_blocking();
@@ -1148,7 +1130,7 @@ void stress_thread(mutex_stress& st, int id) {
         break;
       }
       case 1: {
-        auto r = st.m.lock_blocking(st.token());
+        auto r = st.m.lock_blocking(st.epoch.token());
         st.enter_and_leave(r);
         break;
       }
@@ -1158,12 +1140,12 @@ void stress_thread(mutex_stress& st, int id) {
         break;
       }
       case 3: {
-        auto r = block_on(st.m.lock(st.token()));
+        auto r = block_on(st.m.lock(st.epoch.token()));
         st.enter_and_leave(r);
         break;
       }
       default:
-        st.cancel_current_locks();
+        st.epoch.cancel_current();
         if (auto g = st.m.try_lock()) {
           st.enter(**g);
           st.leave();

@@ -929,28 +929,11 @@ struct rwlock_stress {
   std::atomic<long> writes{0};
   std::atomic<long> reads{0};
   std::atomic<long> failed{0};  // cancelled, timed out, try_ failed
-  std::mutex epoch_mutex;
-  std::stop_source epoch;  // guarded by epoch_mutex; replaced when stopped
+  stop_epoch epoch;
   completion finished;
-  const std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::now() + kStressTime;
+  stress_budget budget{kStressIterations, kStressTime};
 
   explicit rwlock_stress(int participants) : finished(participants) {}
-
-  [[nodiscard]] bool keep_going(int i) const {
-    return i < kStressIterations && std::chrono::steady_clock::now() < deadline;
-  }
-  std::stop_token token() {
-    const std::lock_guard lock(epoch_mutex);
-    return epoch.get_token();
-  }
-  void cancel_current_waits() {
-    std::stop_source old;
-    {
-      const std::lock_guard lock(epoch_mutex);
-      old = std::exchange(epoch, std::stop_source{});
-    }
-    old.request_stop();
-  }
 
   void enter_read(long value) {
     if (readers.fetch_add(1) + 1 > kStressMaxReaders || writers.load() != 0) violations.fetch_add(1);
@@ -1005,7 +988,7 @@ struct rwlock_stress {
 
 task<void> rw_stress_task(thread_pool& pool, rwlock_stress& st, int id) {
   co_await pool.schedule();
-  for (int i = 0; st.keep_going(i); ++i) {
+  for (int i = 0; st.budget.keep_going(i); ++i) {
     switch ((i + id) % 7) {
       case 0: {
         auto g = co_await st.l.write();
@@ -1015,7 +998,7 @@ task<void> rw_stress_task(thread_pool& pool, rwlock_stress& st, int id) {
         break;
       }
       case 1: {
-        auto r = co_await st.l.write(st.token());
+        auto r = co_await st.l.write(st.epoch.token());
         st.use_result(r);
         break;
       }
@@ -1025,7 +1008,7 @@ task<void> rw_stress_task(thread_pool& pool, rwlock_stress& st, int id) {
         break;
       }
       case 3: {
-        auto r = co_await st.l.read(st.token());
+        auto r = co_await st.l.read(st.epoch.token());
         st.use_result(r);
         break;
       }
@@ -1042,7 +1025,7 @@ task<void> rw_stress_task(thread_pool& pool, rwlock_stress& st, int id) {
         break;
       }
       default:
-        st.cancel_current_waits();
+        st.epoch.cancel_current();
         break;
     }
   }
@@ -1050,7 +1033,7 @@ task<void> rw_stress_task(thread_pool& pool, rwlock_stress& st, int id) {
 }
 
 void rw_stress_thread(rwlock_stress& st, int id) {
-  for (int i = 0; st.keep_going(i); ++i) {
+  for (int i = 0; st.budget.keep_going(i); ++i) {
     switch ((i + id) % 8) {
       case 0: {
         auto g = st.l.read_blocking();
@@ -1060,7 +1043,7 @@ void rw_stress_thread(rwlock_stress& st, int id) {
         break;
       }
       case 1: {
-        auto r = st.l.read_blocking(st.token());
+        auto r = st.l.read_blocking(st.epoch.token());
         st.use_result(r);
         break;
       }
@@ -1070,7 +1053,7 @@ void rw_stress_thread(rwlock_stress& st, int id) {
         break;
       }
       case 3: {
-        auto r = st.l.write_blocking(st.token());
+        auto r = st.l.write_blocking(st.epoch.token());
         st.use_result(r);
         break;
       }
@@ -1085,13 +1068,13 @@ void rw_stress_thread(rwlock_stress& st, int id) {
         break;
       }
       case 6: {
-        auto r = block_on(st.l.read(st.token()));
+        auto r = block_on(st.l.read(st.epoch.token()));
         st.use_result(r);
         break;
       }
       default:
         st.write_then_downgrade(st.l.write_blocking());
-        st.cancel_current_waits();
+        st.epoch.cancel_current();
         break;
     }
   }

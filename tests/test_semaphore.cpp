@@ -1199,7 +1199,7 @@ constexpr auto kStressTime = 700ms;
 
 struct stress_state {
   semaphore sem{kStressPermits};
-  std::chrono::steady_clock::time_point deadline;
+  stress_budget budget{kStressIterations, kStressTime};
   std::atomic<bool> go{false};
   std::atomic<std::size_t> held{0};
   std::atomic<int> violations{0};
@@ -1207,36 +1207,18 @@ struct stress_state {
   std::atomic<int> cancelled{0};
   std::atomic<int> timed_out{0};
   std::atomic<int> refused{0};
-  std::mutex mutex;        // guards epoch
-  std::stop_source epoch;  // the cancellable waits' current stop source
+  stop_epoch epoch;  // the cancellable waits' stop source
   completion finished;
 
   explicit stress_state(int participants) : finished(participants) {}
 
   /// Lets every participant start at once; they run until kStressIterations or kStressTime.
   void start() {
-    deadline = std::chrono::steady_clock::now() + kStressTime;
+    budget.restart();
     go.store(true);
   }
   void wait_for_start() const {
     while (!go.load()) std::this_thread::yield();
-  }
-  [[nodiscard]] bool keep_going(int i) const {
-    return i < kStressIterations && std::chrono::steady_clock::now() < deadline;
-  }
-
-  std::stop_token token() {
-    const std::lock_guard lock(mutex);
-    return epoch.get_token();
-  }
-
-  void cancel_current_waits() {
-    std::stop_source old;
-    {
-      const std::lock_guard lock(mutex);
-      old = std::exchange(epoch, std::stop_source{});
-    }
-    old.request_stop();
   }
 
   static std::size_t request(int i, int id) {
@@ -1289,7 +1271,7 @@ struct stress_state {
         sem.release(1);
         break;
       case 4:
-        cancel_current_waits();
+        epoch.cancel_current();
         break;
       default:
         break;  // the permit's destructor returns it
@@ -1315,7 +1297,7 @@ task<void> use_on_pool(thread_pool& pool, stress_state& st, semaphore_permit* pe
 
 task<void> stress_task(thread_pool& pool, stress_state& st, int id) {
   co_await pool.schedule();
-  for (int i = 0; st.keep_going(i); ++i) {
+  for (int i = 0; st.budget.keep_going(i); ++i) {
     const std::size_t n = stress_state::request(i, id);
     switch ((i + id) % 3) {
       case 0: {
@@ -1324,7 +1306,7 @@ task<void> stress_task(thread_pool& pool, stress_state& st, int id) {
         break;
       }
       case 1: {
-        auto r = co_await st.sem.acquire(n, st.token());
+        auto r = co_await st.sem.acquire(n, st.epoch.token());
         co_await use_on_pool(pool, st, st.granted(r), n, i);
         break;
       }
@@ -1341,7 +1323,7 @@ task<void> stress_task(thread_pool& pool, stress_state& st, int id) {
 
 void stress_thread(stress_state& st, int id) {
   st.wait_for_start();
-  for (int i = 0; st.keep_going(i); ++i) {
+  for (int i = 0; st.budget.keep_going(i); ++i) {
     const std::size_t n = stress_state::request(i, id);
     switch ((i + id) % 5) {
       case 0: {
@@ -1350,7 +1332,7 @@ void stress_thread(stress_state& st, int id) {
         break;
       }
       case 1: {
-        auto r = st.sem.acquire_blocking(n, st.token());
+        auto r = st.sem.acquire_blocking(n, st.epoch.token());
         st.use(st.granted(r), n, i);
         break;
       }
@@ -1360,7 +1342,7 @@ void stress_thread(stress_state& st, int id) {
         break;
       }
       case 3: {
-        auto r = block_on(st.sem.acquire(n, st.token()));
+        auto r = block_on(st.sem.acquire(n, st.epoch.token()));
         st.use(st.granted(r), n, i);
         break;
       }

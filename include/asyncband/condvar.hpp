@@ -38,8 +38,9 @@ struct wait_once {};
 ///   Destroying a suspended waiting coroutine does the same.
 /// - wait_while(guard, keep_waiting): returns at once if keep_waiting(value) is false; otherwise
 ///   waits, and re-checks after each wake-up with the mutex held, until it is false. The first
-///   check runs in the awaiting coroutine; later ones run on the thread that handed the mutex
-///   back (after every internal lock is released): keep it a cheap check. If it throws, the wait
+///   check runs in the awaiting coroutine; later ones run on the thread that completed the
+///   re-lock (the unlocker's, or the notifier's when the mutex was free), after every internal
+///   lock is released: keep it a cheap check. If it throws, the wait
 ///   rethrows in the coroutine and the mutex is unlocked.
 /// - Spurious wake-ups do not happen: a plain wait returns after a notification (or a
 ///   cancellation) only.
@@ -52,10 +53,7 @@ class condvar {
   template <class T, bool Cancellable, class Predicate>
   friend class waiting;
 
-  struct as_permit {
-    semaphore_permit operator()(semaphore_permit&& p) const noexcept { return std::move(p); }
-  };
-  using relock_node = detail::semaphore_acquire<as_permit>;
+  using relock_node = detail::semaphore_acquire<detail::permit_itself>;
 
  public:
   condvar() noexcept = default;
@@ -258,7 +256,8 @@ class [[nodiscard]] condvar::waiting {
   bool after_notification() noexcept {
     by_notify_one_ = notified_->node().by_notify_one;
     if (!notified(*notified_)) return finish(wait_status::cancelled);
-    relock_wait& w = relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, as_permit{});
+    relock_wait& w =
+        relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, detail::permit_itself{});
     if (!w.try_complete() && w.publish(detail::resume_target::continuation(&on_relocked, this))) return true;
     return after_relock();
   }
@@ -329,7 +328,7 @@ condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate 
       if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
     }
     auto relocked = detail::block_wait<relock_node, Cancellable>(
-        stop, {}, &detail::mutex_access::semaphore_of(*m), 1, as_permit{});
+        stop, {}, &detail::mutex_access::semaphore_of(*m), 1, detail::permit_itself{});
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
         pass_on(by_notify_one);

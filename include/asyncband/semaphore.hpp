@@ -25,6 +25,9 @@ namespace detail {
 class semaphore_waiter;
 template <class Make>
 class semaphore_acquire;
+/// The Make of an acquisition that yields the permit itself (semaphore::acquire, a condvar's
+/// re-lock).
+struct permit_itself;
 }  // namespace detail
 
 /// Permits taken from a semaphore; destroying the permit returns them. Move-only.
@@ -111,10 +114,7 @@ class semaphore {
   template <class Make>
   friend class detail::semaphore_acquire;
 
-  struct as_permit {
-    semaphore_permit operator()(semaphore_permit&& permit) const noexcept { return std::move(permit); }
-  };
-  using acquire_forms = detail::wait_forms<detail::semaphore_acquire<as_permit>>;
+  using acquire_forms = detail::wait_forms<detail::semaphore_acquire<detail::permit_itself>>;
 
  public:
   /// The largest count of permits a semaphore holds, or a single request asks for.
@@ -339,6 +339,10 @@ class semaphore_waiter : public waiter {
   std::size_t granted_ = 0;  // guarded by the semaphore's lock while queued
 };
 
+struct permit_itself {
+  semaphore_permit operator()(semaphore_permit&& permit) const noexcept { return std::move(permit); }
+};
+
 /// An acquisition whose completed wait yields `make(permit)`: the permit itself, or a guard built
 /// on it (mutex, rwlock). `Make` is called once, on the waiter's side, after resumption.
 template <class Make>
@@ -415,21 +419,21 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
 
 // The acquisition forms need the node types, which need a complete semaphore.
 inline auto semaphore::acquire(std::size_t n) {
-  return acquire_forms::await(this, checked(n), as_permit{});
+  return acquire_forms::await(this, checked(n), detail::permit_itself{});
 }
 inline auto semaphore::acquire(std::size_t n, std::stop_token stop) {
-  return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), as_permit{});
+  return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
 }
 inline semaphore_permit semaphore::acquire_blocking(std::size_t n) {
-  return acquire_forms::block(this, checked(n), as_permit{});
+  return acquire_forms::block(this, checked(n), detail::permit_itself{});
 }
 inline result<semaphore_permit> semaphore::acquire_blocking(std::size_t n, std::stop_token stop) {
-  return acquire_forms::block_until_stopped(std::move(stop), this, checked(n), as_permit{});
+  return acquire_forms::block_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
 }
 template <class Rep, class Period>
 result<semaphore_permit> semaphore::acquire_timeout(std::size_t n,
                                                     std::chrono::duration<Rep, Period> timeout) {
-  return acquire_forms::block_for(timeout, this, checked(n), as_permit{});
+  return acquire_forms::block_for(timeout, this, checked(n), detail::permit_itself{});
 }
 
 }  // namespace asyncband

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <stop_token>
 #include <type_traits>
+#include <utility>
 
 namespace asyncband_test {
 
@@ -35,6 +36,45 @@ int repeat_for(int cap, std::chrono::steady_clock::duration budget, Body body) {
   }
   return rounds;
 }
+
+/// Bounds each participant's loop of a stress test by an iteration cap and a shared time budget.
+class stress_budget {
+ public:
+  stress_budget(int cap, std::chrono::steady_clock::duration budget) noexcept
+      : cap_(cap), budget_(budget), deadline_(std::chrono::steady_clock::now() + budget) {}
+  /// Starts the time budget now (when every participant is released together).
+  void restart() noexcept { deadline_ = std::chrono::steady_clock::now() + budget_; }
+  [[nodiscard]] bool keep_going(int i) const noexcept {
+    return i < cap_ && std::chrono::steady_clock::now() < deadline_;
+  }
+
+ private:
+  int cap_;
+  std::chrono::steady_clock::duration budget_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+/// The stop source a stress test's cancellable waits share: cancel_current() stops every wait
+/// that took a token so far, and later waits take the next epoch's token.
+class stop_epoch {
+ public:
+  std::stop_token token() {
+    const std::lock_guard lock(mutex_);
+    return source_.get_token();
+  }
+  void cancel_current() {
+    std::stop_source old;
+    {
+      const std::lock_guard lock(mutex_);
+      old = std::exchange(source_, std::stop_source{});
+    }
+    old.request_stop();  // outside the lock: it runs the waits' stop callbacks
+  }
+
+ private:
+  std::mutex mutex_;
+  std::stop_source source_;
+};
 
 /// Counts participants down to zero; the waiting thread may destroy it as soon as a wait
 /// returns.
