@@ -87,6 +87,24 @@ void mutex_lock_unlock_peer(benchmark::State& state) {
   escape(m);
 }
 
+/// The peers' loop inside the same kind of coroutine as asyncband's (mutex/lock_unlock_in_coroutine):
+/// the frame holds the loop's state, which costs every iteration a store that a plain loop keeps
+/// in a register. lock_unlock compares against the peers' plain loop.
+template <class Mutex>
+inline_coroutine peer_lock_unlock_loop(benchmark::State& state, Mutex& m) {
+  for (auto _ : state) {
+    const std::lock_guard guard(m);
+  }
+  co_return;
+}
+
+template <class Mutex>
+void mutex_lock_unlock_in_coroutine_peer(benchmark::State& state) {
+  Mutex m;
+  peer_lock_unlock_loop(state, m).check(state);
+  escape(m);
+}
+
 // mutex/try_lock: uncontended try_lock (succeeds) + unlock.
 
 void mutex_try_lock_asyncband(benchmark::State& state) {
@@ -314,6 +332,9 @@ void mutex_contended_threads(benchmark::State& state) {
 BENCHMARK(mutex_lock_unlock_asyncband)->Name("mutex/lock_unlock/asyncband");
 BENCHMARK(mutex_lock_unlock_peer<std::mutex>)->Name("mutex/lock_unlock/std");
 BENCHMARK(mutex_lock_unlock_peer<tbb::mutex>)->Name("mutex/lock_unlock/tbb");
+BENCHMARK(mutex_lock_unlock_asyncband)->Name("mutex/lock_unlock_in_coroutine/asyncband");
+BENCHMARK(mutex_lock_unlock_in_coroutine_peer<std::mutex>)->Name("mutex/lock_unlock_in_coroutine/std");
+BENCHMARK(mutex_lock_unlock_in_coroutine_peer<tbb::mutex>)->Name("mutex/lock_unlock_in_coroutine/tbb");
 BENCHMARK(mutex_lock_unlock_blocking_asyncband)->Name("mutex/lock_unlock_blocking/asyncband");
 BENCHMARK(mutex_lock_unlock_peer<std::mutex>)->Name("mutex/lock_unlock_blocking/std");
 BENCHMARK(mutex_lock_unlock_peer<tbb::mutex>)->Name("mutex/lock_unlock_blocking/tbb");

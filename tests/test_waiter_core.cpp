@@ -85,6 +85,7 @@ struct gate_probe : probe {
 TEST(WaitList, FifoWithRemovalFromTheMiddle) {
   asyncband::detail::wait_list list;
   asyncband::detail::waiter a, b, c;
+  for (auto* w : {&a, &b, &c}) w->prepare({});  // as publication does
   list.push_back(a);
   list.push_back(b);
   list.push_back(c);
@@ -104,6 +105,7 @@ TEST(WaitList, FifoWithRemovalFromTheMiddle) {
 
 TEST(Handshake, ResolvedBeforeArmMeansDoNotSuspend) {
   asyncband::detail::waiter w;
+  w.prepare({});
   w.resolve();
   EXPECT_FALSE(w.arm());
 }
@@ -111,7 +113,7 @@ TEST(Handshake, ResolvedBeforeArmMeansDoNotSuspend) {
 TEST(Handshake, ArmedThenResolvedRunsTheTargetOnce) {
   asyncband::detail::parker p;
   asyncband::detail::waiter w;
-  w.set_target(asyncband::detail::resume_target(&asyncband::detail::parker::unpark_thunk, &p));
+  w.prepare(asyncband::detail::resume_target(&asyncband::detail::parker::unpark_thunk, &p));
   EXPECT_TRUE(w.arm());
   w.resolve();
   p.park();  // would hang if the target had not run
@@ -135,7 +137,7 @@ struct nested_chain {
 
   asyncband::detail::waiter& node(asyncband::detail::resume_target t) {
     asyncband::detail::waiter& w = nodes.at(used++);
-    w.set_target(t);
+    w.prepare(t);
     EXPECT_TRUE(w.arm());
     return w;
   }

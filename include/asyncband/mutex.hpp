@@ -167,7 +167,7 @@ class mutex {
     mutex* owner;
     mutex_guard<T> operator()(semaphore_permit&& permit) const noexcept { return {std::move(permit), owner}; }
   };
-  using lock_forms = detail::wait_forms<detail::semaphore_acquire<make_guard>>;
+  using lock_forms = detail::acquire_forms<make_guard>;
 
  public:
   mutex() = default;
@@ -224,7 +224,7 @@ struct mutex_access {
     }
   };
   template <class T>
-  using owned_forms = wait_forms<semaphore_acquire<make_owned_guard<T>>>;
+  using owned_forms = acquire_forms<make_owned_guard<T>>;
 
   template <class T>
   static std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {

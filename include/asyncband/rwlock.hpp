@@ -128,8 +128,8 @@ class rwlock {
   };
   using make_read = make_guard<rwlock_read_guard<T>, const T>;
   using make_write = make_guard<rwlock_write_guard<T>, T>;
-  using read_forms = detail::wait_forms<detail::semaphore_acquire<make_read>>;
-  using write_forms = detail::wait_forms<detail::semaphore_acquire<make_write>>;
+  using read_forms = detail::acquire_forms<make_read>;
+  using write_forms = detail::acquire_forms<make_write>;
 
  public:
   /// The default maximum number of concurrent readers.

@@ -25,6 +25,10 @@ namespace detail {
 class semaphore_waiter;
 template <class Make>
 class semaphore_acquire;
+template <class Make>
+class acquire_awaiter;
+template <class Make>
+struct acquire_forms;
 /// The Make of an acquisition that yields the permit itself (semaphore::acquire, a condvar's
 /// re-lock).
 struct permit_itself;
@@ -49,7 +53,11 @@ class [[nodiscard]] semaphore_permit {
   }
   semaphore_permit(const semaphore_permit&) = delete;
   semaphore_permit& operator=(const semaphore_permit&) = delete;
-  ~semaphore_permit() { release(); }
+  /// Unlike release(), clears nothing: a store right before the release's atomic
+  /// read-modify-write would delay it, and nobody may look at a permit being destroyed.
+  ~semaphore_permit() {
+    if (count_ != 0) release_to_semaphore(count_);
+  }
 
   /// How many permits this holds.
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
@@ -82,7 +90,10 @@ class [[nodiscard]] semaphore_permit {
  private:
   friend class asyncband::semaphore;
   friend class detail::semaphore_waiter;
+  template <class Make>
+  friend class detail::acquire_awaiter;
   semaphore_permit(asyncband::semaphore* owner, std::size_t n) noexcept : semaphore_(owner), count_(n) {}
+  inline void release_to_semaphore(std::size_t n) const noexcept;
 
   asyncband::semaphore* semaphore_ = nullptr;
   std::size_t count_ = 0;
@@ -113,8 +124,10 @@ class semaphore {
   friend class detail::semaphore_waiter;
   template <class Make>
   friend class detail::semaphore_acquire;
+  template <class Make>
+  friend class detail::acquire_awaiter;
 
-  using acquire_forms = detail::wait_forms<detail::semaphore_acquire<detail::permit_itself>>;
+  using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 
  public:
   /// The largest count of permits a semaphore holds, or a single request asks for.
@@ -260,7 +273,15 @@ class semaphore {
   template <bool Checked>
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
-    add_outcome outcome = try_add(n);  // checks n > max() too
+    const add_outcome outcome = try_add(n);  // checks n > max() too
+    if (outcome != add_outcome::added) [[unlikely]]
+      give_slowly<Checked>(n, outcome);
+  }
+
+  /// give()'s out-of-line rest, so that an uncontended unlock is inlined whole: a call would
+  /// store its return address right before the atomic read-modify-write, which waits for it.
+  template <bool Checked>
+  [[gnu::noinline]] void give_slowly(std::size_t n, add_outcome outcome) noexcept(!Checked) {
     if (outcome == add_outcome::contended) {
       outcome = queue_.wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
         const add_outcome locked = try_add(n);
@@ -305,6 +326,7 @@ class semaphore_waiter : public waiter {
   bool try_ready() noexcept { return needed_ == 0 || semaphore_->try_take(needed_); }
 
   bool enqueue() noexcept {
+    granted_ = 0;
     return semaphore_->queue_.complete_or_enqueue(*this, [this] { return semaphore_->take_or_queue(*this); });
   }
 
@@ -336,7 +358,7 @@ class semaphore_waiter : public waiter {
  private:
   semaphore* semaphore_;
   std::size_t needed_;
-  std::size_t granted_ = 0;  // guarded by the semaphore's lock while queued
+  std::size_t granted_;  // set by enqueue(); guarded by the semaphore's lock while queued
 };
 
 struct permit_itself {
@@ -360,6 +382,61 @@ class semaphore_acquire : public semaphore_waiter {
   Make make_;
 };
 
+/// `co_await` of an acquisition without a stop token. The uncontended case takes the permits
+/// with one CAS and builds nothing else: the awaiter holds only the acquisition's arguments,
+/// and the waiting operation (node, publication) is constructed in await_suspend, only when the
+/// acquisition must queue. Every store before the CAS delays it (a locked instruction first
+/// drains the store buffer), so this is what makes `co_await m.lock()` as cheap as a try_lock.
+/// `semaphore_ == nullptr` marks the constructed wait.
+template <class Make>
+class [[nodiscard]] acquire_awaiter {
+  using wait_type = pending_wait<semaphore_acquire<Make>, false>;
+
+ public:
+  using value_type = typename semaphore_acquire<Make>::value_type;
+
+  acquire_awaiter(semaphore* owner, std::size_t n, Make make) noexcept
+      : semaphore_(owner), count_(n), make_(std::move(make)) {
+    static_assert(std::is_nothrow_move_constructible_v<Make>);
+  }
+  acquire_awaiter(const acquire_awaiter&) = delete;
+  acquire_awaiter& operator=(const acquire_awaiter&) = delete;
+  ~acquire_awaiter() {
+    if (semaphore_ == nullptr) wait_.~wait_type();
+  }
+
+  bool await_ready() noexcept { return count_ == 0 || semaphore_->try_take(count_); }
+
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, semaphore_, count_, std::move(make_));
+    semaphore_ = nullptr;
+    return wait_.publish(resume_target(h, scheduler_of(h)));
+  }
+
+  value_type await_resume() {
+    if (semaphore_ != nullptr) return make_(semaphore_permit(semaphore_, count_));
+    return wait_.finish();
+  }
+
+ private:
+  semaphore* semaphore_;
+  std::size_t count_;
+  Make make_;
+  union {
+    wait_type wait_;  // constructed by await_suspend
+  };
+};
+
+/// The five forms of an acquisition yielding `make(permit)`: wait_forms, with the plain
+/// `co_await` form replaced by acquire_awaiter.
+template <class Make>
+struct acquire_forms : wait_forms<semaphore_acquire<Make>> {
+  [[nodiscard]] static acquire_awaiter<Make> await(semaphore* owner, std::size_t n, Make make) noexcept {
+    return {owner, n, std::move(make)};
+  }
+};
+
 }  // namespace detail
 
 inline void semaphore_permit::merge(semaphore_permit&& other) {
@@ -374,8 +451,12 @@ inline void semaphore_permit::merge(semaphore_permit&& other) {
   count_ += std::exchange(other.count_, 0);
 }
 
+inline void semaphore_permit::release_to_semaphore(std::size_t n) const noexcept {
+  semaphore_->give<false>(n);
+}
+
 inline void semaphore_permit::release() noexcept {
-  if (count_ != 0) semaphore_->give<false>(std::exchange(count_, 0));
+  if (count_ != 0) release_to_semaphore(std::exchange(count_, 0));
 }
 
 inline void semaphore_permit::release(std::size_t n) noexcept {

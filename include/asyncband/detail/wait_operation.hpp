@@ -112,11 +112,17 @@ struct nothing_to_do {
   void operator()() const noexcept {}
 };
 
+/// A node whose wait can end without its value even when nobody cancels it (a closed phaser or
+/// channel): it declares `static constexpr bool fallible = true;` and its resolver writes the
+/// failure into `status`.
+template <class Node>
+inline constexpr bool fallible_v = requires { requires Node::fallible; };
+
 /// What a wait yields: the node's value (or nothing) for waits that cannot fail, result<value>
-/// for cancellable ones.
+/// for cancellable or fallible ones.
 template <class Node, bool Cancellable>
-using wait_yield_t =
-    std::conditional_t<Cancellable, result<typename Node::value_type>, typename Node::value_type>;
+using wait_yield_t = std::conditional_t<Cancellable || fallible_v<Node>, result<typename Node::value_type>,
+                                        typename Node::value_type>;
 
 /// A completed wait that will not deliver its outcome (cancelled late, or destroyed or discarded
 /// unrun) passes on what it was granted; true if there was a grant to pass on.
@@ -136,8 +142,8 @@ bool pass_on_grant(Node& node) noexcept {
 /// until the waiter resumes, and whatever it had been granted is not lost.
 template <class Node, bool Cancellable>
 wait_yield_t<Node, Cancellable> finish_wait(Node& node, bool stop_requested) {
-  if constexpr (Cancellable) {
-    if (stop_requested && pass_on_grant(node)) return wait_status::cancelled;
+  if constexpr (Cancellable || fallible_v<Node>) {
+    if (Cancellable && stop_requested && pass_on_grant(node)) return wait_status::cancelled;
     if (node.status != wait_status::ok) return node.status;
     if constexpr (std::is_void_v<typename Node::value_type>) {
       node.take();
@@ -164,23 +170,11 @@ class pending_wait {
   pending_wait& operator=(const pending_wait&) = delete;
 
   /// Destroying a wait that is still pending unlinks its node (see docs/design.md, "Destroying
-  /// a waiting coroutine"). Nothing to do if it never published, or was resolved and finished.
+  /// a waiting coroutine"); abandon() does it. Nothing to do if it never published, or was
+  /// resolved and finished.
   ~pending_wait() {
-    if (!node_.is_suspended_unresolved()) return;
-    if (!node_.abandon()) {
-      assert(false && "asyncband: a wait destroyed while its resumption was in flight");
-      return;
-    }
-    stop_.disarm();  // waits for a stop callback running on another thread
-    if (node_.cancel(wait_status::cancelled)) return;
-    // A resolver claimed the node before we abandoned it: let it finish (or, if it is this
-    // thread, withdraw the node from its batch), then pass on what it granted, since nobody
-    // will resume to use it.
-    if (!wake_batch::withdraw(node_)) {
-      at_test_point(test_point::awaiting_resolver);
-      node_.await_resolver();
-    }
-    pass_on_grant(node_);
+    if (node_.is_suspended_unresolved()) [[unlikely]]
+      abandon();
   }
 
   [[nodiscard]] Node& node() noexcept { return node_; }
@@ -207,7 +201,7 @@ class pending_wait {
   /// condvar unlocks its mutex there: after registering, and before it can be resumed).
   template <class Linked = nothing_to_do>
   [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target, Linked linked = {}) noexcept {
-    node_.set_target(target);
+    node_.prepare(target);
     if (node_.enqueue()) {
       linked();
       return false;
@@ -237,6 +231,25 @@ class pending_wait {
   }
 
  private:
+  /// The destructor's rest, out of line: the common case (the wait is over) stays a single test
+  /// inlined into the awaiting code.
+  [[gnu::noinline]] void abandon() noexcept {
+    if (!node_.abandon()) {
+      assert(false && "asyncband: a wait destroyed while its resumption was in flight");
+      return;
+    }
+    stop_.disarm();  // waits for a stop callback running on another thread
+    if (node_.cancel(wait_status::cancelled)) return;
+    // A resolver claimed the node before we abandoned it: let it finish (or, if it is this
+    // thread, withdraw the node from its batch), then pass on what it granted, since nobody
+    // will resume to use it.
+    if (!wake_batch::withdraw(node_)) {
+      at_test_point(test_point::awaiting_resolver);
+      node_.await_resolver();
+    }
+    pass_on_grant(node_);
+  }
+
   Node node_;
   stop_registration<Node, Cancellable> stop_;
 };

@@ -156,17 +156,29 @@ class resume_target {
 /// carries (a requested count, a generation, a value).
 class waiter {
  public:
-  waiter() noexcept = default;
+  /// Leaves the links and the target unset: a wait that completes without queueing (an
+  /// uncontended lock) never reads them, and every store before its atomic read-modify-write
+  /// costs it time (the locked instruction first drains the store buffer). prepare() sets them
+  /// when the wait publishes.
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+  waiter() noexcept {}
   waiter(const waiter&) = delete;
   waiter& operator=(const waiter&) = delete;
+  ~waiter() = default;
 
   // Guarded by the owning primitive's lock while linked; read by the waiter after resumption.
-  waiter* next = nullptr;
-  waiter* prev = nullptr;
-  bool linked = false;
+  // next, prev and linked are meaningful only after prepare().
+  waiter* next;
+  waiter* prev;
+  bool linked;
   wait_status status = wait_status::ok;
 
-  void set_target(resume_target t) noexcept { target_ = t; }
+  /// Before publication: where the waiter continues once resolved, and not linked yet.
+  void prepare(resume_target t) noexcept {
+    target_ = t;
+    next = prev = nullptr;
+    linked = false;
+  }
   [[nodiscard]] bool resumes_inline() const noexcept { return target_.runs_inline(); }
 
   /// The waiting side, once setup is done: returns true if the waiter must stay suspended
@@ -209,7 +221,9 @@ class waiter {
   static constexpr std::uint8_t resolved = 2;
   static constexpr std::uint8_t abandoned = 4;
 
-  resume_target target_{};
+  union {
+    resume_target target_;  // set by prepare(); a union member, so that nothing initializes it before
+  };
   std::atomic<std::uint8_t> handshake_{0};
 };
 
