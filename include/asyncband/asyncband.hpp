@@ -9,6 +9,7 @@
 #include "latch.hpp"
 #include "manual_reset_event.hpp"
 #include "mutex.hpp"
+#include "phaser.hpp"
 #include "result.hpp"
 #include "rwlock.hpp"
 #include "scheduler.hpp"

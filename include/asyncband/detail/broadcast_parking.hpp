@@ -1,0 +1,39 @@
+// asyncband/detail/broadcast_parking.hpp: plain threads parked on one word, for state changes
+// that always release every one of them at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace asyncband::detail {
+
+/// The blocking twin of a wait that a state change always ends for everybody (a phaser's
+/// advance): the threads sleep on one futex word rather than on one parker each. The change
+/// then costs the waker one notify (at most one system call) instead of one wake-up per
+/// sleeper, and the sleepers are released together, in parallel, instead of one after another
+/// while the waker is preempted by each one it wakes. Waits that can be cancelled or time out
+/// still queue a node with its own parker: only those need to be told apart.
+///
+/// The eventcount pattern: a sleeper reads key(), then checks the state it waits for, then
+/// sleep(key). The changer changes the state, then changed(), then notify() (outside any lock).
+/// A change made after the key was read has moved the word, so sleep() returns at once; one made
+/// before is seen by the check. The word wraps; only its change matters.
+class broadcast_parking {
+ public:
+  [[nodiscard]] std::uint32_t key() const noexcept { return epoch_.load(std::memory_order_acquire); }
+
+  /// Returns once the word differs from `key` (after a short spin, as std::atomic::wait does).
+  void sleep(std::uint32_t key) const noexcept { epoch_.wait(key, std::memory_order_acquire); }
+
+  /// After the state change, by whoever made it (under the primitive's lock, so that changes
+  /// are counted in order).
+  void changed() noexcept { epoch_.fetch_add(1, std::memory_order_release); }
+
+  /// After changed(), outside the lock: wakes every sleeper. Costs a load when nobody sleeps.
+  void notify() noexcept { epoch_.notify_all(); }
+
+ private:
+  std::atomic<std::uint32_t> epoch_{0};
+};
+
+}  // namespace asyncband::detail
