@@ -160,7 +160,8 @@ class waiter {
   /// uncontended lock) never reads them, and every store before its atomic read-modify-write
   /// costs it time (the locked instruction first drains the store buffer). prepare() sets them
   /// when the wait publishes.
-  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init)
+  // User-provided, so that value-initializing a node (Node()) does not zero it either.
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init,modernize-use-equals-default)
   waiter() noexcept {}
   waiter(const waiter&) = delete;
   waiter& operator=(const waiter&) = delete;
