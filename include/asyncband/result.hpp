@@ -1,8 +1,10 @@
 // asyncband/result.hpp: the value every cancellable or fallible wait returns.
 //
-// Expected outcomes (cancelled, timed out, closed) are values, not exceptions. A wait that
-// cannot fail returns its value directly; the overloads that take a std::stop_token or a
-// timeout return result<T>, which holds either the value or the status that ended the wait.
+// Expected outcomes (cancelled, timed out, closed, full, disconnected) are values, not
+// exceptions. A wait that cannot fail returns its value directly; the overloads that take a
+// std::stop_token or a timeout, and waits on closable primitives, return result<T>, which holds
+// either the value or the status that ended the wait. Channels add send_result<T> (a send that
+// did not deliver hands its value back) and try_recv_result<T>.
 #pragma once
 
 #include <cassert>
@@ -91,6 +93,101 @@ class [[nodiscard]] result<void> {
 
  private:
   wait_status status_ = wait_status::ok;
+};
+
+/// How a send ended. A send that did not deliver hands its value back (send_result::value()).
+enum class send_status : unsigned char {
+  ok,            ///< The value was accepted by the channel.
+  full,          ///< try_send only: no capacity now.
+  disconnected,  ///< The receiver is gone or closed the channel: the value will never be received.
+  cancelled,     ///< A stop request was observed before the send was accepted.
+  timeout,       ///< A blocking send's deadline passed before it was accepted.
+};
+
+[[nodiscard]] constexpr const char* to_string(send_status s) noexcept {
+  switch (s) {
+    case send_status::ok:
+      return "ok";
+    case send_status::full:
+      return "full";
+    case send_status::disconnected:
+      return "disconnected";
+    case send_status::cancelled:
+      return "cancelled";
+    case send_status::timeout:
+      return "timeout";
+  }
+  return "unknown";
+}
+
+/// The outcome of a send: ok, or the status that stopped it together with the unsent value.
+template <class T>
+class [[nodiscard]] send_result {
+ public:
+  send_result() noexcept = default;  // ok
+  send_result(send_status failure, T&& unsent) : status_(failure), value_(std::move(unsent)) {
+    assert(failure != send_status::ok);
+  }
+
+  [[nodiscard]] send_status status() const noexcept { return status_; }
+  [[nodiscard]] bool ok() const noexcept { return status_ == send_status::ok; }
+  [[nodiscard]] bool full() const noexcept { return status_ == send_status::full; }
+  [[nodiscard]] bool disconnected() const noexcept { return status_ == send_status::disconnected; }
+  [[nodiscard]] bool cancelled() const noexcept { return status_ == send_status::cancelled; }
+  [[nodiscard]] bool timed_out() const noexcept { return status_ == send_status::timeout; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  /// The value handed back. Precondition: !ok().
+  [[nodiscard]] T& value() & noexcept { return checked(); }
+  [[nodiscard]] T&& value() && noexcept { return std::move(checked()); }
+
+ private:
+  T& checked() noexcept {
+    assert(!ok() && "asyncband::send_result::value() on a delivered send");
+    return *value_;
+  }
+
+  send_status status_ = send_status::ok;
+  std::optional<T> value_;
+};
+
+/// How a try_recv ended.
+enum class recv_status : unsigned char {
+  ok,            ///< A value was received.
+  empty,         ///< Nothing to receive now; senders remain.
+  disconnected,  ///< Nothing to receive, ever: every sender is gone (or the channel is closed) and it is
+                 ///< drained.
+};
+
+/// The outcome of a try_recv: the value, or why there was none.
+template <class T>
+class [[nodiscard]] try_recv_result {
+ public:
+  try_recv_result(T value) : value_(std::move(value)) {}     // NOLINT(google-explicit-constructor)
+  try_recv_result(recv_status failure) : status_(failure) {  // NOLINT(google-explicit-constructor)
+    assert(failure != recv_status::ok);
+  }
+
+  [[nodiscard]] recv_status status() const noexcept { return status_; }
+  [[nodiscard]] bool ok() const noexcept { return status_ == recv_status::ok; }
+  [[nodiscard]] bool empty() const noexcept { return status_ == recv_status::empty; }
+  [[nodiscard]] bool disconnected() const noexcept { return status_ == recv_status::disconnected; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  /// Precondition: ok().
+  [[nodiscard]] T& value() & noexcept { return checked(); }
+  [[nodiscard]] T&& value() && noexcept { return std::move(checked()); }
+  [[nodiscard]] T& operator*() & noexcept { return checked(); }
+  [[nodiscard]] T* operator->() noexcept { return &checked(); }
+
+ private:
+  T& checked() noexcept {
+    assert(ok() && "asyncband::try_recv_result::value() without a value");
+    return *value_;
+  }
+
+  std::optional<T> value_;
+  recv_status status_ = recv_status::ok;
 };
 
 }  // namespace asyncband

@@ -1,0 +1,327 @@
+// asyncband/oneshot.hpp
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <stop_token>
+#include <type_traits>
+#include <utility>
+
+#include "detail/wait_functions.hpp"
+#include "detail/wait_queue.hpp"
+#include "result.hpp"
+
+namespace asyncband::oneshot {
+
+template <class T>
+class sender;
+template <class T>
+class receiver;
+
+namespace detail {
+
+/// The one allocation of a oneshot channel: the value's storage, the receiver's wait list and a
+/// word of flags. Each handle releases its reference as the very last thing it does with the
+/// state, and the second one to release deletes it: a sender still waking the receiver keeps
+/// the state alive even if the receiver takes the value and goes meanwhile.
+template <class T>
+class state {
+ public:
+  static constexpr std::uint8_t sending = 1;             // a send committed, its value being stored
+  static constexpr std::uint8_t has_value = 2;           // the value is stored, not yet taken
+  static constexpr std::uint8_t value_taken = 4;         // the receiver took it
+  static constexpr std::uint8_t sender_done = 8;         // no value will come after this point
+  static constexpr std::uint8_t receiver_closed = 16;    // sends now fail
+  static constexpr std::uint8_t sender_released = 32;    // the sender's reference is gone
+  static constexpr std::uint8_t receiver_released = 64;  // the receiver's reference is gone
+  static constexpr std::uint8_t receiver_gone = 128;     // nobody will take a value any more
+
+  state() noexcept = default;
+  state(const state&) = delete;
+  state& operator=(const state&) = delete;
+  ~state() = default;
+
+  [[nodiscard]] std::uint8_t bits(std::memory_order order = std::memory_order_acquire) const noexcept {
+    return bits_.load(order);
+  }
+  std::uint8_t set(std::uint8_t b) noexcept { return bits_.fetch_or(b, std::memory_order_acq_rel); }
+
+  /// The sender's commit: marks `sending` unless the receiver closed first (false).
+  bool begin_send() noexcept {
+    std::uint8_t b = bits_.load(std::memory_order_relaxed);
+    do {
+      if ((b & receiver_closed) != 0) return false;
+    } while (
+        !bits_.compare_exchange_weak(b, b | sending, std::memory_order_acq_rel, std::memory_order_relaxed));
+    return true;
+  }
+  /// The value is stored: publishes it (and that nothing else will come). Returns the flags
+  /// before: with receiver_gone set, nobody will take it, and the sender takes it back. One
+  /// atomic step against the receiver's set(receiver_gone): exactly one of them owns the value.
+  std::uint8_t publish() noexcept {
+    return bits_.fetch_xor(sending | has_value | sender_done, std::memory_order_acq_rel);
+  }
+  /// Storing the value threw: the send did not happen.
+  void abort_send() noexcept {
+    bits_.fetch_and(static_cast<std::uint8_t>(~sending), std::memory_order_acq_rel);
+  }
+
+  template <class U>
+  void store(U&& value) {
+    ::new (static_cast<void*>(storage_)) T(std::forward<U>(value));
+  }
+  T& slot() noexcept { return *std::launder(reinterpret_cast<T*>(storage_)); }
+  T take() {
+    T out = std::move(slot());
+    slot().~T();
+    set(value_taken);
+    return out;
+  }
+
+  /// Resolves the receiver's waits: with the value if one was published, closed otherwise.
+  void wake_receiver() noexcept {
+    queue_.wake([this](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
+      const bool value = (bits(std::memory_order_relaxed) & has_value) != 0;
+      waiters.claim_all(batch, value ? wait_status::ok : wait_status::closed);
+    });
+  }
+
+  /// The handle's last access: deletes the state if the other handle has released too.
+  void release(std::uint8_t released_bit, std::uint8_t other_released_bit) noexcept {
+    if ((set(released_bit) & other_released_bit) != 0) delete this;
+  }
+
+  asyncband::detail::wait_queue& queue() noexcept { return queue_; }
+
+ private:
+  std::atomic<std::uint8_t> bits_{0};
+  alignas(T) unsigned char storage_[sizeof(T)];
+  asyncband::detail::wait_queue queue_;
+};
+
+/// A receive: ready when the value is stored, or when none will ever come (closed).
+template <class T>
+class recv_wait : public asyncband::detail::waiter {
+ public:
+  using value_type = T;
+  static constexpr bool transferable = false;  // the value stays in the channel until taken
+  static constexpr bool fallible = true;
+
+  explicit recv_wait(state<T>* s) noexcept : state_(s) {}
+
+  bool try_ready() noexcept { return ready(state_->bits()); }
+  bool enqueue() noexcept {
+    return state_->queue().complete_or_enqueue(*this, [this] { return ready(state_->bits()); });
+  }
+  bool cancel(wait_status why) noexcept { return state_->queue().cancel(*this, why); }
+  T take() { return state_->take(); }
+
+ private:
+  bool ready(std::uint8_t b) noexcept {
+    if ((b & state<T>::has_value) != 0) return true;
+    if ((b & (state<T>::sender_done | state<T>::value_taken)) != 0) {
+      status = wait_status::closed;
+      return true;
+    }
+    return false;
+  }
+
+  state<T>* state_;
+};
+
+}  // namespace detail
+
+/// Creates a oneshot channel: one value, from one sender to one receiver. One allocation.
+template <class T>
+std::pair<sender<T>, receiver<T>> channel();
+
+/// The sending half: sends at most one value, without waiting. Move-only; destroying it without
+/// sending tells the receiver that no value will come (its waits end closed).
+///
+/// Contract
+/// - send() commits when it finds the receiver open: the value is then delivered, unless the
+///   receiver is destroyed before taking it, in which case send() hands it back
+///   (send_status::disconnected) if it was still storing it, or the receiver's destruction
+///   destroys it. A send that finds the receiver closed or gone hands the value back at once.
+/// - Synchronization: storing the value happens-before the receive that takes it.
+/// - send() resolves the receiver's pending wait after storing the value, outside any lock; a
+///   receiver coroutine without a scheduler resumes inline inside send().
+template <class T>
+class [[nodiscard]] sender {
+ public:
+  sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  sender& operator=(sender&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  sender(const sender&) = delete;
+  sender& operator=(const sender&) = delete;
+  ~sender() { reset(); }
+
+  /// Whether the handle can still send (not yet sent, not moved from).
+  explicit operator bool() const noexcept { return state_ != nullptr; }
+
+  /// True if a send would hand its value back: the receiver closed the channel or is gone.
+  [[nodiscard]] bool is_closed() const noexcept {
+    return state_ == nullptr || (state_->bits() & detail::state<T>::receiver_closed) != 0;
+  }
+
+  /// Sends the value; the handle is spent afterwards (also when the value comes back). If
+  /// constructing the stored value throws, nothing was sent and the handle is unchanged.
+  /// Precondition (std::logic_error): not spent.
+  template <class U = T>
+  send_result<T> send(U&& value) {
+    if (state_ == nullptr) throw std::logic_error("asyncband::oneshot::sender: already sent");
+    using st = detail::state<T>;
+    if (!state_->begin_send()) {
+      T unsent(std::forward<U>(value));
+      reset();
+      return {send_status::disconnected, std::move(unsent)};
+    }
+    try {
+      state_->store(std::forward<U>(value));
+    } catch (...) {
+      state_->abort_send();
+      throw;
+    }
+    st* const s = std::exchange(state_, nullptr);
+    if ((s->publish() & st::receiver_gone) != 0) {
+      // The receiver went while we stored: nobody will take the value, so it comes back.
+      T unsent = std::move(s->slot());
+      s->slot().~T();
+      s->release(st::sender_released, st::receiver_released);
+      return {send_status::disconnected, std::move(unsent)};
+    }
+    s->wake_receiver();
+    s->release(st::sender_released, st::receiver_released);
+    return {};
+  }
+
+ private:
+  friend std::pair<sender<T>, receiver<T>> channel<T>();
+  explicit sender(detail::state<T>* s) noexcept : state_(s) {}
+
+  void reset() noexcept {
+    using st = detail::state<T>;
+    st* const s = std::exchange(state_, nullptr);
+    if (s == nullptr) return;
+    if ((s->set(st::sender_done) & st::sender_done) == 0) s->wake_receiver();
+    s->release(st::sender_released, st::receiver_released);
+  }
+
+  detail::state<T>* state_;
+};
+
+/// The receiving half. Move-only; destroying it closes the channel and destroys a value sent
+/// but not taken.
+///
+/// Contract
+/// - recv() yields result<T>: the value, or wait_status::closed when none will ever come (the
+///   sender went without sending, or the value was already taken). It is cancel-safe: a
+///   cancelled or destroyed receive takes nothing, and the value waits for the next attempt.
+/// - close() makes later sends fail (they hand their value back); a value already sent, or
+///   being sent, can still be received.
+/// - One receive at a time: the receiver is used by one thread or coroutine at a time, and must
+///   outlive its pending receive.
+template <class T>
+class [[nodiscard]] receiver {
+  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<T>>;
+
+ public:
+  receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  receiver& operator=(receiver&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  receiver(const receiver&) = delete;
+  receiver& operator=(const receiver&) = delete;
+  ~receiver() { reset(); }
+
+  /// `co_await rx.recv()` yields result<T>: the value, or closed.
+  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
+  /// As above; also ends with wait_status::cancelled when `stop` is requested first.
+  [[nodiscard]] auto recv(std::stop_token stop) {
+    return recv_forms::await_until_stopped(std::move(stop), live());
+  }
+  /// The blocking twins.
+  result<T> recv_blocking() { return recv_forms::block(live()); }
+  result<T> recv_blocking(std::stop_token stop) {
+    return recv_forms::block_until_stopped(std::move(stop), live());
+  }
+  template <class Rep, class Period>
+  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return recv_forms::block_for(timeout, live());
+  }
+
+  /// Takes the value if it is there: ok, empty (it may still come) or disconnected (it never will).
+  try_recv_result<T> try_recv() {
+    const std::uint8_t b = live()->bits();
+    if ((b & detail::state<T>::has_value) != 0 && (b & detail::state<T>::value_taken) == 0)
+      return state_->take();
+    if ((b & (detail::state<T>::sender_done | detail::state<T>::value_taken)) != 0)
+      return recv_status::disconnected;
+    return recv_status::empty;
+  }
+
+  /// A value is waiting to be taken.
+  [[nodiscard]] bool ready() const noexcept {
+    if (state_ == nullptr) return false;
+    const std::uint8_t b = state_->bits();
+    return (b & detail::state<T>::has_value) != 0 && (b & detail::state<T>::value_taken) == 0;
+  }
+  /// No value will ever be received: the sender went without sending, or it was taken.
+  [[nodiscard]] bool is_terminated() const noexcept {
+    if (state_ == nullptr) return true;
+    const std::uint8_t b = state_->bits();
+    return (b & detail::state<T>::value_taken) != 0 ||
+           ((b & detail::state<T>::sender_done) != 0 && (b & detail::state<T>::has_value) == 0);
+  }
+
+  /// Later sends fail and hand their value back; a value already sent stays receivable.
+  void close() noexcept {
+    if (state_ != nullptr) state_->set(detail::state<T>::receiver_closed);
+  }
+
+ private:
+  friend std::pair<sender<T>, receiver<T>> channel<T>();
+  explicit receiver(detail::state<T>* s) noexcept : state_(s) {}
+
+  detail::state<T>* live() {
+    if (state_ == nullptr) throw std::logic_error("asyncband::oneshot::receiver: moved from");
+    return state_;
+  }
+
+  void reset() noexcept {
+    using st = detail::state<T>;
+    st* const s = std::exchange(state_, nullptr);
+    if (s == nullptr) return;
+    // One step against the sender's publish(): if the value was published first it is ours to
+    // destroy; if a send is still storing it, the sender sees receiver_gone and takes it back.
+    const std::uint8_t before = s->set(st::receiver_closed | st::receiver_gone);
+    if ((before & st::has_value) != 0 && (before & st::value_taken) == 0) {
+      s->slot().~T();  // sent, never taken: destroyed exactly once, here
+      s->set(st::value_taken);
+    }
+    s->release(st::receiver_released, st::sender_released);
+  }
+
+  detail::state<T>* state_;
+};
+
+template <class T>
+std::pair<sender<T>, receiver<T>> channel() {
+  auto* s = new detail::state<T>();
+  return {sender<T>(s), receiver<T>(s)};
+}
+
+}  // namespace asyncband::oneshot
