@@ -60,6 +60,7 @@ class [[nodiscard]] result {
   [[nodiscard]] T&& value() && noexcept { return std::move(checked()); }
   [[nodiscard]] T& operator*() & noexcept { return checked(); }
   [[nodiscard]] const T& operator*() const& noexcept { return const_cast<result*>(this)->checked(); }
+  [[nodiscard]] T&& operator*() && noexcept { return std::move(checked()); }
   [[nodiscard]] T* operator->() noexcept { return &checked(); }
   [[nodiscard]] const T* operator->() const noexcept { return &const_cast<result*>(this)->checked(); }
 
@@ -178,6 +179,7 @@ class [[nodiscard]] try_recv_result {
   [[nodiscard]] T& value() & noexcept { return checked(); }
   [[nodiscard]] T&& value() && noexcept { return std::move(checked()); }
   [[nodiscard]] T& operator*() & noexcept { return checked(); }
+  [[nodiscard]] T&& operator*() && noexcept { return std::move(checked()); }
   [[nodiscard]] T* operator->() noexcept { return &checked(); }
 
  private:

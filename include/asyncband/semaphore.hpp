@@ -19,16 +19,26 @@
 
 namespace asyncband {
 
+namespace mpsc::detail {
+template <class T>
+class bounded_state;
+}  // namespace mpsc::detail
+
 class semaphore;
 
 namespace detail {
 class semaphore_waiter;
-template <class Make>
+template <class Make, bool Fallible = false>
 class semaphore_acquire;
-template <class Make>
+template <class Make, bool Fallible = false>
 class acquire_awaiter;
-template <class Make>
+template <class Make, bool Fallible = false>
 struct acquire_forms;
+/// Tag of the semaphore constructor for a count that is rarely at its initial value (a
+/// channel's capacity): its lock-free paths read the state instead of guessing it.
+struct varying_count_t {
+  explicit varying_count_t() = default;
+};
 /// The Make of an acquisition that yields the permit itself (semaphore::acquire, a condvar's
 /// re-lock).
 struct permit_itself;
@@ -90,7 +100,7 @@ class [[nodiscard]] semaphore_permit {
  private:
   friend class asyncband::semaphore;
   friend class detail::semaphore_waiter;
-  template <class Make>
+  template <class Make, bool Fallible>
   friend class detail::acquire_awaiter;
   semaphore_permit(asyncband::semaphore* owner, std::size_t n) noexcept : semaphore_(owner), count_(n) {}
   inline void release_to_semaphore(std::size_t n) const noexcept;
@@ -122,10 +132,12 @@ class [[nodiscard]] semaphore_permit {
 class semaphore {
   friend class semaphore_permit;
   friend class detail::semaphore_waiter;
-  template <class Make>
+  template <class Make, bool Fallible>
   friend class detail::semaphore_acquire;
-  template <class Make>
+  template <class Make, bool Fallible>
   friend class detail::acquire_awaiter;
+  template <class T>
+  friend class mpsc::detail::bounded_state;
 
   using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 
@@ -136,6 +148,9 @@ class semaphore {
   }
 
   explicit semaphore(std::size_t permits) : idle_(encode(checked(permits))), state_(idle_) {}
+  /// For a count that is rarely all available: no guessed first CAS (see guess_before_take).
+  semaphore(std::size_t permits, detail::varying_count_t /*unused*/)
+      : idle_(0), state_(encode(checked(permits))) {}
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
 
@@ -283,13 +298,16 @@ class semaphore {
   template <bool Checked>
   [[gnu::noinline]] void give_slowly(std::size_t n, add_outcome outcome) noexcept(!Checked) {
     if (outcome == add_outcome::contended) {
-      outcome = queue_.wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+      return_hook hook = nullptr;
+      outcome = queue_.wake([this, n, &hook](detail::wait_list& waiters, detail::wake_batch& batch) {
         const add_outcome locked = try_add(n);
         if (locked != add_outcome::contended) return locked;
         if (n > max()) return add_outcome::overflow;
+        if (closed_) hook = on_return_;
         hand_out(n, waiters, batch);
         return locked;
       });
+      if (hook != nullptr) hook(on_return_context_);  // closed: written once, before any return
     }
     if (outcome == add_outcome::overflow) {
       if constexpr (Checked) {
@@ -308,10 +326,30 @@ class semaphore {
 
   detail::wait_queue& queue() noexcept { return queue_; }
 
+  /// For a channel's capacity (bounded_state): no acquisition succeeds any more; queued ones end
+  /// wait_status::closed. The state stays `contended`, so every lock-free path fails and the
+  /// locked paths see closed_. From then on the semaphore only counts the permits that are back
+  /// (available at close, partial grants of the waiters it closed, and every later return) in
+  /// closed_count_, and calls `on_return(context)` after each later return, outside the lock:
+  /// the channel's receiver learns that no permit is outstanding any more. Only fallible
+  /// acquisitions can be used on a closable semaphore.
+  using return_hook = void (*)(void* context) noexcept;
+  inline void close(return_hook on_return, void* context) noexcept;
+
+  /// After close(): the permits back so far (all of them once nobody holds any).
+  [[nodiscard]] std::size_t closed_count() const noexcept {
+    const std::lock_guard lock(queue_.mutex());
+    return closed_count_;
+  }
+
   const std::uint64_t idle_;  // the state with the initial permits all available
   std::atomic<std::uint64_t> state_;
   std::size_t deficit_ = 0;  // guarded by queue_.mutex()
-  detail::wait_queue queue_;
+  bool closed_ = false;      // guarded by queue_.mutex(), as the three below
+  std::size_t closed_count_ = 0;
+  return_hook on_return_ = nullptr;
+  void* on_return_context_ = nullptr;
+  mutable detail::wait_queue queue_;
 };
 
 namespace detail {
@@ -350,6 +388,7 @@ class semaphore_waiter : public waiter {
   void give_back() noexcept { semaphore_->give<false>(needed_); }
 
   [[nodiscard]] std::size_t missing() const noexcept { return needed_ - granted_; }
+  [[nodiscard]] std::size_t granted() const noexcept { return granted_; }
   void grant(std::size_t n) noexcept { granted_ += n; }
 
  protected:
@@ -367,10 +406,12 @@ struct permit_itself {
 
 /// An acquisition whose completed wait yields `make(permit)`: the permit itself, or a guard built
 /// on it (mutex, rwlock). `Make` is called once, on the waiter's side, after resumption.
-template <class Make>
+template <class Make, bool Fallible>
 class semaphore_acquire : public semaphore_waiter {
  public:
   using value_type = std::invoke_result_t<Make&, semaphore_permit&&>;
+  /// A closable semaphore's acquisition (a channel's capacity) can end wait_status::closed.
+  static constexpr bool fallible = Fallible;
 
   semaphore_acquire(semaphore* owner, std::size_t n,
                     Make make) noexcept(std::is_nothrow_move_constructible_v<Make>)
@@ -388,12 +429,12 @@ class semaphore_acquire : public semaphore_waiter {
 /// acquisition must queue. Every store before the CAS delays it (a locked instruction first
 /// drains the store buffer), so this is what makes `co_await m.lock()` as cheap as a try_lock.
 /// `semaphore_ == nullptr` marks the constructed wait.
-template <class Make>
+template <class Make, bool Fallible>
 class [[nodiscard]] acquire_awaiter {
-  using wait_type = pending_wait<semaphore_acquire<Make>, false>;
+  using wait_type = pending_wait<semaphore_acquire<Make, Fallible>, false>;
 
  public:
-  using value_type = typename semaphore_acquire<Make>::value_type;
+  using value_type = wait_yield_t<semaphore_acquire<Make, Fallible>, false>;
 
   acquire_awaiter(semaphore* owner, std::size_t n, Make make) noexcept
       : semaphore_(owner), count_(n), make_(std::move(make)) {
@@ -430,9 +471,10 @@ class [[nodiscard]] acquire_awaiter {
 
 /// The five forms of an acquisition yielding `make(permit)`: wait_forms, with the plain
 /// `co_await` form replaced by acquire_awaiter.
-template <class Make>
-struct acquire_forms : wait_forms<semaphore_acquire<Make>> {
-  [[nodiscard]] static acquire_awaiter<Make> await(semaphore* owner, std::size_t n, Make make) noexcept {
+template <class Make, bool Fallible>
+struct acquire_forms : wait_forms<semaphore_acquire<Make, Fallible>> {
+  [[nodiscard]] static acquire_awaiter<Make, Fallible> await(semaphore* owner, std::size_t n,
+                                                             Make make) noexcept {
     return {owner, n, std::move(make)};
   }
 };
@@ -467,6 +509,10 @@ inline void semaphore_permit::release(std::size_t n) noexcept {
 }
 
 inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
+  if (closed_) {
+    w.status = wait_status::closed;
+    return true;
+  }
   std::uint64_t s = state_.load(std::memory_order_relaxed);
   for (;;) {
     if ((s & contended) != 0) return false;
@@ -483,8 +529,26 @@ inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
   }
 }
 
+inline void semaphore::close(return_hook on_return, void* context) noexcept {
+  queue_.wake([&](detail::wait_list& waiters, detail::wake_batch& batch) {
+    if (closed_) return;
+    closed_ = true;
+    on_return_ = on_return;
+    on_return_context_ = context;
+    const std::uint64_t s = state_.exchange(contended, std::memory_order_acq_rel);
+    closed_count_ = (s & contended) != 0 ? 0 : count_of(s);
+    for (detail::waiter* w = waiters.front(); w != nullptr; w = w->next)
+      closed_count_ += static_cast<detail::semaphore_waiter*>(w)->granted();
+    waiters.claim_all(batch, wait_status::closed);
+  });
+}
+
 inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
                                 detail::wake_batch& batch) noexcept {
+  if (closed_) {  // nobody acquires any more: returned permits are only counted
+    closed_count_ += n;
+    return;
+  }
   const std::size_t repaid = std::min(n, deficit_);
   deficit_ -= repaid;
   n -= repaid;

@@ -1,0 +1,747 @@
+// asyncband/mpsc/bounded.hpp
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <coroutine>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "../detail/wait_functions.hpp"
+#include "../detail/wait_queue.hpp"
+#include "../result.hpp"
+#include "../semaphore.hpp"
+
+namespace asyncband::mpsc {
+
+template <class T>
+class sender;
+template <class T>
+class receiver;
+template <class T>
+class permit;
+template <class T>
+class owned_permit;
+
+/// The outcome of try_reserve: a permit, or full / disconnected.
+template <class P>
+class [[nodiscard]] try_reserve_result {
+ public:
+  try_reserve_result(P p) : permit_(std::move(p)) {}             // NOLINT(google-explicit-constructor)
+  try_reserve_result(send_status failure) : status_(failure) {}  // NOLINT(google-explicit-constructor)
+
+  [[nodiscard]] send_status status() const noexcept { return status_; }
+  [[nodiscard]] bool ok() const noexcept { return status_ == send_status::ok; }
+  [[nodiscard]] bool full() const noexcept { return status_ == send_status::full; }
+  [[nodiscard]] bool disconnected() const noexcept { return status_ == send_status::disconnected; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  /// Precondition: ok().
+  [[nodiscard]] P& value() & noexcept { return *permit_; }
+  [[nodiscard]] P&& value() && noexcept { return std::move(*permit_); }
+  [[nodiscard]] P& operator*() & noexcept { return *permit_; }
+  [[nodiscard]] P* operator->() noexcept { return &*permit_; }
+
+ private:
+  std::optional<P> permit_;
+  send_status status_ = send_status::ok;
+};
+
+namespace detail {
+
+template <class T>
+class recv_wait;
+template <class T>
+std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint64_t first_index);
+
+/// One cell of the ring. `seq` tells whose turn it is: index i may be written when seq == i,
+/// and read when seq == i + 1; reading hands it to index i + size. The value is constructed in
+/// place; `skip` marks a cell whose value's construction threw (nothing to receive).
+template <class T>
+struct cell {
+  std::atomic<std::uint64_t> seq;
+  bool skip = false;
+  alignas(T) unsigned char storage[sizeof(T)];
+
+  T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
+};
+
+/// The shared state of a bounded channel: the capacity, the ring, the receiver's wake-up.
+///
+/// Capacity and order are kept apart. Capacity is a semaphore of `capacity` units (FIFO among
+/// waiting senders, cancellation-safe, closable): a send, or a permit, first takes a unit. Only
+/// then does a send claim its cell, with one fetch_add on `tail_`, construct the value there and
+/// publish it by storing the cell's `seq` (release). The single receiver owns `head_`, reads a
+/// cell once its seq says so (acquire), hands the cell on to the next lap, and returns the unit.
+/// A permit is a unit with no cell yet: it can be held, moved or given back without touching
+/// the order of messages. Cells in use (claimed, not yet received) never exceed the units taken,
+/// so at most `capacity` <= physical size: a claimed cell is normally free already; the writer
+/// still waits for its seq, which also gives it the happens-before of the cell's last read.
+template <class T>
+class bounded_state {
+ public:
+  bounded_state(std::size_t capacity, std::uint64_t first_index)
+      : capacity_(capacity, asyncband::detail::varying_count_t{}),
+        logical_capacity_(capacity),
+        mask_(std::bit_ceil(capacity) - 1),
+        cells_(new cell<T>[mask_ + 1]),
+        tail_(first_index),
+        head_(first_index) {
+    for (std::uint64_t i = first_index; i != first_index + mask_ + 1; ++i)
+      at(i).seq.store(i, std::memory_order_relaxed);
+  }
+  bounded_state(const bounded_state&) = delete;
+  bounded_state& operator=(const bounded_state&) = delete;
+
+  /// The last reference is gone: every sender finished, so every claimed cell is published.
+  /// Values never received are destroyed here, exactly once.
+  ~bounded_state() {
+    const std::uint64_t end = tail_.load(std::memory_order_acquire);
+    for (std::uint64_t i = head_; i != end; ++i) {
+      cell<T>& c = at(i);
+      if (!c.skip) c.value().~T();
+    }
+  }
+
+  // --- references -----------------------------------------------------------------------------
+  void add_producer() noexcept {
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    producers_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// A sender or an owned permit goes. The last producer tells a waiting receiver (while still
+  /// holding its reference, so the state outlives the wake-up).
+  void drop_producer() noexcept {
+    if (producers_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake_receiver(true);
+    drop_ref();
+  }
+  void drop_ref() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // --- sending ---------------------------------------------------------------------------------
+  [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool receiver_gone() const noexcept { return receiver_gone_.load(std::memory_order_acquire); }
+  semaphore& capacity() noexcept { return capacity_; }
+  [[nodiscard]] std::size_t logical_capacity() const noexcept { return logical_capacity_; }
+
+  /// Sends `value` with one unit of capacity, which passes to the message (the receiver returns
+  /// it). If constructing the value throws, the cell is published empty, holding the unit until
+  /// the receiver passes it, and the exception propagates.
+  template <class U>
+  void push(semaphore_permit& units, U&& value) {
+    units.split(1).forget();
+    const std::uint64_t i = tail_.fetch_add(1, std::memory_order_relaxed);
+    cell<T>& c = at(i);
+    wait_for_turn(c, i);
+    try {
+      ::new (static_cast<void*>(c.storage)) T(std::forward<U>(value));
+    } catch (...) {
+      c.skip = true;
+      publish(c, i);
+      throw;
+    }
+    c.skip = false;
+    publish(c, i);
+  }
+
+  // --- receiving (the receiver only) -------------------------------------------------------------
+  [[nodiscard]] std::size_t len() const noexcept {
+    return static_cast<std::size_t>(tail_.load(std::memory_order_acquire) - head_);
+  }
+
+  /// Passes the empty cells at the head (their units go back).
+  void skip_empty() noexcept {
+    for (;;) {
+      cell<T>& c = at(head_);
+      if (c.seq.load(std::memory_order_acquire) != head_ + 1 || !c.skip) return;
+      hand_on(c);
+    }
+  }
+  [[nodiscard]] bool head_has_value() noexcept {
+    const cell<T>& c = at(head_);
+    return c.seq.load(std::memory_order_acquire) == head_ + 1 && !c.skip;
+  }
+
+  /// Nothing can come any more: no producer is left, or the channel is closed and every unit is
+  /// back (no permit or send in flight can still publish). Read before looking at the ring: a
+  /// producer publishes before it leaves.
+  [[nodiscard]] bool finished() const noexcept {
+    if (producers_.load(std::memory_order_seq_cst) == 0) return true;
+    return closed() && capacity_.closed_count() == logical_capacity_;
+  }
+
+  /// Precondition: head_has_value(). Takes the head's value; the cell and the unit go on.
+  T pop() {
+    cell<T>& c = at(head_);
+    struct advance {
+      bounded_state* self;
+      cell<T>& c;
+      ~advance() {
+        c.value().~T();
+        self->hand_on(c);
+      }
+    } const after{this, c};
+    return std::move(c.value());
+  }
+
+  /// try_recv: a value, empty, or disconnected.
+  try_recv_result<T> try_pop() {
+    skip_empty();
+    if (head_has_value()) return pop();
+    if (!finished()) return recv_status::empty;
+    skip_empty();
+    if (head_has_value()) return pop();
+    return recv_status::disconnected;
+  }
+
+  /// The receiver's wait, lock-free part: ready if a value is there, or if nothing can come
+  /// (then `status` is closed).
+  bool receive_ready(wait_status& status) noexcept {
+    skip_empty();
+    if (head_has_value()) return true;
+    if (!finished()) return false;
+    skip_empty();
+    if (head_has_value()) return true;
+    status = wait_status::closed;
+    return true;
+  }
+
+  /// The receiver's wait, registering part. Announces that it sleeps, then looks again (with a
+  /// full fence between, against the fence a publisher makes between its publication and its
+  /// look at `receiver_sleeping_`): either it sees the value, or the publisher sees it asleep.
+  bool enqueue_receiver(asyncband::detail::waiter& w) noexcept {
+    for (;;) {
+      {
+        const std::lock_guard lock(rx_queue_.mutex());
+        receiver_sleeping_.store(true, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        const bool nothing_more = finished();
+        if (!head_published()) {
+          if (!nothing_more) {
+            rx_queue_.waiters().push_back(w);
+            return false;
+          }
+          receiver_sleeping_.store(false, std::memory_order_relaxed);
+          w.status = wait_status::closed;
+          return true;
+        }
+        receiver_sleeping_.store(false, std::memory_order_relaxed);
+      }
+      skip_empty();  // outside the lock: returning units may resume senders
+      if (head_has_value()) return true;
+    }
+  }
+
+  bool cancel_receiver(asyncband::detail::waiter& w, wait_status why) noexcept {
+    return rx_queue_.cancel(w, why, [this](const asyncband::detail::wait_list& /*unused*/) {
+      receiver_sleeping_.store(false, std::memory_order_relaxed);
+    });
+  }
+
+  /// The receiver closes the channel (also when it goes): no new sends or reservations;
+  /// queued senders end disconnected. Permits already held may still send.
+  void close() noexcept {
+    closed_.store(true, std::memory_order_release);
+    capacity_.close(&on_unit_back, this);
+  }
+
+  /// The receiver goes: later sends hand their value back; values received by nobody are
+  /// destroyed now (those still being written, when the last reference goes).
+  void receiver_leaves() noexcept {
+    receiver_gone_.store(true, std::memory_order_release);
+    close();
+    for (;;) {
+      skip_empty();
+      if (!head_has_value()) break;
+      cell<T>& c = at(head_);
+      c.value().~T();
+      hand_on(c);
+    }
+    drop_ref();
+  }
+
+ private:
+  friend class receiver<T>;
+
+  cell<T>& at(std::uint64_t i) const noexcept { return cells_[i & mask_]; }
+
+  /// The cell is normally free at once; it can lag only while the receiver finishes reading the
+  /// previous lap's value, a few instructions.
+  static void wait_for_turn(const cell<T>& c, std::uint64_t i) noexcept {
+    for (unsigned spins = 0; c.seq.load(std::memory_order_acquire) != i; ++spins) {
+      if (spins > 64) std::this_thread::yield();
+    }
+  }
+
+  void publish(cell<T>& c, std::uint64_t i) noexcept {
+    c.seq.store(i + 1, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (receiver_sleeping_.load(std::memory_order_relaxed)) wake_receiver(false);
+  }
+
+  [[nodiscard]] bool head_published() const noexcept {
+    return at(head_).seq.load(std::memory_order_acquire) == head_ + 1;
+  }
+
+  /// Under the receiver's lock, while it sleeps (head_ is stable then): a value at the head,
+  /// past published empty cells.
+  [[nodiscard]] bool value_waiting_locked() const noexcept {
+    for (std::uint64_t i = head_;; ++i) {
+      const cell<T>& c = at(i);
+      if (c.seq.load(std::memory_order_acquire) != i + 1) return false;
+      if (!c.skip) return true;
+    }
+  }
+
+  /// Wakes a sleeping receiver if it has something to do: a value at its head, or (`ending`:
+  /// the last producer went, or the last unit came back after close) nothing more to wait for.
+  void wake_receiver(bool ending) noexcept {
+    rx_queue_.wake(
+        [this, ending](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
+          if (!receiver_sleeping_.load(std::memory_order_relaxed)) return;
+          if (value_waiting_locked()) {
+            receiver_sleeping_.store(false, std::memory_order_relaxed);
+            waiters.claim_all(batch);
+          } else if (ending && finished()) {
+            receiver_sleeping_.store(false, std::memory_order_relaxed);
+            waiters.claim_all(batch, wait_status::closed);
+          }
+        });
+  }
+
+  static void on_unit_back(void* self) noexcept {
+    auto* state = static_cast<bounded_state*>(self);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (state->receiver_sleeping_.load(std::memory_order_relaxed)) state->wake_receiver(true);
+  }
+
+  /// The receiver is done with the head cell: the next lap may use it, and its unit goes back.
+  void hand_on(cell<T>& c) noexcept {
+    c.seq.store(head_ + mask_ + 1, std::memory_order_release);
+    ++head_;
+    capacity_.template give<false>(1);
+  }
+
+  semaphore capacity_;
+  const std::size_t logical_capacity_;
+  const std::uint64_t mask_;  // physical size - 1
+  std::unique_ptr<cell<T>[]> cells_;
+  alignas(64) std::atomic<std::uint64_t> tail_;  // the producers' claim counter
+  alignas(64) std::uint64_t head_;               // the receiver's cursor
+  std::atomic<bool> receiver_sleeping_{false};
+  asyncband::detail::wait_queue rx_queue_;
+  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + the receiver
+  std::atomic<std::size_t> producers_{1};         // senders + owned permits
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> receiver_gone_{false};
+};
+
+/// A receive: ready when a value is at the head, or when none can come any more (closed).
+template <class T>
+class recv_wait : public asyncband::detail::waiter {
+ public:
+  using value_type = T;
+  static constexpr bool transferable = false;  // the value stays in the ring until taken
+  static constexpr bool fallible = true;
+
+  explicit recv_wait(bounded_state<T>* s) noexcept : state_(s) {}
+
+  bool try_ready() noexcept { return state_->receive_ready(status); }
+  bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
+  bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
+  /// After an ok completion: a value is at the head (past empty cells, which are passed here).
+  result<T> take() {
+    state_->skip_empty();
+    if (!state_->head_has_value()) return wait_status::closed;  // not reached; for safety
+    return state_->pop();
+  }
+
+ private:
+  bounded_state<T>* state_;
+};
+
+/// The capacity acquisitions of a channel: fallible (closed = disconnected).
+using capacity_forms = asyncband::detail::acquire_forms<asyncband::detail::permit_itself, true>;
+
+/// A send in a coroutine: takes a unit of capacity (awaiting it if the channel is full), then
+/// publishes. The value waits in the awaiter, and comes back if the send fails.
+template <class T, class Acquire>
+class [[nodiscard]] send_awaiter {
+ public:
+  template <class... Args>
+  send_awaiter(bounded_state<T>* s, T&& value, Args&&... acquisition)
+      : state_(s), value_(std::move(value)), acquire_(std::forward<Args>(acquisition)...) {}
+  send_awaiter(const send_awaiter&) = delete;
+  send_awaiter& operator=(const send_awaiter&) = delete;
+
+  bool await_ready() noexcept { return acquire_.await_ready(); }
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    return acquire_.await_suspend(h);
+  }
+  send_result<T> await_resume() { return finish_send(*state_, acquire_.await_resume(), std::move(value_)); }
+
+ private:
+  bounded_state<T>* state_;
+  T value_;
+  Acquire acquire_;
+};
+
+/// After the capacity wait: publishes with the unit, or hands the value back.
+template <class T>
+send_result<T> finish_send(bounded_state<T>& s, result<semaphore_permit>&& unit, T&& value) {
+  if (!unit.ok()) {
+    return {unit.cancelled() ? send_status::cancelled
+                             : (unit.timed_out() ? send_status::timeout : send_status::disconnected),
+            std::move(value)};
+  }
+  if (s.receiver_gone()) return {send_status::disconnected, std::move(value)};
+  s.push(*unit, std::move(value));
+  return {};
+}
+
+}  // namespace detail
+
+/// Creates a bounded MPSC channel holding at most `capacity` values (exactly: storage rounds up
+/// to a power of two, the capacity does not). Throws std::invalid_argument if capacity is 0 or
+/// above semaphore::max().
+template <class T>
+std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
+
+/// The sending half of a bounded channel. Copyable: every copy is a producer; the channel
+/// disconnects when the last producer (sender or owned permit) or the receiver goes.
+///
+/// Contract
+/// - Order: values from one sender (one thread or coroutine sending in sequence) are received in
+///   the order they were sent; sends from different producers interleave in the order of their
+///   publication (each claims its place with one fetch_add once it has capacity).
+/// - Capacity waiters are served in FIFO order (the capacity is an asyncband::semaphore): a
+///   send or reserve that waits is never overtaken by a later one or by a try_send.
+/// - A send that does not deliver hands its value back: full (try_send), disconnected (the
+///   receiver closed the channel or is gone), cancelled, timeout. Cancellation commits while
+///   the send waits for capacity; once a unit is granted the value is delivered (a unit granted
+///   to a send cancelled at that moment goes to the next waiter).
+/// - Synchronization: constructing a value in the channel happens-before the receive that takes it.
+/// - The value is constructed in the channel from the moved value; if that move throws, the
+///   exception propagates, nothing is received, and the unit of capacity returns once the
+///   receiver passes the empty place.
+template <class T>
+class sender {
+  using state_type = detail::bounded_state<T>;
+
+ public:
+  sender(const sender& other) noexcept : state_(other.state_) { state_->add_producer(); }
+  sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  sender& operator=(const sender& other) noexcept {
+    if (this != &other) *this = sender(other);
+    return *this;
+  }
+  sender& operator=(sender&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  ~sender() { reset(); }
+
+  /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
+  [[nodiscard]] auto send(T value) {
+    return detail::send_awaiter<T,
+                                asyncband::detail::acquire_awaiter<asyncband::detail::permit_itself, true>>(
+        live(), std::move(value), &state_->capacity(), 1, asyncband::detail::permit_itself{});
+  }
+  /// As above; also ends cancelled (with the value) when `stop` is requested first.
+  [[nodiscard]] auto send(T value, std::stop_token stop) {
+    using acquire = asyncband::detail::wait_awaiter<
+        asyncband::detail::semaphore_acquire<asyncband::detail::permit_itself, true>, true>;
+    return detail::send_awaiter<T, acquire>(live(), std::move(value), std::move(stop), &state_->capacity(), 1,
+                                            asyncband::detail::permit_itself{});
+  }
+  /// Sends now if there is capacity: ok, full or disconnected (with the value).
+  send_result<T> try_send(T value) {
+    state_type& s = *live();
+    if (s.closed()) return {send_status::disconnected, std::move(value)};
+    std::optional<semaphore_permit> unit = s.capacity().try_acquire(1);
+    if (!unit) return {s.closed() ? send_status::disconnected : send_status::full, std::move(value)};
+    return detail::finish_send(s, std::move(*unit), std::move(value));
+  }
+  /// The blocking twins of send.
+  send_result<T> send_blocking(T value) {
+    return detail::finish_send(
+        *live(), detail::capacity_forms::block(&state_->capacity(), 1, asyncband::detail::permit_itself{}),
+        std::move(value));
+  }
+  send_result<T> send_blocking(T value, std::stop_token stop) {
+    return detail::finish_send(
+        *live(),
+        detail::capacity_forms::block_until_stopped(std::move(stop), &state_->capacity(), 1,
+                                                    asyncband::detail::permit_itself{}),
+        std::move(value));
+  }
+  template <class Rep, class Period>
+  send_result<T> send_timeout(T value, std::chrono::duration<Rep, Period> timeout) {
+    return detail::finish_send(*live(),
+                               detail::capacity_forms::block_for(timeout, &state_->capacity(), 1,
+                                                                 asyncband::detail::permit_itself{}),
+                               std::move(value));
+  }
+
+  /// `co_await tx.reserve()` yields result<permit<T>>: a unit of capacity held for a later
+  /// send, or closed (disconnected). The permit must not outlive this sender.
+  [[nodiscard]] auto reserve() { return reserve_many(1); }
+  [[nodiscard]] auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
+  /// n units at once (n <= capacity()), for n later sends.
+  [[nodiscard]] auto reserve_many(std::size_t n) {
+    return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
+  }
+  [[nodiscard]] auto reserve_many(std::size_t n, std::stop_token stop) {
+    return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
+                                                                checked(n), make_permit{state_});
+  }
+  result<permit<T>> reserve_blocking(std::size_t n = 1) {
+    return capacity_forms_for<make_permit>::block(&live()->capacity(), checked(n), make_permit{state_});
+  }
+  /// A permit now, or full / disconnected.
+  try_reserve_result<permit<T>> try_reserve(std::size_t n = 1) {
+    state_type& s = *live();
+    if (s.closed()) return send_status::disconnected;
+    std::optional<semaphore_permit> units = s.capacity().try_acquire(checked(n));
+    if (!units) return s.closed() ? send_status::disconnected : send_status::full;
+    return permit<T>(&s, std::move(*units));
+  }
+
+  /// As reserve(), but the permit keeps the channel alive and counts as a producer by itself.
+  [[nodiscard]] auto reserve_owned(std::size_t n = 1) {
+    return capacity_forms_for<make_owned_permit>::await(&live()->capacity(), checked(n),
+                                                        make_owned_permit{state_});
+  }
+  [[nodiscard]] auto reserve_owned(std::size_t n, std::stop_token stop) {
+    return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
+                                                                      checked(n), make_owned_permit{state_});
+  }
+  try_reserve_result<owned_permit<T>> try_reserve_owned(std::size_t n = 1) {
+    try_reserve_result<permit<T>> p = try_reserve(n);
+    if (!p) return p.status();
+    return owned_permit<T>(std::move(*p));
+  }
+
+  /// The receiver closed the channel or is gone: sends hand their value back.
+  [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
+  [[nodiscard]] std::size_t capacity() const noexcept {
+    return state_ == nullptr ? 0 : state_->logical_capacity();
+  }
+
+ private:
+  template <class U>
+  friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint64_t);
+  template <class>
+  friend class owned_permit;
+  explicit sender(state_type* s) noexcept : state_(s) {}
+
+  struct make_permit {
+    state_type* state;
+    permit<T> operator()(semaphore_permit&& units) const noexcept {
+      return permit<T>(state, std::move(units));
+    }
+  };
+  struct make_owned_permit {
+    state_type* state;
+    owned_permit<T> operator()(semaphore_permit&& units) const noexcept {
+      return owned_permit<T>(permit<T>(state, std::move(units)));
+    }
+  };
+  template <class Make>
+  using capacity_forms_for = asyncband::detail::acquire_forms<Make, true>;
+
+  state_type* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::sender: moved from");
+    return state_;
+  }
+  std::size_t checked(std::size_t n) const {
+    if (n == 0 || n > live()->logical_capacity())
+      throw std::invalid_argument("asyncband::mpsc::sender::reserve: n must be in [1, capacity()]");
+    return n;
+  }
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->drop_producer();
+  }
+
+  state_type* state_;
+};
+
+/// Units of capacity reserved for later sends, without a place in the order yet: other values
+/// flow while it is held, and each send() takes its place when it is made. Destroying it
+/// returns the unused units. Move-only; it must not outlive the sender that reserved it (use an
+/// owned_permit for that).
+template <class T>
+class [[nodiscard]] permit {
+ public:
+  permit(permit&&) noexcept = default;
+  permit& operator=(permit&&) noexcept = default;
+  permit(const permit&) = delete;
+  permit& operator=(const permit&) = delete;
+  ~permit() = default;
+
+  /// Units left.
+  [[nodiscard]] std::size_t size() const noexcept { return units_.count(); }
+  explicit operator bool() const noexcept { return static_cast<bool>(units_); }
+
+  /// Sends with one unit: ok, or disconnected with the value if the receiver is gone (the unit
+  /// stays). A receiver that only closed the channel still receives it.
+  /// Precondition (std::logic_error): size() > 0.
+  send_result<T> send(T value) {
+    if (!units_) throw std::logic_error("asyncband::mpsc::permit: no unit left");
+    if (state_->receiver_gone()) return {send_status::disconnected, std::move(value)};
+    state_->push(units_, std::move(value));
+    return {};
+  }
+
+ private:
+  friend class sender<T>;
+  friend class owned_permit<T>;
+  permit(detail::bounded_state<T>* s, semaphore_permit&& units) noexcept
+      : state_(s), units_(std::move(units)) {}
+
+  detail::bounded_state<T>* state_;
+  semaphore_permit units_;
+};
+
+/// A permit that keeps the channel alive and counts as a producer: it may outlive every
+/// sender, and the receiver sees the channel disconnected only once it is gone too.
+template <class T>
+class [[nodiscard]] owned_permit {
+ public:
+  owned_permit(owned_permit&& other) noexcept
+      : permit_(std::move(other.permit_)), owner_(std::exchange(other.owner_, nullptr)) {}
+  owned_permit& operator=(owned_permit&& other) noexcept {
+    if (this != &other) {
+      permit_ = std::move(other.permit_);
+      reset();
+      owner_ = std::exchange(other.owner_, nullptr);
+    }
+    return *this;
+  }
+  owned_permit(const owned_permit&) = delete;
+  owned_permit& operator=(const owned_permit&) = delete;
+  ~owned_permit() {
+    permit_.units_.release();  // before the reference goes: the state must outlive it
+    reset();
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return permit_.size(); }
+  explicit operator bool() const noexcept { return static_cast<bool>(permit_); }
+  send_result<T> send(T value) { return permit_.send(std::move(value)); }
+
+ private:
+  friend class sender<T>;
+  explicit owned_permit(permit<T>&& p) noexcept : permit_(std::move(p)), owner_(permit_.state_) {
+    owner_->add_producer();
+  }
+  void reset() noexcept {
+    if (owner_ != nullptr) std::exchange(owner_, nullptr)->drop_producer();
+  }
+
+  permit<T> permit_;
+  detail::bounded_state<T>* owner_;
+};
+
+/// The receiving half of a bounded channel. Move-only; destroying it disconnects the channel
+/// (later sends hand their value back) and destroys the values nobody received.
+///
+/// Contract
+/// - recv() yields result<T>: a value, or wait_status::closed once nothing can come any more
+///   (every producer is gone, or the channel is closed and no permit or accepted send is
+///   outstanding) and every accepted value has been received. It is cancel-safe: a cancelled
+///   or destroyed receive takes nothing.
+/// - close(): no new sends or reservations (they report disconnected; senders waiting for
+///   capacity are woken with it); values already accepted, and sends of permits held at the
+///   time, are still received.
+/// - One receive at a time: the receiver is used by one thread or coroutine at a time.
+template <class T>
+class [[nodiscard]] receiver {
+  using state_type = detail::bounded_state<T>;
+  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<T>>;
+
+ public:
+  receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  receiver& operator=(receiver&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  receiver(const receiver&) = delete;
+  receiver& operator=(const receiver&) = delete;
+  ~receiver() { reset(); }
+
+  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
+  [[nodiscard]] auto recv(std::stop_token stop) {
+    return recv_forms::await_until_stopped(std::move(stop), live());
+  }
+  result<T> recv_blocking() { return recv_forms::block(live()); }
+  result<T> recv_blocking(std::stop_token stop) {
+    return recv_forms::block_until_stopped(std::move(stop), live());
+  }
+  template <class Rep, class Period>
+  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return recv_forms::block_for(timeout, live());
+  }
+  try_recv_result<T> try_recv() { return live()->try_pop(); }
+
+  /// No new sends or reservations; what was accepted still drains.
+  void close() noexcept {
+    if (state_ != nullptr) state_->close();
+  }
+
+  /// Values accepted and not yet received (including sends still being written).
+  [[nodiscard]] std::size_t len() const noexcept { return state_ == nullptr ? 0 : state_->len(); }
+  [[nodiscard]] bool empty() const noexcept { return len() == 0; }
+  [[nodiscard]] std::size_t capacity() const noexcept {
+    return state_ == nullptr ? 0 : state_->logical_capacity();
+  }
+
+ private:
+  template <class U>
+  friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint64_t);
+  explicit receiver(state_type* s) noexcept : state_(s) {}
+
+  state_type* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::receiver: moved from");
+    return state_;
+  }
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
+  }
+
+  state_type* state_;
+};
+
+namespace detail {
+/// For tests of counter wrap-around: a channel whose indexes start at `first_index`.
+template <class T>
+std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint64_t first_index) {
+  if (capacity == 0 || capacity > semaphore::max())
+    throw std::invalid_argument("asyncband::mpsc::bounded: capacity must be in [1, semaphore::max()]");
+  auto* state = new bounded_state<T>(capacity, first_index);
+  return {sender<T>(state), receiver<T>(state)};
+}
+}  // namespace detail
+
+template <class T>
+std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity) {
+  return detail::bounded_starting_at<T>(capacity, 0);
+}
+
+}  // namespace asyncband::mpsc
