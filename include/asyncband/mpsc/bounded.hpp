@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../detail/channel_core.hpp"
 #include "../detail/wait_functions.hpp"
 #include "../detail/wait_queue.hpp"
 #include "../result.hpp"
@@ -60,8 +61,6 @@ class [[nodiscard]] try_reserve_result {
 namespace detail {
 
 template <class T>
-class recv_wait;
-template <class T>
 std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint64_t first_index);
 
 /// One cell of the ring. `seq` tells whose turn it is: index i may be written when seq == i,
@@ -88,7 +87,9 @@ struct cell {
 /// so at most `capacity` <= physical size: a claimed cell is normally free already; the writer
 /// still waits for its seq, which also gives it the happens-before of the cell's last read.
 template <class T>
-class bounded_state {
+class bounded_state : public channel_core<bounded_state<T>> {
+  using core = channel_core<bounded_state<T>>;
+
  public:
   bounded_state(std::size_t capacity, std::uint64_t first_index)
       : capacity_(capacity, asyncband::detail::varying_count_t{}),
@@ -113,24 +114,7 @@ class bounded_state {
     }
   }
 
-  // --- references -----------------------------------------------------------------------------
-  void add_producer() noexcept {
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    producers_.fetch_add(1, std::memory_order_relaxed);
-  }
-  /// A sender or an owned permit goes. The last producer tells a waiting receiver (while still
-  /// holding its reference, so the state outlives the wake-up).
-  void drop_producer() noexcept {
-    if (producers_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake_receiver(true);
-    drop_ref();
-  }
-  void drop_ref() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
-
   // --- sending ---------------------------------------------------------------------------------
-  [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
-  [[nodiscard]] bool receiver_gone() const noexcept { return receiver_gone_.load(std::memory_order_acquire); }
   semaphore& capacity() noexcept { return capacity_; }
   [[nodiscard]] std::size_t logical_capacity() const noexcept { return logical_capacity_; }
 
@@ -176,8 +160,25 @@ class bounded_state {
   /// back (no permit or send in flight can still publish). Read before looking at the ring: a
   /// producer publishes before it leaves.
   [[nodiscard]] bool finished() const noexcept {
-    if (producers_.load(std::memory_order_seq_cst) == 0) return true;
-    return closed() && capacity_.closed_count() == logical_capacity_;
+    if (this->producers_gone()) return true;
+    return this->closed() && capacity_.closed_count() == logical_capacity_;
+  }
+  [[nodiscard]] bool head_published() const noexcept {
+    return at(head_).seq.load(std::memory_order_acquire) == head_ + 1;
+  }
+  /// Under the receiver's lock, while it sleeps (head_ is stable then).
+  [[nodiscard]] bool value_waiting_locked() const noexcept {
+    for (std::uint64_t i = head_;; ++i) {
+      const cell<T>& c = at(i);
+      if (c.seq.load(std::memory_order_acquire) != i + 1) return false;
+      if (!c.skip) return true;
+    }
+  }
+  /// After an ok completion of the receiver's wait: a value is at the head, past empty cells.
+  result<T> take_head() {
+    skip_empty();
+    if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
+    return pop();
   }
 
   /// Precondition: head_has_value(). Takes the head's value; the cell and the unit go on.
@@ -204,61 +205,17 @@ class bounded_state {
     return recv_status::disconnected;
   }
 
-  /// The receiver's wait, lock-free part: ready if a value is there, or if nothing can come
-  /// (then `status` is closed).
-  bool receive_ready(wait_status& status) noexcept {
-    skip_empty();
-    if (head_has_value()) return true;
-    if (!finished()) return false;
-    skip_empty();
-    if (head_has_value()) return true;
-    status = wait_status::closed;
-    return true;
-  }
-
-  /// The receiver's wait, registering part. Announces that it sleeps, then looks again (with a
-  /// full fence between, against the fence a publisher makes between its publication and its
-  /// look at `receiver_sleeping_`): either it sees the value, or the publisher sees it asleep.
-  bool enqueue_receiver(asyncband::detail::waiter& w) noexcept {
-    for (;;) {
-      {
-        const std::lock_guard lock(rx_queue_.mutex());
-        receiver_sleeping_.store(true, std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        const bool nothing_more = finished();
-        if (!head_published()) {
-          if (!nothing_more) {
-            rx_queue_.waiters().push_back(w);
-            return false;
-          }
-          receiver_sleeping_.store(false, std::memory_order_relaxed);
-          w.status = wait_status::closed;
-          return true;
-        }
-        receiver_sleeping_.store(false, std::memory_order_relaxed);
-      }
-      skip_empty();  // outside the lock: returning units may resume senders
-      if (head_has_value()) return true;
-    }
-  }
-
-  bool cancel_receiver(asyncband::detail::waiter& w, wait_status why) noexcept {
-    return rx_queue_.cancel(w, why, [this](const asyncband::detail::wait_list& /*unused*/) {
-      receiver_sleeping_.store(false, std::memory_order_relaxed);
-    });
-  }
-
   /// The receiver closes the channel (also when it goes): no new sends or reservations;
   /// queued senders end disconnected. Permits already held may still send.
   void close() noexcept {
-    closed_.store(true, std::memory_order_release);
+    this->mark_closed();
     capacity_.close(&on_unit_back, this);
   }
 
   /// The receiver goes: later sends hand their value back; values received by nobody are
   /// destroyed now (those still being written, when the last reference goes).
   void receiver_leaves() noexcept {
-    receiver_gone_.store(true, std::memory_order_release);
+    this->mark_receiver_gone();
     close();
     for (;;) {
       skip_empty();
@@ -267,7 +224,7 @@ class bounded_state {
       c.value().~T();
       hand_on(c);
     }
-    drop_ref();
+    this->drop_ref();
   }
 
  private:
@@ -285,45 +242,10 @@ class bounded_state {
 
   void publish(cell<T>& c, std::uint64_t i) noexcept {
     c.seq.store(i + 1, std::memory_order_release);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (receiver_sleeping_.load(std::memory_order_relaxed)) wake_receiver(false);
+    this->after_publish();
   }
 
-  [[nodiscard]] bool head_published() const noexcept {
-    return at(head_).seq.load(std::memory_order_acquire) == head_ + 1;
-  }
-
-  /// Under the receiver's lock, while it sleeps (head_ is stable then): a value at the head,
-  /// past published empty cells.
-  [[nodiscard]] bool value_waiting_locked() const noexcept {
-    for (std::uint64_t i = head_;; ++i) {
-      const cell<T>& c = at(i);
-      if (c.seq.load(std::memory_order_acquire) != i + 1) return false;
-      if (!c.skip) return true;
-    }
-  }
-
-  /// Wakes a sleeping receiver if it has something to do: a value at its head, or (`ending`:
-  /// the last producer went, or the last unit came back after close) nothing more to wait for.
-  void wake_receiver(bool ending) noexcept {
-    rx_queue_.wake(
-        [this, ending](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
-          if (!receiver_sleeping_.load(std::memory_order_relaxed)) return;
-          if (value_waiting_locked()) {
-            receiver_sleeping_.store(false, std::memory_order_relaxed);
-            waiters.claim_all(batch);
-          } else if (ending && finished()) {
-            receiver_sleeping_.store(false, std::memory_order_relaxed);
-            waiters.claim_all(batch, wait_status::closed);
-          }
-        });
-  }
-
-  static void on_unit_back(void* self) noexcept {
-    auto* state = static_cast<bounded_state*>(self);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (state->receiver_sleeping_.load(std::memory_order_relaxed)) state->wake_receiver(true);
-  }
+  static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->after_possible_end(); }
 
   /// The receiver is done with the head cell: the next lap may use it, and its unit goes back.
   void hand_on(cell<T>& c) noexcept {
@@ -338,36 +260,6 @@ class bounded_state {
   std::unique_ptr<cell<T>[]> cells_;
   alignas(64) std::atomic<std::uint64_t> tail_;  // the producers' claim counter
   alignas(64) std::uint64_t head_;               // the receiver's cursor
-  std::atomic<bool> receiver_sleeping_{false};
-  asyncband::detail::wait_queue rx_queue_;
-  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + the receiver
-  std::atomic<std::size_t> producers_{1};         // senders + owned permits
-  std::atomic<bool> closed_{false};
-  std::atomic<bool> receiver_gone_{false};
-};
-
-/// A receive: ready when a value is at the head, or when none can come any more (closed).
-template <class T>
-class recv_wait : public asyncband::detail::waiter {
- public:
-  using value_type = T;
-  static constexpr bool transferable = false;  // the value stays in the ring until taken
-  static constexpr bool fallible = true;
-
-  explicit recv_wait(bounded_state<T>* s) noexcept : state_(s) {}
-
-  bool try_ready() noexcept { return state_->receive_ready(status); }
-  bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
-  bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
-  /// After an ok completion: a value is at the head (past empty cells, which are passed here).
-  result<T> take() {
-    state_->skip_empty();
-    if (!state_->head_has_value()) return wait_status::closed;  // not reached; for safety
-    return state_->pop();
-  }
-
- private:
-  bounded_state<T>* state_;
 };
 
 /// The capacity acquisitions of a channel: fallible (closed = disconnected).
@@ -671,7 +563,7 @@ class [[nodiscard]] owned_permit {
 template <class T>
 class [[nodiscard]] receiver {
   using state_type = detail::bounded_state<T>;
-  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<T>>;
+  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<state_type, T>>;
 
  public:
   receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}

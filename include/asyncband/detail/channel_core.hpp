@@ -1,0 +1,166 @@
+// asyncband/detail/channel_core.hpp: what the MPSC channels share: references, producers, the
+// receiver's wait and its wake-up protocol.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+
+#include "../result.hpp"
+#include "wait_queue.hpp"
+#include "waiter.hpp"
+
+namespace asyncband::mpsc::detail {
+
+/// The part of a channel's shared state that does not depend on its storage. `Storage` (CRTP)
+/// supplies, for the single receiver:
+///   bool head_published()        the cell at the head is written (a value, or an empty cell)
+///   bool head_has_value()        a value is at the head
+///   void skip_empty()            passes empty cells at the head (outside any lock)
+///   bool value_waiting_locked()  under the receiver's lock while it sleeps: a value is at the
+///                                head, past published empty cells
+///   bool finished()              nothing can be published any more (read before the ring)
+///   result<T> take_head()        takes the head's value (precondition: head_has_value())
+///
+/// The receiver's sleep and a publisher's wake-up form a Dekker pair: the receiver announces
+/// `receiver_sleeping_`, fences, and looks at the head; a publisher publishes, fences, and looks
+/// at `receiver_sleeping_`. One of them sees the other, so a published value is never slept
+/// through. The receiver's lock orders the rest (registration, claim, cancellation), and a
+/// producer reads the receiver's cursor only under it, while the receiver sleeps.
+template <class Storage>
+class channel_core {
+ public:
+  using waiter_type = asyncband::detail::waiter;
+
+  channel_core() = default;
+  channel_core(const channel_core&) = delete;
+  channel_core& operator=(const channel_core&) = delete;
+
+  // --- references ------------------------------------------------------------------------------
+  void add_producer() noexcept {
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    producers_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// A sender (or an owned permit) goes. The last producer tells a sleeping receiver, while it
+  /// still holds its reference, so the state outlives the wake-up.
+  void drop_producer() noexcept {
+    if (producers_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake_receiver(true);
+    drop_ref();
+  }
+  void drop_ref() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete &storage();
+  }
+  [[nodiscard]] bool producers_gone() const noexcept {
+    return producers_.load(std::memory_order_seq_cst) == 0;
+  }
+
+  [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
+  [[nodiscard]] bool receiver_gone() const noexcept { return receiver_gone_.load(std::memory_order_acquire); }
+
+  // --- the receiver's wait -----------------------------------------------------------------------
+  /// Lock-free: ready if a value is there, or if nothing can come any more (`status` closed).
+  bool receive_ready(wait_status& status) noexcept {
+    storage().skip_empty();
+    if (storage().head_has_value()) return true;
+    if (!storage().finished()) return false;
+    storage().skip_empty();
+    if (storage().head_has_value()) return true;
+    status = wait_status::closed;
+    return true;
+  }
+
+  /// Registers the receiver's wait unless a value (or the end) is there after all.
+  bool enqueue_receiver(waiter_type& w) noexcept {
+    for (;;) {
+      {
+        const std::lock_guard lock(rx_queue_.mutex());
+        receiver_sleeping_.store(true, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        const bool nothing_more = storage().finished();
+        if (!storage().head_published()) {
+          if (!nothing_more) {
+            rx_queue_.waiters().push_back(w);
+            return false;
+          }
+          receiver_sleeping_.store(false, std::memory_order_relaxed);
+          w.status = wait_status::closed;
+          return true;
+        }
+        receiver_sleeping_.store(false, std::memory_order_relaxed);
+      }
+      storage().skip_empty();  // outside the lock: passing empty cells may resume senders
+      if (storage().head_has_value()) return true;
+    }
+  }
+
+  bool cancel_receiver(waiter_type& w, wait_status why) noexcept {
+    return rx_queue_.cancel(w, why, [this](const asyncband::detail::wait_list& /*unused*/) {
+      receiver_sleeping_.store(false, std::memory_order_relaxed);
+    });
+  }
+
+ protected:
+  ~channel_core() = default;
+
+  /// After a publication (or anything that may end the receiver's wait): wakes it if it sleeps.
+  void after_publish() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (receiver_sleeping_.load(std::memory_order_relaxed)) wake_receiver(false);
+  }
+  /// After a change that may mean nothing more can come (a permit back after close).
+  void after_possible_end() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (receiver_sleeping_.load(std::memory_order_relaxed)) wake_receiver(true);
+  }
+
+  /// Wakes a sleeping receiver if it has something to do: a value at its head, or (`ending`)
+  /// nothing more to wait for.
+  void wake_receiver(bool ending) noexcept {
+    rx_queue_.wake(
+        [this, ending](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
+          if (!receiver_sleeping_.load(std::memory_order_relaxed)) return;
+          if (storage().value_waiting_locked()) {
+            receiver_sleeping_.store(false, std::memory_order_relaxed);
+            waiters.claim_all(batch);
+          } else if (ending && storage().finished()) {
+            receiver_sleeping_.store(false, std::memory_order_relaxed);
+            waiters.claim_all(batch, wait_status::closed);
+          }
+        });
+  }
+
+  void mark_closed() noexcept { closed_.store(true, std::memory_order_seq_cst); }
+  void mark_receiver_gone() noexcept { receiver_gone_.store(true, std::memory_order_release); }
+
+ private:
+  Storage& storage() noexcept { return static_cast<Storage&>(*this); }
+
+  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + the receiver
+  std::atomic<std::size_t> producers_{1};         // senders + owned permits
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> receiver_gone_{false};
+  std::atomic<bool> receiver_sleeping_{false};
+  asyncband::detail::wait_queue rx_queue_;
+};
+
+/// A receive: ready when a value is at the head, or when none can come any more (closed).
+/// Cancel-safe: the value stays in the channel until take() moves it out.
+template <class State, class T>
+class recv_wait : public asyncband::detail::waiter {
+ public:
+  using value_type = T;
+  static constexpr bool transferable = false;
+  static constexpr bool fallible = true;
+
+  explicit recv_wait(State* s) noexcept : state_(s) {}
+
+  bool try_ready() noexcept { return state_->receive_ready(status); }
+  bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
+  bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
+  result<T> take() { return state_->take_head(); }
+
+ private:
+  State* state_;
+};
+
+}  // namespace asyncband::mpsc::detail
