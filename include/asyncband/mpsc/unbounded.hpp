@@ -1,0 +1,287 @@
+// asyncband/mpsc/unbounded.hpp
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <new>
+#include <stdexcept>
+#include <stop_token>
+#include <utility>
+
+#include "../detail/channel_core.hpp"
+#include "../detail/wait_functions.hpp"
+#include "../result.hpp"
+
+namespace asyncband::mpsc {
+
+template <class T>
+class unbounded_sender;
+template <class T>
+class unbounded_receiver;
+
+namespace detail {
+
+/// One message: allocated and constructed by its sender, outside any lock, then linked.
+template <class T>
+struct node {
+  std::atomic<node*> next{nullptr};
+  alignas(T) unsigned char storage[sizeof(T)];
+
+  T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
+};
+
+/// The shared state of an unbounded channel: an intrusive MPSC list (Vyukov's). A sender links
+/// its node with one exchange on `tail_` and one store into its predecessor; the receiver
+/// follows `next` from its head, which is always a node whose value is gone (the stub). Only
+/// the receiver frees nodes, and only a head it has moved past, whose `next` it has read: the
+/// sender that linked after it is done with it.
+///
+/// `pending_` counts values sent (or being sent) and not yet received. A send counts itself
+/// before it checks `closed`, and close() sets `closed` before the receiver reads the count
+/// (both seq_cst): either the send sees the channel closed and withdraws, or the receiver waits
+/// for its value. So a send that reports ok is always received (or destroyed with the channel).
+template <class T>
+class unbounded_state : public channel_core<unbounded_state<T>> {
+ public:
+  unbounded_state() noexcept : head_(&stub_), tail_(&stub_) {}
+  unbounded_state(const unbounded_state&) = delete;
+  unbounded_state& operator=(const unbounded_state&) = delete;
+  ~unbounded_state() {
+    discard_all();
+    if (head_ != &stub_) delete head_;
+  }
+
+  template <class U>
+  send_result<T> send(U&& value) {
+    if (this->closed()) return {send_status::disconnected, T(std::forward<U>(value))};
+    auto* n = new node<T>;
+    try {
+      ::new (static_cast<void*>(n->storage)) T(std::forward<U>(value));
+    } catch (...) {
+      delete n;
+      throw;
+    }
+    pending_.fetch_add(1, std::memory_order_seq_cst);
+    if (this->closed()) {
+      T unsent = std::move(n->value());
+      n->value().~T();
+      delete n;
+      withdraw();
+      return {send_status::disconnected, std::move(unsent)};
+    }
+    node<T>* const prev = tail_.exchange(n, std::memory_order_acq_rel);
+    prev->next.store(n, std::memory_order_release);
+    this->after_publish();
+    return {};
+  }
+
+  // --- the receiver's side (see channel_core) --------------------------------------------------
+  [[nodiscard]] bool head_published() const noexcept { return next_of_head() != nullptr; }
+  [[nodiscard]] bool head_has_value() const noexcept { return head_published(); }
+  static void skip_empty() noexcept {}
+  [[nodiscard]] bool value_waiting_locked() const noexcept { return head_published(); }
+  [[nodiscard]] bool finished() const noexcept {
+    if (this->producers_gone()) return true;
+    return this->closed() && pending_.load(std::memory_order_seq_cst) == 0;
+  }
+  result<T> take_head() {
+    if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
+    return pop();
+  }
+
+  /// Precondition: head_has_value().
+  T pop() {
+    node<T>* const next = next_of_head();
+    struct advance {
+      unbounded_state* self;
+      node<T>* next;
+      ~advance() {
+        next->value().~T();
+        self->move_head_to(next);
+      }
+    } const after{this, next};
+    return std::move(next->value());
+  }
+
+  try_recv_result<T> try_pop() {
+    if (head_has_value()) return pop();
+    if (!finished()) return recv_status::empty;
+    if (head_has_value()) return pop();
+    return recv_status::disconnected;
+  }
+
+  [[nodiscard]] std::size_t len() const noexcept { return pending_.load(std::memory_order_acquire); }
+
+  void close() noexcept {
+    this->mark_closed();
+    this->after_possible_end();
+  }
+
+  /// The receiver goes: later sends hand their value back; values nobody received are
+  /// destroyed now (one being linked right now, when the last reference goes).
+  void receiver_leaves() noexcept {
+    this->mark_receiver_gone();
+    this->mark_closed();
+    discard_all();
+    this->drop_ref();
+  }
+
+ private:
+  [[nodiscard]] node<T>* next_of_head() const noexcept { return head_->next.load(std::memory_order_acquire); }
+
+  void move_head_to(node<T>* next) noexcept {
+    node<T>* const old = std::exchange(head_, next);
+    if (old != &stub_) delete old;
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+  /// A send that counted itself found the channel closed: if it was the last one the closed
+  /// receiver waited for, the receiver learns that nothing more can come.
+  void withdraw() noexcept {
+    pending_.fetch_sub(1, std::memory_order_seq_cst);
+    this->after_possible_end();
+  }
+
+  void discard_all() noexcept {
+    while (node<T>* next = next_of_head()) {
+      next->value().~T();
+      move_head_to(next);
+    }
+  }
+
+  node<T> stub_;
+  node<T>* head_;  // the receiver's
+  alignas(64) std::atomic<node<T>*> tail_;
+  alignas(64) std::atomic<std::size_t> pending_{0};
+};
+
+}  // namespace detail
+
+/// Creates an unbounded MPSC channel: sends never wait.
+template <class T>
+std::pair<unbounded_sender<T>, unbounded_receiver<T>> unbounded() {
+  auto* state = new detail::unbounded_state<T>();
+  return {unbounded_sender<T>(state), unbounded_receiver<T>(state)};
+}
+
+/// The sending half of an unbounded channel. Copyable: every copy is a producer; the channel
+/// disconnects when the last sender or the receiver goes.
+///
+/// Contract
+/// - send() never waits: it allocates the message (one allocation, outside any lock),
+///   constructs the value there and links it. It hands the value back (disconnected) if the
+///   receiver closed the channel or is gone; a send that reports ok is received, or destroyed
+///   with the channel if the receiver goes first.
+/// - Order: values from one sender are received in the order sent; sends from different
+///   producers interleave in the order they link.
+/// - Synchronization: constructing a value happens-before the receive that takes it.
+/// - If constructing the value throws, nothing is sent and the exception propagates.
+template <class T>
+class unbounded_sender {
+  using state_type = detail::unbounded_state<T>;
+
+ public:
+  unbounded_sender(const unbounded_sender& other) noexcept : state_(other.state_) { state_->add_producer(); }
+  unbounded_sender(unbounded_sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  unbounded_sender& operator=(const unbounded_sender& other) noexcept {
+    if (this != &other) *this = unbounded_sender(other);
+    return *this;
+  }
+  unbounded_sender& operator=(unbounded_sender&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  ~unbounded_sender() { reset(); }
+
+  /// ok, or disconnected with the value.
+  send_result<T> send(T value) { return live()->send(std::move(value)); }
+
+  /// The receiver closed the channel or is gone.
+  [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
+
+ private:
+  template <class U>
+  friend std::pair<unbounded_sender<U>, unbounded_receiver<U>> unbounded();
+  explicit unbounded_sender(state_type* s) noexcept : state_(s) {}
+
+  state_type* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::unbounded_sender: moved from");
+    return state_;
+  }
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->drop_producer();
+  }
+
+  state_type* state_;
+};
+
+/// The receiving half of an unbounded channel. Move-only; destroying it disconnects the channel
+/// and destroys the values nobody received.
+///
+/// Contract
+/// - recv() yields result<T>: a value, or wait_status::closed once every sender is gone (or the
+///   channel is closed) and every accepted value has been received. Cancel-safe: a cancelled
+///   or destroyed receive takes nothing.
+/// - close(): later sends hand their value back; values already accepted are still received.
+/// - One receive at a time.
+template <class T>
+class [[nodiscard]] unbounded_receiver {
+  using state_type = detail::unbounded_state<T>;
+  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<state_type, T>>;
+
+ public:
+  unbounded_receiver(unbounded_receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  unbounded_receiver& operator=(unbounded_receiver&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  unbounded_receiver(const unbounded_receiver&) = delete;
+  unbounded_receiver& operator=(const unbounded_receiver&) = delete;
+  ~unbounded_receiver() { reset(); }
+
+  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
+  [[nodiscard]] auto recv(std::stop_token stop) {
+    return recv_forms::await_until_stopped(std::move(stop), live());
+  }
+  result<T> recv_blocking() { return recv_forms::block(live()); }
+  result<T> recv_blocking(std::stop_token stop) {
+    return recv_forms::block_until_stopped(std::move(stop), live());
+  }
+  template <class Rep, class Period>
+  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return recv_forms::block_for(timeout, live());
+  }
+  try_recv_result<T> try_recv() { return live()->try_pop(); }
+
+  void close() noexcept {
+    if (state_ != nullptr) state_->close();
+  }
+
+  /// Values sent (or being sent) and not yet received.
+  [[nodiscard]] std::size_t len() const noexcept { return state_ == nullptr ? 0 : state_->len(); }
+  [[nodiscard]] bool empty() const noexcept { return len() == 0; }
+
+ private:
+  template <class U>
+  friend std::pair<unbounded_sender<U>, unbounded_receiver<U>> unbounded();
+  explicit unbounded_receiver(state_type* s) noexcept : state_(s) {}
+
+  state_type* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::unbounded_receiver: moved from");
+    return state_;
+  }
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
+  }
+
+  state_type* state_;
+};
+
+}  // namespace asyncband::mpsc
