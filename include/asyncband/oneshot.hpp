@@ -83,10 +83,23 @@ class state {
   }
 
   /// Resolves the receiver's waits: with the value if one was published, closed otherwise.
+  /// What a receive finds: the value, nothing yet, or nothing ever (taken, the sender went
+  /// without sending, or the receiver closed with no send committed).
+  enum class availability : unsigned char { value, pending, none };
+  [[nodiscard]] static availability availability_of(std::uint8_t b) noexcept {
+    if ((b & value_taken) != 0) return availability::none;
+    if ((b & has_value) != 0) return availability::value;
+    if ((b & sending) != 0) return availability::pending;
+    if ((b & (sender_done | receiver_closed)) != 0) return availability::none;
+    return availability::pending;
+  }
+
+  /// Resolves the receiver's waits if their outcome is decided: with the value, or closed.
   void wake_receiver() noexcept {
     queue_.wake([this](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
-      const bool value = (bits(std::memory_order_relaxed) & has_value) != 0;
-      waiters.claim_all(batch, value ? wait_status::ok : wait_status::closed);
+      const availability a = availability_of(bits(std::memory_order_relaxed));
+      if (a == availability::pending) return;
+      waiters.claim_all(batch, a == availability::value ? wait_status::ok : wait_status::closed);
     });
   }
 
@@ -122,10 +135,14 @@ class recv_wait : public asyncband::detail::waiter {
 
  private:
   bool ready(std::uint8_t b) noexcept {
-    if ((b & state<T>::has_value) != 0) return true;
-    if ((b & (state<T>::sender_done | state<T>::value_taken)) != 0) {
-      status = wait_status::closed;
-      return true;
+    switch (state<T>::availability_of(b)) {
+      case state<T>::availability::value:
+        return true;
+      case state<T>::availability::none:
+        status = wait_status::closed;
+        return true;
+      case state<T>::availability::pending:
+        break;
     }
     return false;
   }
@@ -189,15 +206,21 @@ class [[nodiscard]] sender {
       state_->store(std::forward<U>(value));
     } catch (...) {
       state_->abort_send();
+      state_->wake_receiver();  // closed meanwhile: a pending receive now knows nothing will come
       throw;
     }
     st* const s = std::exchange(state_, nullptr);
     if ((s->publish() & st::receiver_gone) != 0) {
-      // The receiver went while we stored: nobody will take the value, so it comes back.
-      T unsent = std::move(s->slot());
-      s->slot().~T();
-      s->release(st::sender_released, st::receiver_released);
-      return {send_status::disconnected, std::move(unsent)};
+      // The receiver went while we stored: nobody will take the value, so it comes back. The
+      // guard destroys the stored value and releases the state even if moving it out throws.
+      struct give_up {
+        st* s;
+        ~give_up() {
+          s->slot().~T();
+          s->release(st::sender_released, st::receiver_released);
+        }
+      } const done{s};
+      return {send_status::disconnected, std::move(s->slot())};
     }
     s->wake_receiver();
     s->release(st::sender_released, st::receiver_released);
@@ -224,10 +247,11 @@ class [[nodiscard]] sender {
 ///
 /// Contract
 /// - recv() yields result<T>: the value, or wait_status::closed when none will ever come (the
-///   sender went without sending, or the value was already taken). It is cancel-safe: a
-///   cancelled or destroyed receive takes nothing, and the value waits for the next attempt.
-/// - close() makes later sends fail (they hand their value back); a value already sent, or
-///   being sent, can still be received.
+///   sender went without sending, the value was already taken, or the receiver closed before a
+///   send committed). It is cancel-safe: a cancelled or destroyed receive takes nothing, and the
+///   value waits for the next attempt.
+/// - close() makes later sends fail (they hand their value back) and ends a pending receive
+///   closed; a value already sent, or being sent, can still be received.
 /// - One receive at a time: the receiver is used by one thread or coroutine at a time, and must
 ///   outlive its pending receive.
 template <class T>
@@ -265,11 +289,15 @@ class [[nodiscard]] receiver {
 
   /// Takes the value if it is there: ok, empty (it may still come) or disconnected (it never will).
   try_recv_result<T> try_recv() {
-    const std::uint8_t b = live()->bits();
-    if ((b & detail::state<T>::has_value) != 0 && (b & detail::state<T>::value_taken) == 0)
-      return state_->take();
-    if ((b & (detail::state<T>::sender_done | detail::state<T>::value_taken)) != 0)
-      return recv_status::disconnected;
+    using st = detail::state<T>;
+    switch (st::availability_of(live()->bits())) {
+      case st::availability::value:
+        return state_->take();
+      case st::availability::none:
+        return recv_status::disconnected;
+      case st::availability::pending:
+        break;
+    }
     return recv_status::empty;
   }
 
@@ -282,14 +310,14 @@ class [[nodiscard]] receiver {
   /// No value will ever be received: the sender went without sending, or it was taken.
   [[nodiscard]] bool is_terminated() const noexcept {
     if (state_ == nullptr) return true;
-    const std::uint8_t b = state_->bits();
-    return (b & detail::state<T>::value_taken) != 0 ||
-           ((b & detail::state<T>::sender_done) != 0 && (b & detail::state<T>::has_value) == 0);
+    return detail::state<T>::availability_of(state_->bits()) == detail::state<T>::availability::none;
   }
 
   /// Later sends fail and hand their value back; a value already sent stays receivable.
   void close() noexcept {
-    if (state_ != nullptr) state_->set(detail::state<T>::receiver_closed);
+    if (state_ == nullptr) return;
+    state_->set(detail::state<T>::receiver_closed);
+    state_->wake_receiver();  // a pending receive ends closed unless a send had committed
   }
 
  private:
