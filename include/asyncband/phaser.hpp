@@ -297,16 +297,25 @@ class [[nodiscard]] phaser_participant {
     return arrived_ && arrived_in_.value() == phaser_->phase_locked();
   }
 
-  /// Under the phaser's lock: arrives in the current phase unless it already has, or the phaser
-  /// is closed (false). The arrival may complete the phase.
+  /// Under the phaser's lock: arrives in the current phase unless it already has; false if the
+  /// phaser is closed (arrivals report closed from then on). The arrival may complete the phase.
   bool arrive_locked(asyncband::phaser::locked_state& s) noexcept {
-    if (arrived_in_current()) return true;
     if (phaser_->closed_locked()) return false;
+    if (arrived_in_current()) return true;
     arrived_in_ = phase_id(phaser_->phase_locked());
     arrived_ = true;
     awaiting_ = true;
     phaser_->discharge_locked(1, s);
     return true;
+  }
+
+  /// Under the phaser's lock, for a wait: an arrival whose phase has completed and that no wait
+  /// has reported yet is the one to report (no new arrival); otherwise arrives as above. Decided
+  /// under the lock: a lock-free look could see the phase unfinished and then arrive again in
+  /// the next one after the final arrival slipped in between.
+  bool arrive_for_wait_locked(asyncband::phaser::locked_state& s) noexcept {
+    if (awaiting_ && arrived_in_.value() != phaser_->phase_locked()) return true;
+    return arrive_locked(s);
   }
 
   void withdraw() noexcept {
@@ -394,8 +403,8 @@ class phaser_participant_wait : public queued_waiter<phaser> {
 
   bool enqueue() noexcept {
     return owner().locked([this](phaser::locked_state& s) {
-      if (!participant_->arrive_locked(s)) {
-        status = wait_status::closed;  // closed before it arrived in the current phase
+      if (!participant_->arrive_for_wait_locked(s)) {
+        status = wait_status::closed;  // closed, and its arrival's phase (if any) did not complete
         return true;
       }
       if (owner().phase_locked() != participant_->arrived_in_.value()) return true;
@@ -540,11 +549,9 @@ inline result<phase_id> phaser_participant::arrive() {
 
 inline result<phase_id> phaser_participant::wait_blocking() {
   registered();
-  if (!awaiting_ || phaser_->phase() == arrived_in_) {
-    const bool arrived =
-        phaser_->locked([this](asyncband::phaser::locked_state& s) { return arrive_locked(s); });
-    if (!arrived) return wait_status::closed;
-  }
+  const bool arrived =
+      phaser_->locked([this](asyncband::phaser::locked_state& s) { return arrive_for_wait_locked(s); });
+  if (!arrived) return wait_status::closed;
   result<phase_id> outcome = phaser_->block_while_in(arrived_in_);
   if (outcome.ok()) awaiting_ = false;
   return outcome;
