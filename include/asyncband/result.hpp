@@ -122,13 +122,31 @@ enum class send_status : unsigned char {
 }
 
 /// The outcome of a send: ok, or the status that stopped it together with the unsent value.
+/// The value lives in a union rather than a std::optional: g++ 12 at -O2 reports a false
+/// -Wmaybe-uninitialized for the empty optional of an ok result returned from an outlined send.
 template <class T>
 class [[nodiscard]] send_result {
  public:
-  send_result() noexcept = default;  // ok
-  send_result(send_status failure, T&& unsent) : status_(failure), value_(std::move(unsent)) {
+  send_result() noexcept {}  // ok
+  send_result(send_status failure, T&& unsent) : status_(failure) {
     assert(failure != send_status::ok);
+    ::new (static_cast<void*>(&value_)) T(std::move(unsent));
   }
+  send_result(send_result&& other) noexcept(std::is_nothrow_move_constructible_v<T>)
+      : status_(other.status_) {
+    if (!ok()) ::new (static_cast<void*>(&value_)) T(std::move(other.value_));
+  }
+  send_result& operator=(send_result&& other) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    if (this != &other) {
+      reset();
+      if (!other.ok()) ::new (static_cast<void*>(&value_)) T(std::move(other.value_));
+      status_ = other.status_;
+    }
+    return *this;
+  }
+  send_result(const send_result&) = delete;
+  send_result& operator=(const send_result&) = delete;
+  ~send_result() { reset(); }
 
   [[nodiscard]] send_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == send_status::ok; }
@@ -145,11 +163,17 @@ class [[nodiscard]] send_result {
  private:
   T& checked() noexcept {
     assert(!ok() && "asyncband::send_result::value() on a delivered send");
-    return *value_;
+    return value_;
+  }
+  void reset() noexcept {
+    if (!ok()) value_.~T();
+    status_ = send_status::ok;
   }
 
   send_status status_ = send_status::ok;
-  std::optional<T> value_;
+  union {
+    T value_;  // engaged unless ok()
+  };
 };
 
 /// How a try_recv ended.

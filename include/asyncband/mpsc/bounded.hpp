@@ -332,7 +332,9 @@ class sender {
   using state_type = detail::bounded_state<T>;
 
  public:
-  sender(const sender& other) noexcept : state_(other.state_) { state_->add_producer(); }
+  sender(const sender& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) state_->add_producer();  // a copy of a moved-from sender is moved-from
+  }
   sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
   sender& operator=(const sender& other) noexcept {
     if (this != &other) *this = sender(other);

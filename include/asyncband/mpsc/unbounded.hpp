@@ -64,11 +64,18 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     }
     pending_.fetch_add(1, std::memory_order_seq_cst);
     if (this->closed()) {
-      T unsent = std::move(n->value());
-      n->value().~T();
-      delete n;
-      withdraw();
-      return {send_status::disconnected, std::move(unsent)};
+      // Closed meanwhile: the value comes back. The guard frees the node and withdraws the
+      // count even if moving the value out throws.
+      struct give_up {
+        unbounded_state* self;
+        node<T>* n;
+        ~give_up() {
+          n->value().~T();
+          delete n;
+          self->withdraw();
+        }
+      } const done{this, n};
+      return {send_status::disconnected, std::move(n->value())};
     }
     node<T>* const prev = tail_.exchange(n, std::memory_order_acq_rel);
     prev->next.store(n, std::memory_order_release);
@@ -182,7 +189,9 @@ class unbounded_sender {
   using state_type = detail::unbounded_state<T>;
 
  public:
-  unbounded_sender(const unbounded_sender& other) noexcept : state_(other.state_) { state_->add_producer(); }
+  unbounded_sender(const unbounded_sender& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) state_->add_producer();  // a copy of a moved-from sender is moved-from
+  }
   unbounded_sender(unbounded_sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
   unbounded_sender& operator=(const unbounded_sender& other) noexcept {
     if (this != &other) *this = unbounded_sender(other);
