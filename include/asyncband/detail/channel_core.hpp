@@ -17,6 +17,9 @@ namespace asyncband::mpsc::detail {
 ///   bool head_published()        the cell at the head is written (a value, or an empty cell)
 ///   bool head_has_value()        a value is at the head
 ///   void skip_empty()            passes empty cells at the head (outside any lock)
+///   size_t pass_empty_locked()   under the receiver's lock while it sleeps: passes the empty cells
+///                                at its head (a sleeping receiver cannot), returns their units
+///   void return_units(size_t)    after unlocking: gives those units back
 ///   bool value_waiting_locked()  under the receiver's lock while it sleeps: a value is at the
 ///                                head, past published empty cells
 ///   bool finished()              nothing can be published any more (read before the ring)
@@ -116,9 +119,13 @@ class channel_core {
   /// Wakes a sleeping receiver if it has something to do: a value at its head, or (`ending`)
   /// nothing more to wait for.
   void wake_receiver(bool ending) noexcept {
+    std::size_t passed = 0;
     rx_queue_.wake(
-        [this, ending](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
+        [this, ending, &passed](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
           if (!receiver_sleeping_.load(std::memory_order_relaxed)) return;
+          // The receiver's cursor is ours while it sleeps: an empty cell at its head would keep
+          // its unit (and the receiver asleep) for good, since no value may ever follow it.
+          passed = storage().pass_empty_locked();
           if (storage().value_waiting_locked()) {
             receiver_sleeping_.store(false, std::memory_order_relaxed);
             waiters.claim_all(batch);
@@ -127,6 +134,7 @@ class channel_core {
             waiters.claim_all(batch, wait_status::closed);
           }
         });
+    if (passed != 0) storage().return_units(passed);  // may end a closed channel: wakes again
   }
 
   void mark_closed() noexcept { closed_.store(true, std::memory_order_seq_cst); }

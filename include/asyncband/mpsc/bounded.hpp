@@ -166,6 +166,18 @@ class bounded_state : public channel_core<bounded_state<T>> {
   [[nodiscard]] bool head_published() const noexcept {
     return at(head_).seq.load(std::memory_order_acquire) == head_ + 1;
   }
+  /// Under the receiver's lock, while it sleeps: passes the empty cells at its head.
+  std::size_t pass_empty_locked() noexcept {
+    std::size_t passed = 0;
+    for (;;) {
+      cell<T>& c = at(head_);
+      if (c.seq.load(std::memory_order_acquire) != head_ + 1 || !c.skip) return passed;
+      c.seq.store(head_ + mask_ + 1, std::memory_order_release);
+      ++head_;
+      ++passed;
+    }
+  }
+  void return_units(std::size_t n) noexcept { capacity_.template give<false>(n); }
   /// Under the receiver's lock, while it sleeps (head_ is stable then).
   [[nodiscard]] bool value_waiting_locked() const noexcept {
     for (std::uint64_t i = head_;; ++i) {
@@ -210,6 +222,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   void close() noexcept {
     this->mark_closed();
     capacity_.close(&on_unit_back, this);
+    this->after_possible_end();  // nothing outstanding: a pending receive ends closed now
   }
 
   /// The receiver goes: later sends hand their value back; values received by nobody are
@@ -351,15 +364,17 @@ class sender {
 
   /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
   [[nodiscard]] auto send(T value) {
+    state_type* const s = live();  // before any use of the state
     return detail::send_awaiter<T,
                                 asyncband::detail::acquire_awaiter<asyncband::detail::permit_itself, true>>(
-        live(), std::move(value), &state_->capacity(), 1, asyncband::detail::permit_itself{});
+        s, std::move(value), &s->capacity(), 1, asyncband::detail::permit_itself{});
   }
   /// As above; also ends cancelled (with the value) when `stop` is requested first.
   [[nodiscard]] auto send(T value, std::stop_token stop) {
     using acquire = asyncband::detail::wait_awaiter<
         asyncband::detail::semaphore_acquire<asyncband::detail::permit_itself, true>, true>;
-    return detail::send_awaiter<T, acquire>(live(), std::move(value), std::move(stop), &state_->capacity(), 1,
+    state_type* const s = live();
+    return detail::send_awaiter<T, acquire>(s, std::move(value), std::move(stop), &s->capacity(), 1,
                                             asyncband::detail::permit_itself{});
   }
   /// Sends now if there is capacity: ok, full or disconnected (with the value).
@@ -372,23 +387,24 @@ class sender {
   }
   /// The blocking twins of send.
   send_result<T> send_blocking(T value) {
+    state_type& s = *live();
     return detail::finish_send(
-        *live(), detail::capacity_forms::block(&state_->capacity(), 1, asyncband::detail::permit_itself{}),
+        s, detail::capacity_forms::block(&s.capacity(), 1, asyncband::detail::permit_itself{}),
         std::move(value));
   }
   send_result<T> send_blocking(T value, std::stop_token stop) {
-    return detail::finish_send(
-        *live(),
-        detail::capacity_forms::block_until_stopped(std::move(stop), &state_->capacity(), 1,
-                                                    asyncband::detail::permit_itself{}),
-        std::move(value));
+    state_type& s = *live();
+    return detail::finish_send(s,
+                               detail::capacity_forms::block_until_stopped(
+                                   std::move(stop), &s.capacity(), 1, asyncband::detail::permit_itself{}),
+                               std::move(value));
   }
   template <class Rep, class Period>
   send_result<T> send_timeout(T value, std::chrono::duration<Rep, Period> timeout) {
-    return detail::finish_send(*live(),
-                               detail::capacity_forms::block_for(timeout, &state_->capacity(), 1,
-                                                                 asyncband::detail::permit_itself{}),
-                               std::move(value));
+    state_type& s = *live();
+    return detail::finish_send(
+        s, detail::capacity_forms::block_for(timeout, &s.capacity(), 1, asyncband::detail::permit_itself{}),
+        std::move(value));
   }
 
   /// `co_await tx.reserve()` yields result<permit<T>>: a unit of capacity held for a later

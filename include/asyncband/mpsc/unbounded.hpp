@@ -88,6 +88,8 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   [[nodiscard]] bool head_has_value() const noexcept { return head_published(); }
   static void skip_empty() noexcept {}
   [[nodiscard]] bool value_waiting_locked() const noexcept { return head_published(); }
+  static std::size_t pass_empty_locked() noexcept { return 0; }  // no empty cells here
+  static void return_units(std::size_t /*unused*/) noexcept {}
   [[nodiscard]] bool finished() const noexcept {
     if (this->producers_gone()) return true;
     return this->closed() && pending_.load(std::memory_order_seq_cst) == 0;
