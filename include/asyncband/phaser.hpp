@@ -67,10 +67,13 @@ class phaser_observer_wait;
 /// - Empty phaser. A phase completes when its last obligation goes, by arrival or withdrawal,
 ///   even if nobody is left registered: the phaser then stays dormant in the next phase, and a
 ///   later registration joins that one. It never terminates by itself.
-/// - Waiting. A participant's wait() waits for the completion of the phase it arrived in
-///   (arriving first if it has not yet, in the current phase). The observer wait, wait(observed),
-///   waits until the phase differs from `observed`, without registering. Both yield the phase
-///   that the completion started.
+/// - Waiting. A participant's wait() reports the completion of its latest arrival's phase, once:
+///   if that phase has completed and no wait of this participant has reported it yet, the wait
+///   ends at once without arriving (split-phase use: arrive(), other work, wait()); otherwise it
+///   arrives in the current phase (unless it already has) and waits for that phase. Observer
+///   waits do not count as reporting. The observer wait, wait(observed), waits until the phase
+///   differs from `observed`, without registering. Both yield the phase that the completion
+///   started.
 /// - Closing. close() freezes the unfinished phase: its waiters, and later waits for it, end
 ///   with wait_status::closed; waits for phases that had already completed still succeed.
 ///   After close, registrations and arrivals report closed.
@@ -262,8 +265,9 @@ class [[nodiscard]] phaser_participant {
   /// Precondition (std::logic_error): registered.
   inline result<phase_id> arrive();
 
-  /// Arrives if it has not in the current phase, then waits for the phase it arrived in to
-  /// complete. Yields result<phase_id>: the phase the completion started, or closed.
+  /// Reports the completion of its latest arrival's phase if no wait has yet (without arriving);
+  /// otherwise arrives if it has not in the current phase, and waits for that phase to complete.
+  /// Yields result<phase_id>: the phase the completion started, or closed.
   [[nodiscard]] auto wait();
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
   [[nodiscard]] auto wait(std::stop_token stop);
