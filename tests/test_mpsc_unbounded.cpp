@@ -1701,3 +1701,36 @@ TEST(UnboundedSoak, ProducersOnThreadsAndThePoolAgainstAReceiverThatDrainsCloses
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// A move that throws while the receiver takes a value leaves the value in the channel.
+
+namespace {
+struct fragile {
+  static inline int throws_left = 0;
+  int id = 0;
+  explicit fragile(int i) : id(i) {}
+  fragile(fragile&& other) : id(other.id) {  // NOLINT(performance-noexcept-move-constructor)
+    if (throws_left > 0 && --throws_left == 0) throw std::runtime_error("fragile move");
+  }
+  fragile(const fragile&) = delete;
+  fragile& operator=(const fragile&) = delete;
+  fragile& operator=(fragile&&) = delete;
+  ~fragile() = default;
+};
+}  // namespace
+
+TEST(UnboundedThrowingPayload, AMoveThatThrowsInTheReceiveLeavesTheValueForTheNextReceive) {
+  auto [tx, rx] = asyncband::mpsc::unbounded<fragile>();
+  ASSERT_TRUE(tx.send(fragile(1)).ok());
+  ASSERT_TRUE(tx.send(fragile(2)).ok());
+  fragile::throws_left = 1;  // the receive's move out of the channel
+  EXPECT_THROW((void)rx.try_recv(), std::runtime_error);
+  EXPECT_EQ(rx.len(), 2U);
+  auto first = rx.try_recv();
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->id, 1);
+  auto second = rx.recv_blocking();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->id, 2);
+}

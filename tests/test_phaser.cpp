@@ -2585,3 +2585,35 @@ TEST(PhaserStress, AWaitAfterArriveRacesTheFinalArrival) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// A waiter resumed inline by an arrival may destroy the arriving participant's handle before
+// arrive() returns: arrive() must not read the handle after the final arrival (review finding).
+
+namespace {
+task<void> observer_dropping_worker(std::shared_ptr<phaser> ph, std::unique_ptr<phaser_participant>& worker,
+                                    outcome& out) {
+  ++out.started;
+  const phase_result r = co_await ph->wait(phase_id(0));
+  out.record(r);
+  worker.reset();
+}
+}  // namespace
+
+TEST(PhaserLifetime, AWaiterResumedInlineByTheFinalArrivalMayDestroyTheArrivingHandle) {
+  auto ph = phaser::create();
+  auto coordinator = std::move(ph->enroll()).value();
+  auto holder = std::make_unique<phaser_participant>(std::move(ph->enroll()).value());
+  ASSERT_TRUE(coordinator.arrive().ok());
+  outcome seen;
+  task<void> observer = observer_dropping_worker(ph, holder, seen);
+  observer.handle().resume();  // no scheduler: the advance resumes it inline
+  ASSERT_EQ(seen.resumed, 0);
+  phaser_participant* const worker = holder.get();
+  const phase_result arrived = worker->arrive();  // completes phase 0; the observer destroys *worker
+  EXPECT_TRUE(ended_ok_at(seen, 1));
+  EXPECT_EQ(holder, nullptr);
+  ASSERT_TRUE(arrived.ok());
+  EXPECT_EQ(arrived->value(), 0U);
+  EXPECT_EQ(ph->participants(), 1U);
+}

@@ -142,16 +142,17 @@ class phaser : public std::enable_shared_from_this<phaser> {
   friend class detail::queued_waiter<phaser>;
   using observer_forms = detail::wait_forms<detail::phaser_observer_wait>;
 
-  /// What a locked step works with; `advanced` tells the step's driver to release the parked
+  /// What a locked step works with; `release_parked` tells the step's driver to release the parked
   /// threads after unlocking.
   struct locked_state {
     detail::wait_list& waiters;
     detail::wake_batch& batch;
-    bool advanced = false;
+    bool release_parked = false;
   };
 
   /// Runs `step(locked_state&)` under the lock; then, unlocked, releases parked threads if the
-  /// phase advanced and resolves the waiters the step claimed. Returns what the step returned.
+  /// step asked (an advance, a close) and resolves the waiters the step claimed. Returns what the step
+  /// returned.
   template <class Step>
   auto locked(Step&& step) noexcept {
     detail::wake_batch batch;
@@ -160,7 +161,7 @@ class phaser : public std::enable_shared_from_this<phaser> {
       const std::lock_guard lock(queue_.mutex());
       return std::forward<Step>(step)(state);
     }();
-    if (state.advanced) parking_.notify();
+    if (state.release_parked) parking_.notify();
     batch.resolve_all();
     return outcome;
   }
@@ -186,7 +187,7 @@ class phaser : public std::enable_shared_from_this<phaser> {
     unarrived_ = registered_;
     s.waiters.claim_all(s.batch);
     parking_.changed();
-    s.advanced = true;
+    s.release_parked = true;
   }
 
   /// Withdraws n registrations, of which `owing` had not arrived in the current phase.
@@ -533,22 +534,27 @@ result<phase_id> phaser_participant::wait_timeout(std::chrono::duration<Rep, Per
 }
 
 inline void phaser::close() noexcept {
-  const bool closed_now = locked([this](locked_state& s) {
+  locked([this](locked_state& s) {
     if (closed_locked()) return false;
     closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);
     parking_.changed();
+    s.release_parked = true;
     return true;
   });
-  if (closed_now) parking_.notify();
 }
 
 inline result<phase_id> phaser_participant::arrive() {
   registered();
-  const bool arrived =
-      phaser_->locked([this](asyncband::phaser::locked_state& s) { return arrive_locked(s); });
-  if (!arrived) return wait_status::closed;
-  return arrived_in_;
+  // The phase is copied under the lock: the final arrival may resume a waiter inline, which
+  // may destroy this participant's handle before locked() returns.
+  std::optional<phase_id> arrived_in;
+  phaser_->locked([this, &arrived_in](asyncband::phaser::locked_state& s) {
+    if (arrive_locked(s)) arrived_in = arrived_in_;
+    return true;
+  });
+  if (!arrived_in) return wait_status::closed;
+  return *arrived_in;
 }
 
 inline result<phase_id> phaser_participant::wait_blocking() {

@@ -299,15 +299,20 @@ class semaphore {
   [[gnu::noinline]] void give_slowly(std::size_t n, add_outcome outcome) noexcept(!Checked) {
     if (outcome == add_outcome::contended) {
       return_hook hook = nullptr;
-      outcome = queue_.wake([this, n, &hook](detail::wait_list& waiters, detail::wake_batch& batch) {
-        const add_outcome locked = try_add(n);
-        if (locked != add_outcome::contended) return locked;
-        if (n > max()) return add_outcome::overflow;
-        if (closed_) hook = on_return_;
-        hand_out(n, waiters, batch);
-        return locked;
-      });
-      if (hook != nullptr) hook(on_return_context_);  // closed: written once, before any return
+      void* hook_context = nullptr;
+      outcome =
+          queue_.wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
+            const add_outcome locked = try_add(n);
+            if (locked != add_outcome::contended) return locked;
+            if (n > max()) return add_outcome::overflow;
+            if (closed_) {
+              hook = on_return_;
+              hook_context = on_return_context_;
+            }
+            hand_out(n, waiters, batch);
+            return locked;
+          });
+      if (hook != nullptr) hook(hook_context);  // nothing of the semaphore is read after unpinning
     }
     if (outcome == add_outcome::overflow) {
       if constexpr (Checked) {

@@ -156,10 +156,11 @@ class resume_target {
 /// carries (a requested count, a generation, a value).
 class waiter {
  public:
-  /// Leaves the links and the target unset: a wait that completes without queueing (an
-  /// uncontended lock) never reads them, and every store before its atomic read-modify-write
-  /// costs it time (the locked instruction first drains the store buffer). prepare() sets them
-  /// when the wait publishes.
+  /// Leaves the links and the target unset: a wait that completes without queueing never reads
+  /// them, and every store before an atomic read-modify-write costs it time (the locked
+  /// instruction first drains the store buffer). prepare() sets them when the wait publishes.
+  /// `linked` alone is set here: a cancellation may come before publication (a bridge's
+  /// cancellation slot, a service shutdown) and must find the node unlinked.
   // User-provided, so that value-initializing a node (Node()) does not zero it either.
   // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init,modernize-use-equals-default)
   waiter() noexcept {}
@@ -168,10 +169,10 @@ class waiter {
   ~waiter() = default;
 
   // Guarded by the owning primitive's lock while linked; read by the waiter after resumption.
-  // next, prev and linked are meaningful only after prepare().
+  // next and prev are meaningful only after prepare().
   waiter* next;
   waiter* prev;
-  bool linked;
+  bool linked = false;
   wait_status status = wait_status::ok;
 
   /// Before publication: where the waiter continues once resolved, and not linked yet.

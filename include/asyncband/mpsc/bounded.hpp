@@ -194,17 +194,13 @@ class bounded_state : public channel_core<bounded_state<T>> {
   }
 
   /// Precondition: head_has_value(). Takes the head's value; the cell and the unit go on.
+  /// If moving the value out throws, it stays where it is, for the next receive.
   T pop() {
     cell<T>& c = at(head_);
-    struct advance {
-      bounded_state* self;
-      cell<T>& c;
-      ~advance() {
-        c.value().~T();
-        self->hand_on(c);
-      }
-    } const after{this, c};
-    return std::move(c.value());
+    T out = std::move(c.value());
+    c.value().~T();
+    hand_on(c);
+    return out;
   }
 
   /// try_recv: a value, empty, or disconnected.

@@ -100,17 +100,13 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   }
 
   /// Precondition: head_has_value().
+  /// If moving the value out throws, it stays where it is, for the next receive.
   T pop() {
     node<T>* const next = next_of_head();
-    struct advance {
-      unbounded_state* self;
-      node<T>* next;
-      ~advance() {
-        next->value().~T();
-        self->move_head_to(next);
-      }
-    } const after{this, next};
-    return std::move(next->value());
+    T out = std::move(next->value());
+    next->value().~T();
+    move_head_to(next);
+    return out;
   }
 
   try_recv_result<T> try_pop() {
