@@ -6,14 +6,20 @@
 //   run_with_helpers   a benchmark loop with helper threads running the same number of rounds
 //   become_multithreaded() starts and joins one thread, so that std baselines take their
 //                      multi-threaded paths
+//   thread_crew        threads that persist across a benchmark's iterations and run one round
+//                      of work each time the benchmark thread releases them
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
+#include <functional>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -75,6 +81,8 @@ inline long context_switches() {
 
 /// Runs `body()` exactly state.max_iterations times on each of `helpers` extra threads while the
 /// benchmark loop runs `main_body()` on this thread: one iteration = one round for everybody.
+/// A `body` invocable with an int is called as `body(i)`, i the helper's index in [0, helpers)
+/// (for per-thread state, such as each thread's own phaser participant).
 /// Reports the process's context switches per round (`csw/round`): a wait that parks its thread
 /// costs at least one.
 template <class HelperBody, class MainBody>
@@ -84,8 +92,15 @@ void run_with_helpers(benchmark::State& state, int helpers, HelperBody body, Mai
   std::vector<std::thread> threads;
   threads.reserve(static_cast<std::size_t>(helpers));
   for (int i = 0; i < helpers; ++i) {
-    threads.emplace_back([&body, rounds] {
-      for (benchmark::IterationCount r = 0; r < rounds; ++r) body();
+    threads.emplace_back([&body, rounds, i] {
+      for (benchmark::IterationCount r = 0; r < rounds; ++r) {
+        if constexpr (std::is_invocable_v<HelperBody&, int>) {
+          body(i);
+        } else {
+          static_cast<void>(i);
+          body();
+        }
+      }
     });
   }
   for (auto _ : state) main_body();
@@ -97,6 +112,64 @@ void run_with_helpers(benchmark::State& state, int helpers, HelperBody body, Mai
         static_cast<double>(switches_after - switches_before) / static_cast<double>(state.iterations());
   }
 }
+
+/// Threads that persist across a benchmark's iterations (created once, outside the timed rounds),
+/// each running `body(index)` once per round. The benchmark thread releases a round, does its own
+/// part (and times it, with UseManualTime), then waits for the crew to finish before the next
+/// round, so that rounds never overlap. Parking uses std::atomic wait/notify (futexes) on 32-bit
+/// words: nothing of the libraries under test.
+class thread_crew {
+ public:
+  thread_crew(int threads, std::function<void(int index)> body) : body_(std::move(body)) {
+    threads_.reserve(static_cast<std::size_t>(threads));
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { work(i); });
+  }
+  thread_crew(const thread_crew&) = delete;
+  thread_crew& operator=(const thread_crew&) = delete;
+  ~thread_crew() {
+    stopping_.store(true, std::memory_order_relaxed);
+    round_.fetch_add(1, std::memory_order_release);
+    round_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  /// Starts one round on every thread.
+  void release() {
+    finished_.store(0, std::memory_order_relaxed);
+    round_.fetch_add(1, std::memory_order_release);
+    round_.notify_all();
+  }
+
+  /// Blocks until every thread has finished the round released last.
+  void wait_round() {
+    const auto all = static_cast<std::uint32_t>(threads_.size());
+    for (std::uint32_t done = finished_.load(std::memory_order_acquire); done != all;
+         done = finished_.load(std::memory_order_acquire)) {
+      finished_.wait(done, std::memory_order_acquire);
+    }
+  }
+
+ private:
+  void work(int index) {
+    std::uint32_t seen = 0;
+    for (;;) {
+      for (std::uint32_t r = round_.load(std::memory_order_acquire); r == seen;
+           r = round_.load(std::memory_order_acquire)) {
+        round_.wait(r, std::memory_order_acquire);
+      }
+      seen = round_.load(std::memory_order_acquire);
+      if (stopping_.load(std::memory_order_relaxed)) return;
+      body_(index);
+      if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_.size()) finished_.notify_all();
+    }
+  }
+
+  std::function<void(int)> body_;
+  std::vector<std::thread> threads_;
+  std::atomic<std::uint32_t> round_{0};
+  std::atomic<std::uint32_t> finished_{0};
+  std::atomic<bool> stopping_{false};
+};
 
 /// Starts and joins one thread. glibc (2.35 and later) gives pthread mutexes, hence std::mutex, a
 /// non-atomic fast path while the process has never had a second thread; a program that needs a

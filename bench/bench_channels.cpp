@@ -1,0 +1,893 @@
+// bench/bench_channels.cpp: the bounded MPSC channel (asyncband::mpsc::bounded) against the
+// channels and queues of the C++ ecosystem.
+//
+// Names are `channel/case/impl`; impl is
+//   asyncband   asyncband::mpsc::bounded<T>
+//   asio        boost::asio::experimental::concurrent_channel<void(error_code, T)> (Boost 1.81)
+//   moodycamel  moodycamel::BlockingConcurrentQueue<T>: UNBOUNDED (no capacity, producers never
+//               wait), with a producer token per producer and a consumer token
+//   tbb         tbb::concurrent_bounded_queue<T> with set_capacity
+//   std         a bounded std::deque under a std::mutex, with two std::condition_variables,
+//               written the obvious way (cv_bounded_queue below)
+// mirroring the bounded-channel tables of the reference change (Rust: tokio, async-channel, flume).
+//
+// Cases
+// - channel/try_pair: try_send + try_recv on a channel of capacity 64 that is always empty, one
+//   thread. channel/ready_send_recv: an awaited send and an awaited receive that never suspend;
+//   asyncband runs its loop in an inline_coroutine (the case fails if it ever suspended). asio has
+//   no completion that runs inline in Boost 1.81 (every channel completion is posted with
+//   blocking.never), so its case is async_send + async_receive with plain completion handlers,
+//   both run by the io_context::poll() that follows them on the same thread.
+// - channel/threads_c{C}_p{P}: P producer threads send kThreadMessages u64 values in total to one
+//   consumer (the benchmark thread) through a channel of capacity C. The producers persist across
+//   the samples of a run (asyncband_bench::thread_crew): one iteration releases them, receives
+//   every message, and is timed manually from the release to the last receive. asyncband uses
+//   send_blocking / recv_blocking. asio has no blocking operations: each producer and the
+//   consumer try first (try_send / try_receive) and only when that fails start async_send /
+//   async_receive with a handler bound to a private io_context of their own thread, which they
+//   run until it completes. Of the reasonable usages this one measured fastest overall here:
+//   use_future instead (a shared state per blocked operation, completed inline by the other
+//   side) was 1.5-2.5x slower at capacity 64, where producers block often, and within the noise
+//   elsewhere (faster only with the consumer blocking at capacity 4096, 8 producers). The
+//   values sum to a known total; a wrong sum fails the case.
+// - channel/coro_w{W}_c{C}_p{P}: coroutines. asyncband: P producer tasks and one consumer task
+//   (runtime::task, co_await send / recv) on a runtime::thread_pool of W workers, started by
+//   block_on(when_all(...)) from the benchmark thread. asio: P producer and one consumer
+//   boost::asio::awaitable coroutines (co_await async_send / async_receive with
+//   as_tuple(use_awaitable)) co_spawned on an io_context run by W threads; every asio operation
+//   completes through the io_context, even when it could complete at once. Tasks are created
+//   before the clock starts; the pool or the io_context threads persist across samples. Each
+//   sample carries coro_messages(C) values: 16384, but 4096 at capacity 1 (every message is a
+//   hand-off there: fewer, so that a slow hand-off cannot stretch the run).
+// - channel/inline_1k_c{C}_p{P}: as threads_c{C}_p{P} with 1 KiB messages (producer id, sequence,
+//   1000 bytes of payload). The consumer checks every message: a known producer, that producer's
+//   next sequence number, and the payload's first and last bytes; a violation fails the case.
+// - channel/reserve_send_recv/asyncband: try_reserve + permit.send + try_recv, one thread;
+//   channel/reserve_cancel/asyncband: try_reserve, then drop the permit.
+//   channel/permit_send_threads_c4096_p8/asyncband: threads_c4096_p8 with every send made as
+//   reserve_blocking() + permit.send(): compare with threads_c4096_p8/asyncband.
+//
+// Every sample's time is its whole batch (ms), not a time per message; items/s is messages per
+// second and csw/msg the process's context switches per message. On a machine with few cores
+// the thread cases with many producers are oversubscribed, which favours whoever parks least (and
+// moodycamel, whose producers never wait for capacity).
+//
+//   bench_channels --benchmark_filter=channel/threads --benchmark_repetitions=3
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <blockingconcurrentqueue.h>
+#include <oneapi/tbb/concurrent_queue.h>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/experimental/concurrent_channel.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <asyncband/block_on.hpp>
+#include <asyncband/mpsc/bounded.hpp>
+#include <asyncband/runtime/task.hpp>
+#include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/runtime/when_all.hpp>
+
+#include "bench_support.hpp"
+
+namespace {
+
+using asyncband::runtime::task;
+using asyncband::runtime::thread_pool;
+using asyncband_bench::context_switches;
+using asyncband_bench::escape;
+using asyncband_bench::inline_coroutine;
+using asyncband_bench::thread_crew;
+using u64 = std::uint64_t;
+using clock_type = std::chrono::steady_clock;
+using seconds = std::chrono::duration<double>;
+using error_code = boost::system::error_code;
+
+/// Messages per sample of the plain-thread cases.
+constexpr u64 kThreadMessages = 16384;
+
+/// Messages per sample of the coroutine cases.
+constexpr u64 coro_messages(std::size_t capacity) {
+  return capacity == 1 ? 4096 : 16384;
+}
+
+/// Capacity of the single-thread cases (never reached: the channel holds at most one value).
+constexpr std::size_t kReadyCapacity = 64;
+
+/// A state the benchmark cannot recover from (a send refused by a channel nobody closed): a
+/// producer thread has no way to fail the case without leaving the consumer waiting forever.
+[[noreturn]] void impossible(const char* what) {
+  std::fprintf(stderr, "bench_channels: %s\n", what);
+  std::abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages and their checks.
+
+/// A 1 KiB message, carried by value.
+struct inline_message {
+  std::uint32_t producer = 0;
+  u64 sequence = 0;
+  std::array<unsigned char, 1000> payload{};
+};
+
+constexpr unsigned char payload_byte(std::uint32_t producer, u64 sequence) {
+  return static_cast<unsigned char>(producer * 131U + sequence);
+}
+
+/// Producer `producer` of `per_producer` messages makes its message number `sequence`.
+template <class T>
+T make_message(std::uint32_t producer, u64 sequence, u64 per_producer);
+
+template <>
+u64 make_message<u64>(std::uint32_t producer, u64 sequence, u64 per_producer) {
+  return producer * per_producer + sequence;
+}
+
+template <>
+inline_message make_message<inline_message>(std::uint32_t producer, u64 sequence, u64 /*per_producer*/) {
+  inline_message m;
+  m.producer = producer;
+  m.sequence = sequence;
+  m.payload.fill(payload_byte(producer, sequence));
+  return m;
+}
+
+/// The consumer's check of one sample.
+template <class T>
+class message_check;
+
+/// u64: the values are 0 .. total-1, so their sum is known.
+template <>
+class message_check<u64> {
+ public:
+  explicit message_check(int /*producers*/) {}
+  void add(u64 v) noexcept {
+    sum_ += v;
+    ++count_;
+  }
+  /// After a sample of `total` messages; resets for the next one.
+  bool end_sample(u64 total) noexcept {
+    const bool ok = count_ == total && sum_ == total * (total - 1) / 2;
+    sum_ = 0;
+    count_ = 0;
+    return ok;
+  }
+  static constexpr const char* failure = "the values received do not sum to the values sent";
+
+ private:
+  u64 sum_ = 0;
+  u64 count_ = 0;
+};
+
+/// inline_message: every message comes from a known producer, in that producer's order.
+template <>
+class message_check<inline_message> {
+ public:
+  explicit message_check(int producers) : next_(static_cast<std::size_t>(producers), 0) {}
+  void add(const inline_message& m) noexcept {
+    if (m.producer >= next_.size() || m.sequence != next_[m.producer] ||
+        m.payload.front() != payload_byte(m.producer, m.sequence) ||
+        m.payload.back() != payload_byte(m.producer, m.sequence)) {
+      bad_ = true;
+      return;
+    }
+    ++next_[m.producer];
+  }
+  bool end_sample(u64 total) noexcept {
+    bool ok = !bad_;
+    for (u64& n : next_) {
+      ok = ok && n == total / next_.size();
+      n = 0;
+    }
+    bad_ = false;
+    return ok;
+  }
+  static constexpr const char* failure = "a message out of its producer's order, or corrupted";
+
+ private:
+  std::vector<u64> next_;
+  bool bad_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The std baseline: a bounded deque under a mutex, the textbook way.
+
+template <class T>
+class cv_bounded_queue {
+ public:
+  explicit cv_bounded_queue(std::size_t capacity) : capacity_(capacity) {}
+
+  void push(T&& value) {
+    std::unique_lock lock(mutex_);
+    not_full_.wait(lock, [this] { return items_.size() < capacity_; });
+    items_.push_back(std::move(value));
+    lock.unlock();
+    not_empty_.notify_one();
+  }
+  T pop() {
+    std::unique_lock lock(mutex_);
+    not_empty_.wait(lock, [this] { return !items_.empty(); });
+    T value = std::move(items_.front());
+    items_.pop_front();
+    lock.unlock();
+    not_full_.notify_one();
+    return value;
+  }
+  bool try_push(T& value) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (items_.size() == capacity_) return false;
+      items_.push_back(std::move(value));
+    }
+    not_empty_.notify_one();
+    return true;
+  }
+  bool try_pop(T& out) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (items_.empty()) return false;
+      out = std::move(items_.front());
+      items_.pop_front();
+    }
+    not_full_.notify_one();
+    return true;
+  }
+
+ private:
+  const std::size_t capacity_;
+  std::mutex mutex_;
+  std::condition_variable not_full_;
+  std::condition_variable not_empty_;
+  std::deque<T> items_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Plain-thread adapters: Channel(capacity); Channel::producer (movable, one per producer thread,
+// kept for the whole run) with send(T&&) that blocks while the channel is full; Channel::consumer
+// with recv() that blocks while it is empty.
+
+template <class T, bool ThroughPermits = false>
+class asyncband_threads {
+ public:
+  explicit asyncband_threads(std::size_t capacity) : channel_(asyncband::mpsc::bounded<T>(capacity)) {}
+
+  class producer {
+   public:
+    explicit producer(asyncband::mpsc::sender<T> tx) : tx_(std::move(tx)) {}
+    void send(T&& value) {
+      if constexpr (ThroughPermits) {
+        auto permit = tx_.reserve_blocking();
+        if (!permit || !permit->send(std::move(value)))
+          impossible("asyncband: reserve or permit send failed");
+      } else {
+        if (!tx_.send_blocking(std::move(value))) impossible("asyncband: send_blocking failed");
+      }
+    }
+
+   private:
+    asyncband::mpsc::sender<T> tx_;
+  };
+  producer make_producer() { return producer(channel_.first); }
+
+  class consumer {
+   public:
+    explicit consumer(asyncband::mpsc::receiver<T>& rx) : rx_(&rx) {}
+    T recv() {
+      auto r = rx_->recv_blocking();
+      if (!r) impossible("asyncband: recv_blocking failed");
+      return std::move(*r);
+    }
+
+   private:
+    asyncband::mpsc::receiver<T>* rx_;
+  };
+  consumer make_consumer() { return consumer(channel_.second); }
+
+ private:
+  std::pair<asyncband::mpsc::sender<T>, asyncband::mpsc::receiver<T>> channel_;
+};
+
+template <class T>
+using asio_channel = boost::asio::experimental::concurrent_channel<void(error_code, T)>;
+
+/// Try first; when that fails, an async operation completed on this thread's own io_context.
+template <class T>
+class asio_threads {
+ public:
+  explicit asio_threads(std::size_t capacity) : channel_(home_.get_executor(), capacity) {}
+
+  class producer {
+   public:
+    explicit producer(asio_channel<T>& channel)
+        : channel_(&channel), context_(std::make_unique<boost::asio::io_context>(1)) {}
+    void send(T&& value) {
+      if (channel_->try_send(error_code{}, std::move(value))) return;  // leaves value alone if it fails
+      bool done = false;
+      error_code error;
+      channel_->async_send(error_code{}, std::move(value),
+                           boost::asio::bind_executor(*context_, [&done, &error](error_code e) {
+                             error = e;
+                             done = true;
+                           }));
+      context_->restart();
+      while (!done) context_->run_one();
+      if (error) impossible("asio: async_send failed");
+    }
+
+   private:
+    asio_channel<T>* channel_;
+    std::unique_ptr<boost::asio::io_context> context_;
+  };
+  producer make_producer() { return producer(channel_); }
+
+  class consumer {
+   public:
+    explicit consumer(asio_channel<T>& channel) : channel_(&channel), context_(1) {}
+    T recv() {
+      std::optional<T> out;
+      error_code error;
+      auto take = [&out, &error](error_code e, T value) {
+        error = e;
+        out.emplace(std::move(value));
+      };
+      if (!channel_->try_receive(take)) {
+        channel_->async_receive(boost::asio::bind_executor(context_, take));
+        context_.restart();
+        while (!out) context_.run_one();
+      }
+      if (error) impossible("asio: receive failed");
+      return std::move(*out);
+    }
+
+   private:
+    asio_channel<T>* channel_;
+    boost::asio::io_context context_;
+  };
+  consumer make_consumer() { return consumer(channel_); }
+
+ private:
+  boost::asio::io_context home_{1};  // the channel's executor; never run (handlers bring their own)
+  asio_channel<T> channel_;
+};
+
+/// Unbounded: `capacity` is only the initial allocation.
+template <class T>
+class moodycamel_threads {
+ public:
+  explicit moodycamel_threads(std::size_t capacity) : queue_(capacity) {}
+
+  class producer {
+   public:
+    explicit producer(moodycamel::BlockingConcurrentQueue<T>& queue) : queue_(&queue), token_(queue) {}
+    void send(T&& value) {
+      if (!queue_->enqueue(token_, std::move(value))) impossible("moodycamel: enqueue failed");
+    }
+
+   private:
+    moodycamel::BlockingConcurrentQueue<T>* queue_;
+    moodycamel::ProducerToken token_;
+  };
+  producer make_producer() { return producer(queue_); }
+
+  class consumer {
+   public:
+    explicit consumer(moodycamel::BlockingConcurrentQueue<T>& queue) : queue_(&queue), token_(queue) {}
+    T recv() {
+      T value{};
+      queue_->wait_dequeue(token_, value);
+      return value;
+    }
+
+   private:
+    moodycamel::BlockingConcurrentQueue<T>* queue_;
+    moodycamel::ConsumerToken token_;
+  };
+  consumer make_consumer() { return consumer(queue_); }
+
+ private:
+  moodycamel::BlockingConcurrentQueue<T> queue_;
+};
+
+template <class T>
+class tbb_threads {
+ public:
+  explicit tbb_threads(std::size_t capacity) { queue_.set_capacity(static_cast<std::ptrdiff_t>(capacity)); }
+
+  class producer {
+   public:
+    explicit producer(tbb::concurrent_bounded_queue<T>& queue) : queue_(&queue) {}
+    void send(T&& value) { queue_->push(std::move(value)); }
+
+   private:
+    tbb::concurrent_bounded_queue<T>* queue_;
+  };
+  producer make_producer() { return producer(queue_); }
+
+  class consumer {
+   public:
+    explicit consumer(tbb::concurrent_bounded_queue<T>& queue) : queue_(&queue) {}
+    T recv() {
+      T value{};
+      queue_->pop(value);
+      return value;
+    }
+
+   private:
+    tbb::concurrent_bounded_queue<T>* queue_;
+  };
+  consumer make_consumer() { return consumer(queue_); }
+
+ private:
+  tbb::concurrent_bounded_queue<T> queue_;
+};
+
+template <class T>
+class std_threads {
+ public:
+  explicit std_threads(std::size_t capacity) : queue_(capacity) {}
+
+  class producer {
+   public:
+    explicit producer(cv_bounded_queue<T>& queue) : queue_(&queue) {}
+    void send(T&& value) { queue_->push(std::move(value)); }
+
+   private:
+    cv_bounded_queue<T>* queue_;
+  };
+  producer make_producer() { return producer(queue_); }
+
+  class consumer {
+   public:
+    explicit consumer(cv_bounded_queue<T>& queue) : queue_(&queue) {}
+    T recv() { return queue_->pop(); }
+
+   private:
+    cv_bounded_queue<T>* queue_;
+  };
+  consumer make_consumer() { return consumer(queue_); }
+
+ private:
+  cv_bounded_queue<T> queue_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Bookkeeping of a bulk case: items/s and context switches per message.
+
+class bulk_run {
+ public:
+  bulk_run(benchmark::State& state, u64 messages_per_sample)
+      : state_(state), messages_(messages_per_sample), switches_before_(context_switches()) {}
+
+  void finish() {
+    const auto messages = static_cast<std::int64_t>(messages_) * state_.iterations();
+    state_.SetItemsProcessed(messages);
+    const long switches_after = context_switches();
+    if (switches_before_ >= 0 && switches_after >= 0 && messages > 0) {
+      state_.counters["csw/msg"] =
+          static_cast<double>(switches_after - switches_before_) / static_cast<double>(messages);
+    }
+  }
+
+ private:
+  benchmark::State& state_;
+  u64 messages_;
+  long switches_before_;
+};
+
+/// channel/threads_*, channel/inline_1k_*, channel/permit_send_threads_*: `producers` persistent
+/// producer threads, the benchmark thread consumes; one iteration = kThreadMessages messages.
+template <class Channel, class T>
+void threads_case(benchmark::State& state, std::size_t capacity, int producers) {
+  Channel channel(capacity);
+  std::vector<typename Channel::producer> txs;
+  txs.reserve(static_cast<std::size_t>(producers));
+  for (int p = 0; p < producers; ++p) txs.push_back(channel.make_producer());
+  auto rx = channel.make_consumer();
+  const u64 per_producer = kThreadMessages / static_cast<u64>(producers);
+  thread_crew crew(producers, [&txs, per_producer](int p) {
+    auto& tx = txs[static_cast<std::size_t>(p)];
+    const auto id = static_cast<std::uint32_t>(p);
+    for (u64 s = 0; s < per_producer; ++s) tx.send(make_message<T>(id, s, per_producer));
+  });
+  message_check<T> check(producers);
+  bulk_run run(state, kThreadMessages);
+  for (auto _ : state) {
+    const auto start = clock_type::now();
+    crew.release();
+    for (u64 i = 0; i < kThreadMessages; ++i) check.add(rx.recv());
+    state.SetIterationTime(seconds(clock_type::now() - start).count());
+    crew.wait_round();
+    if (!check.end_sample(kThreadMessages)) {
+      state.SkipWithError(message_check<T>::failure);
+      break;
+    }
+  }
+  run.finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// channel/try_pair: try_send + try_recv, one thread, on an always empty channel.
+
+void try_pair_asyncband(benchmark::State& state) {
+  auto channel = asyncband::mpsc::bounded<u64>(kReadyCapacity);
+  u64 i = 0;
+  u64 sum = 0;
+  for (auto _ : state) {
+    auto sent = channel.first.try_send(i++);
+    auto got = channel.second.try_recv();
+    if (!sent || !got) {
+      state.SkipWithError("try_send or try_recv failed on a non-full channel");
+      break;
+    }
+    sum += *got;
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+void try_pair_asio(benchmark::State& state) {
+  boost::asio::io_context context(1);
+  asio_channel<u64> channel(context, kReadyCapacity);
+  u64 i = 0;
+  u64 sum = 0;
+  for (auto _ : state) {
+    if (!channel.try_send(error_code{}, i++) ||
+        !channel.try_receive([&sum](error_code /*unused*/, u64 v) { sum += v; })) {
+      state.SkipWithError("try_send or try_receive failed on a non-full channel");
+      break;
+    }
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+void try_pair_moodycamel(benchmark::State& state) {
+  moodycamel::BlockingConcurrentQueue<u64> queue(kReadyCapacity);
+  moodycamel::ProducerToken producer(queue);
+  moodycamel::ConsumerToken consumer(queue);
+  u64 i = 0;
+  u64 sum = 0;
+  for (auto _ : state) {
+    u64 v = 0;
+    if (!queue.try_enqueue(producer, i++) || !queue.try_dequeue(consumer, v)) {
+      state.SkipWithError("try_enqueue or try_dequeue failed");
+      break;
+    }
+    sum += v;
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+void try_pair_tbb(benchmark::State& state) {
+  tbb::concurrent_bounded_queue<u64> queue;
+  queue.set_capacity(kReadyCapacity);
+  u64 i = 0;
+  u64 sum = 0;
+  for (auto _ : state) {
+    u64 v = 0;
+    if (!queue.try_push(i++) || !queue.try_pop(v)) {
+      state.SkipWithError("try_push or try_pop failed on a non-full queue");
+      break;
+    }
+    sum += v;
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+void try_pair_std(benchmark::State& state) {
+  cv_bounded_queue<u64> queue(kReadyCapacity);
+  u64 i = 0;
+  u64 sum = 0;
+  for (auto _ : state) {
+    u64 v = i++;
+    if (!queue.try_push(v) || !queue.try_pop(v)) {
+      state.SkipWithError("try_push or try_pop failed on a non-full queue");
+      break;
+    }
+    sum += v;
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+// ---------------------------------------------------------------------------------------------
+// channel/ready_send_recv: an awaited send and an awaited receive, neither of which waits.
+
+inline_coroutine ready_send_recv_loop(benchmark::State& state, asyncband::mpsc::sender<u64>& tx,
+                                      asyncband::mpsc::receiver<u64>& rx, u64& sum) {
+  u64 i = 0;
+  for (auto _ : state) {
+    auto sent = co_await tx.send(i++);
+    auto got = co_await rx.recv();
+    if (!sent || !got) {
+      state.SkipWithError("send or recv failed on a non-full channel");
+      break;
+    }
+    sum += *got;
+  }
+}
+
+void ready_send_recv_asyncband(benchmark::State& state) {
+  auto channel = asyncband::mpsc::bounded<u64>(kReadyCapacity);
+  u64 sum = 0;
+  ready_send_recv_loop(state, channel.first, channel.second, sum).check(state);
+  benchmark::DoNotOptimize(sum);
+}
+
+/// Completion handlers (no coroutine): both completions are posted, and run by the poll().
+void ready_send_recv_asio(benchmark::State& state) {
+  boost::asio::io_context context(1);
+  auto work = boost::asio::make_work_guard(context);  // poll() never finds it stopped
+  asio_channel<u64> channel(context, kReadyCapacity);
+  u64 i = 0;
+  u64 sum = 0;
+  u64 completions = 0;
+  for (auto _ : state) {
+    channel.async_send(error_code{}, i++, [&completions](error_code e) { completions += e ? 0 : 1; });
+    channel.async_receive([&completions, &sum](error_code e, u64 v) {
+      completions += e ? 0 : 1;
+      sum += v;
+    });
+    context.poll();
+  }
+  if (completions != 2 * static_cast<u64>(state.iterations()))
+    state.SkipWithError("a send or receive did not complete in the poll() that followed it");
+  benchmark::DoNotOptimize(sum);
+}
+
+// ---------------------------------------------------------------------------------------------
+// channel/reserve_send_recv, channel/reserve_cancel: the reservation paths, one thread.
+
+void reserve_send_recv_asyncband(benchmark::State& state) {
+  auto channel = asyncband::mpsc::bounded<u64>(kReadyCapacity);
+  u64 i = 0;
+  u64 sum = 0;
+  for (auto _ : state) {
+    auto permit = channel.first.try_reserve();
+    if (!permit || !permit->send(i++)) {
+      state.SkipWithError("try_reserve or permit send failed on a non-full channel");
+      break;
+    }
+    auto got = channel.second.try_recv();
+    if (!got) {
+      state.SkipWithError("try_recv failed after a permit send");
+      break;
+    }
+    sum += *got;
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+void reserve_cancel_asyncband(benchmark::State& state) {
+  auto channel = asyncband::mpsc::bounded<u64>(kReadyCapacity);
+  for (auto _ : state) {
+    auto permit = channel.first.try_reserve();
+    if (!permit) {
+      state.SkipWithError("try_reserve failed on an empty channel");
+      break;
+    }
+    escape(*permit);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// channel/coro_w{W}_c{C}_p{P}: coroutine producers and consumer on W threads.
+
+task<void> asyncband_producer(thread_pool& pool, asyncband::mpsc::sender<u64> tx, u64 first, u64 count) {
+  co_await pool.schedule();
+  for (u64 i = 0; i < count; ++i) {
+    auto sent = co_await tx.send(first + i);
+    if (!sent) impossible("asyncband: send failed");
+  }
+}
+
+task<void> asyncband_consumer(thread_pool& pool, asyncband::mpsc::receiver<u64>& rx, u64 count, u64& sum) {
+  co_await pool.schedule();
+  for (u64 i = 0; i < count; ++i) {
+    auto got = co_await rx.recv();
+    if (!got) impossible("asyncband: recv failed");
+    sum += *got;
+  }
+}
+
+void coro_asyncband(benchmark::State& state, int workers, std::size_t capacity, int producers) {
+  thread_pool pool(static_cast<std::size_t>(workers));
+  auto channel = asyncband::mpsc::bounded<u64>(capacity);
+  const u64 total = coro_messages(capacity);
+  const u64 per_producer = total / static_cast<u64>(producers);
+  bulk_run run(state, total);
+  for (auto _ : state) {
+    u64 sum = 0;
+    std::vector<task<void>> tasks;
+    tasks.reserve(static_cast<std::size_t>(producers) + 1);
+    tasks.push_back(asyncband_consumer(pool, channel.second, total, sum));
+    for (int p = 0; p < producers; ++p)
+      tasks.push_back(
+          asyncband_producer(pool, channel.first, static_cast<u64>(p) * per_producer, per_producer));
+    const auto start = clock_type::now();
+    asyncband::block_on(asyncband::runtime::when_all(std::move(tasks)));
+    state.SetIterationTime(seconds(clock_type::now() - start).count());
+    if (sum != total * (total - 1) / 2) {
+      state.SkipWithError(message_check<u64>::failure);
+      break;
+    }
+  }
+  run.finish();
+}
+
+boost::asio::awaitable<void> asio_producer(asio_channel<u64>& channel, u64 first, u64 count) {
+  for (u64 i = 0; i < count; ++i) {
+    auto [e] = co_await channel.async_send(error_code{}, first + i,
+                                           boost::asio::as_tuple(boost::asio::use_awaitable));
+    if (e) impossible("asio: async_send failed");
+  }
+}
+
+boost::asio::awaitable<void> asio_consumer(asio_channel<u64>& channel, u64 count, u64& sum) {
+  for (u64 i = 0; i < count; ++i) {
+    auto [e, v] = co_await channel.async_receive(boost::asio::as_tuple(boost::asio::use_awaitable));
+    if (e) impossible("asio: async_receive failed");
+    sum += v;
+  }
+}
+
+void coro_asio(benchmark::State& state, int workers, std::size_t capacity, int producers) {
+  boost::asio::io_context context(workers);
+  auto work = boost::asio::make_work_guard(context);
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(workers));
+  for (int w = 0; w < workers; ++w) threads.emplace_back([&context] { context.run(); });
+  asio_channel<u64> channel(context, capacity);
+  const u64 total = coro_messages(capacity);
+  const u64 per_producer = total / static_cast<u64>(producers);
+  bulk_run run(state, total);
+  for (auto _ : state) {
+    u64 sum = 0;
+    std::latch done(producers + 1);
+    const auto on_done = [&done](const std::exception_ptr& e) {
+      if (e) impossible("asio: a coroutine threw");
+      done.count_down();
+    };
+    std::vector<boost::asio::awaitable<void>> coroutines;
+    coroutines.reserve(static_cast<std::size_t>(producers) + 1);
+    coroutines.push_back(asio_consumer(channel, total, sum));
+    for (int p = 0; p < producers; ++p)
+      coroutines.push_back(asio_producer(channel, static_cast<u64>(p) * per_producer, per_producer));
+    const auto start = clock_type::now();
+    for (auto& c : coroutines) boost::asio::co_spawn(context, std::move(c), on_done);
+    done.wait();
+    state.SetIterationTime(seconds(clock_type::now() - start).count());
+    if (sum != total * (total - 1) / 2) {
+      state.SkipWithError(message_check<u64>::failure);
+      break;
+    }
+  }
+  run.finish();
+  work.reset();
+  for (auto& t : threads) t.join();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration. Iterations are fixed for the bulk cases (samples of several milliseconds, on a
+// machine with few cores): the whole channel family runs in about one minute under `./x bench`
+// on an idle 2-core machine, about two when other work competes for the cores.
+
+constexpr std::size_t kCapacities[] = {64, 4096};
+constexpr int kThreadProducers[] = {1, 2, 4, 8};
+constexpr int kWorkers[] = {1, 2};
+constexpr std::size_t kCoroCapacities[] = {1, 64, 4096};
+constexpr int kCoroProducers[] = {1, 4, 8};
+constexpr int kInlineProducers[] = {1, 8};
+
+constexpr benchmark::IterationCount kThreadSamples = 30;
+constexpr benchmark::IterationCount kCoroSamples = 20;
+constexpr benchmark::IterationCount kInlineSamples = 12;
+
+template <template <class> class Channel, class T>
+void register_threads(const std::string& name, std::size_t capacity, int producers,
+                      benchmark::IterationCount samples) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [capacity, producers](benchmark::State& state) {
+                                 threads_case<Channel<T>, T>(state, capacity, producers);
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(samples);
+}
+
+template <class T>
+using asyncband_plain = asyncband_threads<T, false>;
+template <class T>
+using asyncband_permits = asyncband_threads<T, true>;
+
+/// Every impl of one plain-thread case, in the report's column order.
+template <class T>
+void register_thread_impls(const std::string& case_name, std::size_t capacity, int producers,
+                           benchmark::IterationCount samples) {
+  const std::string prefix = "channel/" + case_name + "/";
+  register_threads<asyncband_plain, T>(prefix + "asyncband", capacity, producers, samples);
+  register_threads<asio_threads, T>(prefix + "asio", capacity, producers, samples);
+  register_threads<moodycamel_threads, T>(prefix + "moodycamel", capacity, producers, samples);
+  register_threads<tbb_threads, T>(prefix + "tbb", capacity, producers, samples);
+  register_threads<std_threads, T>(prefix + "std", capacity, producers, samples);
+}
+
+void register_all() {
+  benchmark::RegisterBenchmark("channel/try_pair/asyncband", try_pair_asyncband);
+  benchmark::RegisterBenchmark("channel/try_pair/asio", try_pair_asio);
+  benchmark::RegisterBenchmark("channel/try_pair/moodycamel", try_pair_moodycamel);
+  benchmark::RegisterBenchmark("channel/try_pair/tbb", try_pair_tbb);
+  benchmark::RegisterBenchmark("channel/try_pair/std", try_pair_std);
+  benchmark::RegisterBenchmark("channel/ready_send_recv/asyncband", ready_send_recv_asyncband);
+  benchmark::RegisterBenchmark("channel/ready_send_recv/asio", ready_send_recv_asio);
+
+  for (const std::size_t capacity : kCapacities) {
+    for (const int producers : kThreadProducers) {
+      register_thread_impls<u64>("threads_c" + std::to_string(capacity) + "_p" + std::to_string(producers),
+                                 capacity, producers, kThreadSamples);
+    }
+  }
+
+  for (const int workers : kWorkers) {
+    for (const std::size_t capacity : kCoroCapacities) {
+      for (const int producers : kCoroProducers) {
+        const std::string prefix = "channel/coro_w" + std::to_string(workers) + "_c" +
+                                   std::to_string(capacity) + "_p" + std::to_string(producers) + "/";
+        benchmark::RegisterBenchmark((prefix + "asyncband").c_str(),
+                                     [workers, capacity, producers](benchmark::State& state) {
+                                       coro_asyncband(state, workers, capacity, producers);
+                                     })
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(kCoroSamples);
+        benchmark::RegisterBenchmark((prefix + "asio").c_str(),
+                                     [workers, capacity, producers](benchmark::State& state) {
+                                       coro_asio(state, workers, capacity, producers);
+                                     })
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->Iterations(kCoroSamples);
+      }
+    }
+  }
+
+  for (const std::size_t capacity : kCapacities) {
+    for (const int producers : kInlineProducers) {
+      register_thread_impls<inline_message>(
+          "inline_1k_c" + std::to_string(capacity) + "_p" + std::to_string(producers), capacity, producers,
+          kInlineSamples);
+    }
+  }
+
+  benchmark::RegisterBenchmark("channel/reserve_send_recv/asyncband", reserve_send_recv_asyncband);
+  benchmark::RegisterBenchmark("channel/reserve_cancel/asyncband", reserve_cancel_asyncband);
+  register_threads<asyncband_permits, u64>("channel/permit_send_threads_c4096_p8/asyncband", 4096, 8,
+                                           kThreadSamples);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  return asyncband_bench::run_benchmarks(argc, argv);
+}
