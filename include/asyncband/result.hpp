@@ -127,7 +127,8 @@ enum class send_status : unsigned char {
 template <class T>
 class [[nodiscard]] send_result {
  public:
-  send_result() noexcept {}  // ok
+  // User-provided: with a non-trivial T in the union, a defaulted one would be deleted.
+  send_result() noexcept {}  // ok  NOLINT(modernize-use-equals-default)
   send_result(send_status failure, T&& unsent) : status_(failure) {
     assert(failure != send_status::ok);
     ::new (static_cast<void*>(&value_)) T(std::move(unsent));

@@ -300,7 +300,8 @@ class [[nodiscard]] send_awaiter {
 
 /// After the capacity wait: publishes with the unit, or hands the value back.
 template <class T>
-send_result<T> finish_send(bounded_state<T>& s, result<semaphore_permit>&& unit, T&& value) {
+send_result<T> finish_send(bounded_state<T>& s, result<semaphore_permit>&& unit,
+                           std::type_identity_t<T>&& value) {
   if (!unit.ok()) {
     return {unit.cancelled() ? send_status::cancelled
                              : (unit.timed_out() ? send_status::timeout : send_status::disconnected),
