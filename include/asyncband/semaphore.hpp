@@ -34,6 +34,8 @@ template <class Make, bool Fallible = false>
 class acquire_awaiter;
 template <class Make, bool Fallible = false>
 struct acquire_forms;
+template <class T>
+class lock_awaiter;
 /// Tag of the semaphore constructor for a count that is rarely at its initial value (a
 /// channel's capacity): its lock-free paths read the state instead of guessing it.
 struct varying_count_t {
@@ -102,6 +104,8 @@ class [[nodiscard]] semaphore_permit {
   friend class detail::semaphore_waiter;
   template <class Make, bool Fallible>
   friend class detail::acquire_awaiter;
+  template <class T>
+  friend class detail::lock_awaiter;
   semaphore_permit(asyncband::semaphore* owner, std::size_t n) noexcept : semaphore_(owner), count_(n) {}
   inline void release_to_semaphore(std::size_t n) const noexcept;
 
@@ -136,6 +140,8 @@ class semaphore {
   friend class detail::semaphore_acquire;
   template <class Make, bool Fallible>
   friend class detail::acquire_awaiter;
+  template <class T>
+  friend class detail::lock_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
 
