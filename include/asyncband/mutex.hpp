@@ -21,8 +21,6 @@ class condvar;
 
 namespace detail {
 struct mutex_access;
-template <class T>
-class lock_awaiter;
 }  // namespace detail
 
 /// Access to part of a mutex's value (from mutex_guard::map); unlocks on destruction. It cannot
@@ -103,7 +101,6 @@ class [[nodiscard]] mutex_guard {
  private:
   friend class asyncband::mutex<T>;
   friend class asyncband::condvar;
-  friend class detail::lock_awaiter<T>;
   mutex_guard(semaphore_permit&& permit, asyncband::mutex<T>* m) noexcept
       : permit_(std::move(permit)), mutex_(m) {}
 
@@ -165,13 +162,20 @@ class mutex {
   friend class owned_mutex_guard<T>;
   friend class condvar;
   friend struct detail::mutex_access;
-  friend class detail::lock_awaiter<T>;
 
   struct make_guard {
     mutex* owner;
     mutex_guard<T> operator()(semaphore_permit&& permit) const noexcept { return {std::move(permit), owner}; }
   };
   using lock_forms = detail::acquire_forms<make_guard>;
+  /// The plain co_await lock's one-pointer awaiter source (see detail::source_awaiter).
+  struct lock_source {
+    mutex* owner = nullptr;
+    explicit operator bool() const noexcept { return owner != nullptr; }
+    [[nodiscard]] semaphore& semaphore_ref() const noexcept { return owner->semaphore_; }
+    [[nodiscard]] static std::size_t count() noexcept { return 1; }
+    [[nodiscard]] make_guard maker() const noexcept { return {owner}; }
+  };
 
  public:
   mutex() = default;
@@ -182,7 +186,7 @@ class mutex {
   mutex& operator=(const mutex&) = delete;
 
   /// `co_await m.lock()` yields a mutex_guard<T>.
-  [[nodiscard]] detail::lock_awaiter<T> lock() noexcept { return detail::lock_awaiter<T>(this); }
+  [[nodiscard]] auto lock() noexcept { return detail::source_awaiter<lock_source>(lock_source{this}); }
   /// Yields result<mutex_guard<T>>: ok, or cancelled (then the mutex is not held).
   [[nodiscard]] auto lock(std::stop_token stop) noexcept {
     return lock_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_guard{this});
@@ -236,45 +240,6 @@ struct mutex_access {
     if (!permit) return std::nullopt;
     return owned_mutex_guard<T>(std::move(m), std::move(*permit));
   }
-};
-
-/// `co_await m.lock()`: acquire_awaiter specialized to a mutex, whose semaphore, count and guard
-/// all follow from one pointer. The uncontended lock then stores one word into the awaiting
-/// frame before its CAS instead of three (every store before a locked instruction delays it).
-/// `mutex_ == nullptr` marks the constructed wait.
-template <class T>
-class [[nodiscard]] lock_awaiter {
-  using node_type = semaphore_acquire<typename mutex<T>::make_guard>;
-  using wait_type = pending_wait<node_type, false>;
-
- public:
-  explicit lock_awaiter(mutex<T>* m) noexcept : mutex_(m) {}
-  lock_awaiter(const lock_awaiter&) = delete;
-  lock_awaiter& operator=(const lock_awaiter&) = delete;
-  ~lock_awaiter() {
-    if (mutex_ == nullptr) wait_.~wait_type();
-  }
-
-  bool await_ready() noexcept { return mutex_->semaphore_.try_take(1); }
-
-  template <class Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    mutex<T>* const m = std::exchange(mutex_, nullptr);
-    ::new (static_cast<void*>(&wait_))
-        wait_type(std::stop_token{}, &m->semaphore_, 1, typename mutex<T>::make_guard{m});
-    return wait_.publish(resume_target(h, scheduler_of(h)));
-  }
-
-  mutex_guard<T> await_resume() {
-    if (mutex_ != nullptr) return mutex_guard<T>(semaphore_permit(&mutex_->semaphore_, 1), mutex_);
-    return wait_.finish();
-  }
-
- private:
-  mutex<T>* mutex_;
-  union {
-    wait_type wait_;  // constructed by await_suspend
-  };
 };
 
 }  // namespace detail

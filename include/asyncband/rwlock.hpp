@@ -130,6 +130,21 @@ class rwlock {
   using make_write = make_guard<rwlock_write_guard<T>, T>;
   using read_forms = detail::acquire_forms<make_read>;
   using write_forms = detail::acquire_forms<make_write>;
+  /// The plain co_await forms' one-pointer awaiter sources (see detail::source_awaiter).
+  template <bool Write>
+  struct side_source {
+    rwlock* owner = nullptr;
+    explicit operator bool() const noexcept { return owner != nullptr; }
+    [[nodiscard]] semaphore& semaphore_ref() const noexcept { return owner->semaphore_; }
+    [[nodiscard]] std::size_t count() const noexcept { return Write ? owner->max_readers_ : 1; }
+    [[nodiscard]] auto maker() const noexcept {
+      if constexpr (Write) {
+        return make_write{&owner->value_};
+      } else {
+        return make_read{&owner->value_};
+      }
+    }
+  };
 
  public:
   /// The default maximum number of concurrent readers.
@@ -148,7 +163,9 @@ class rwlock {
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
-  [[nodiscard]] auto read() noexcept { return read_forms::await(&semaphore_, 1, make_read{&value_}); }
+  [[nodiscard]] auto read() noexcept {
+    return detail::source_awaiter<side_source<false>>(side_source<false>{this});
+  }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
   [[nodiscard]] auto read(std::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
@@ -166,7 +183,7 @@ class rwlock {
 
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
   [[nodiscard]] auto write() noexcept {
-    return write_forms::await(&semaphore_, max_readers_, make_write{&value_});
+    return detail::source_awaiter<side_source<true>>(side_source<true>{this});
   }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
   [[nodiscard]] auto write(std::stop_token stop) noexcept {

@@ -34,8 +34,8 @@ template <class Make, bool Fallible = false>
 class acquire_awaiter;
 template <class Make, bool Fallible = false>
 struct acquire_forms;
-template <class T>
-class lock_awaiter;
+template <class Source>
+class source_awaiter;
 /// Tag of the semaphore constructor for a count that is rarely at its initial value (a
 /// channel's capacity): its lock-free paths read the state instead of guessing it.
 struct varying_count_t {
@@ -104,8 +104,8 @@ class [[nodiscard]] semaphore_permit {
   friend class detail::semaphore_waiter;
   template <class Make, bool Fallible>
   friend class detail::acquire_awaiter;
-  template <class T>
-  friend class detail::lock_awaiter;
+  template <class Source>
+  friend class detail::source_awaiter;
   semaphore_permit(asyncband::semaphore* owner, std::size_t n) noexcept : semaphore_(owner), count_(n) {}
   inline void release_to_semaphore(std::size_t n) const noexcept;
 
@@ -140,8 +140,8 @@ class semaphore {
   friend class detail::semaphore_acquire;
   template <class Make, bool Fallible>
   friend class detail::acquire_awaiter;
-  template <class T>
-  friend class detail::lock_awaiter;
+  template <class Source>
+  friend class detail::source_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
 
@@ -475,6 +475,47 @@ class [[nodiscard]] acquire_awaiter {
   semaphore* semaphore_;
   std::size_t count_;
   Make make_;
+  union {
+    wait_type wait_;  // constructed by await_suspend
+  };
+};
+
+/// acquire_awaiter for an acquisition whose semaphore, count and guard maker all follow from
+/// one pointer (a mutex; an rwlock's read or write side): the awaiter is that `Source`, so the
+/// uncontended lock stores one word into the frame before its CAS instead of three. A Source is
+/// a pointer wrapper with `explicit operator bool`, `semaphore_ref()`, `count()` and `maker()`; an
+/// empty Source marks the constructed wait.
+template <class Source>
+class [[nodiscard]] source_awaiter {
+  using node_type = semaphore_acquire<decltype(std::declval<const Source&>().maker())>;
+  using wait_type = pending_wait<node_type, false>;
+
+ public:
+  using value_type = typename node_type::value_type;
+
+  explicit source_awaiter(Source source) noexcept : source_(source) {}
+  source_awaiter(const source_awaiter&) = delete;
+  source_awaiter& operator=(const source_awaiter&) = delete;
+  ~source_awaiter() {
+    if (!source_) wait_.~wait_type();
+  }
+
+  bool await_ready() noexcept { return source_.semaphore_ref().try_take(source_.count()); }
+
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    const Source s = std::exchange(source_, Source{});
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
+    return wait_.publish(resume_target(h, scheduler_of(h)));
+  }
+
+  value_type await_resume() {
+    if (source_) return source_.maker()(semaphore_permit(&source_.semaphore_ref(), source_.count()));
+    return wait_.finish();
+  }
+
+ private:
+  Source source_;
   union {
     wait_type wait_;  // constructed by await_suspend
   };
