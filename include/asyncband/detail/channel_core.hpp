@@ -3,10 +3,15 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <mutex>
+#include <stdexcept>
+#include <stop_token>
+#include <utility>
 
 #include "../result.hpp"
+#include "wait_functions.hpp"
 #include "wait_queue.hpp"
 #include "waiter.hpp"
 
@@ -169,6 +174,67 @@ class recv_wait : public asyncband::detail::waiter {
 
  private:
   State* state_;
+};
+
+/// What both MPSC receivers are: a move-only handle on the state, with every receive form.
+/// Destroying it disconnects the channel (State::receiver_leaves).
+template <class State, class T>
+class receiver_handle {
+  using recv_forms = asyncband::detail::wait_forms<recv_wait<State, T>>;
+
+ public:
+  receiver_handle(receiver_handle&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  receiver_handle& operator=(receiver_handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  receiver_handle(const receiver_handle&) = delete;
+  receiver_handle& operator=(const receiver_handle&) = delete;
+
+  /// `co_await rx.recv()` yields result<T>: a value, or closed.
+  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
+  /// As above; also ends cancelled when `stop` is requested first.
+  [[nodiscard]] auto recv(std::stop_token stop) {
+    return recv_forms::await_until_stopped(std::move(stop), live());
+  }
+  /// The blocking twins.
+  result<T> recv_blocking() { return recv_forms::block(live()); }
+  result<T> recv_blocking(std::stop_token stop) {
+    return recv_forms::block_until_stopped(std::move(stop), live());
+  }
+  template <class Rep, class Period>
+  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return recv_forms::block_for(timeout, live());
+  }
+  /// A value now: ok, empty, or disconnected.
+  try_recv_result<T> try_recv() { return live()->try_pop(); }
+
+  /// No new sends; what was accepted still drains.
+  void close() noexcept {
+    if (state_ != nullptr) state_->close();
+  }
+
+  /// Values accepted and not yet received (including sends still being written).
+  [[nodiscard]] std::size_t len() const noexcept { return state_ == nullptr ? 0 : state_->len(); }
+  [[nodiscard]] bool empty() const noexcept { return len() == 0; }
+
+ protected:
+  explicit receiver_handle(State* s) noexcept : state_(s) {}
+  ~receiver_handle() { reset(); }
+
+  State* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc receiver: moved from");
+    return state_;
+  }
+  State* state_;
+
+ private:
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
+  }
 };
 
 }  // namespace asyncband::mpsc::detail

@@ -576,63 +576,17 @@ class [[nodiscard]] owned_permit {
 ///   time, are still received.
 /// - One receive at a time: the receiver is used by one thread or coroutine at a time.
 template <class T>
-class [[nodiscard]] receiver {
-  using state_type = detail::bounded_state<T>;
-  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<state_type, T>>;
-
+class [[nodiscard]] receiver : public detail::receiver_handle<detail::bounded_state<T>, T> {
  public:
-  receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  receiver& operator=(receiver&& other) noexcept {
-    if (this != &other) {
-      reset();
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  receiver(const receiver&) = delete;
-  receiver& operator=(const receiver&) = delete;
-  ~receiver() { reset(); }
-
-  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
-  [[nodiscard]] auto recv(std::stop_token stop) {
-    return recv_forms::await_until_stopped(std::move(stop), live());
-  }
-  result<T> recv_blocking() { return recv_forms::block(live()); }
-  result<T> recv_blocking(std::stop_token stop) {
-    return recv_forms::block_until_stopped(std::move(stop), live());
-  }
-  template <class Rep, class Period>
-  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return recv_forms::block_for(timeout, live());
-  }
-  try_recv_result<T> try_recv() { return live()->try_pop(); }
-
-  /// No new sends or reservations; what was accepted still drains.
-  void close() noexcept {
-    if (state_ != nullptr) state_->close();
-  }
-
-  /// Values accepted and not yet received (including sends still being written).
-  [[nodiscard]] std::size_t len() const noexcept { return state_ == nullptr ? 0 : state_->len(); }
-  [[nodiscard]] bool empty() const noexcept { return len() == 0; }
   [[nodiscard]] std::size_t capacity() const noexcept {
-    return state_ == nullptr ? 0 : state_->logical_capacity();
+    return this->state_ == nullptr ? 0 : this->state_->logical_capacity();
   }
 
  private:
   template <class U>
   friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint64_t);
-  explicit receiver(state_type* s) noexcept : state_(s) {}
-
-  state_type* live() const {
-    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::receiver: moved from");
-    return state_;
-  }
-  void reset() noexcept {
-    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
-  }
-
-  state_type* state_;
+  explicit receiver(detail::bounded_state<T>* s) noexcept
+      : detail::receiver_handle<detail::bounded_state<T>, T>(s) {}
 };
 
 namespace detail {

@@ -236,59 +236,12 @@ class unbounded_sender {
 /// - close(): later sends hand their value back; values already accepted are still received.
 /// - One receive at a time.
 template <class T>
-class [[nodiscard]] unbounded_receiver {
-  using state_type = detail::unbounded_state<T>;
-  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<state_type, T>>;
-
- public:
-  unbounded_receiver(unbounded_receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  unbounded_receiver& operator=(unbounded_receiver&& other) noexcept {
-    if (this != &other) {
-      reset();
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  unbounded_receiver(const unbounded_receiver&) = delete;
-  unbounded_receiver& operator=(const unbounded_receiver&) = delete;
-  ~unbounded_receiver() { reset(); }
-
-  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
-  [[nodiscard]] auto recv(std::stop_token stop) {
-    return recv_forms::await_until_stopped(std::move(stop), live());
-  }
-  result<T> recv_blocking() { return recv_forms::block(live()); }
-  result<T> recv_blocking(std::stop_token stop) {
-    return recv_forms::block_until_stopped(std::move(stop), live());
-  }
-  template <class Rep, class Period>
-  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return recv_forms::block_for(timeout, live());
-  }
-  try_recv_result<T> try_recv() { return live()->try_pop(); }
-
-  void close() noexcept {
-    if (state_ != nullptr) state_->close();
-  }
-
-  /// Values sent (or being sent) and not yet received.
-  [[nodiscard]] std::size_t len() const noexcept { return state_ == nullptr ? 0 : state_->len(); }
-  [[nodiscard]] bool empty() const noexcept { return len() == 0; }
-
- private:
+class [[nodiscard]] unbounded_receiver : public detail::receiver_handle<detail::unbounded_state<T>, T> {
+  // Every receive form comes from receiver_handle.
   template <class U>
   friend std::pair<unbounded_sender<U>, unbounded_receiver<U>> unbounded();
-  explicit unbounded_receiver(state_type* s) noexcept : state_(s) {}
-
-  state_type* live() const {
-    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::unbounded_receiver: moved from");
-    return state_;
-  }
-  void reset() noexcept {
-    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
-  }
-
-  state_type* state_;
+  explicit unbounded_receiver(detail::unbounded_state<T>* s) noexcept
+      : detail::receiver_handle<detail::unbounded_state<T>, T>(s) {}
 };
 
 }  // namespace asyncband::mpsc
