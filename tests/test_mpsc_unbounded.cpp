@@ -527,14 +527,11 @@ const unbounded_sender<int>& opaque(const unbounded_sender<int>& s) {
   return *p;
 }
 
-// BUG in mpsc/unbounded.hpp, kept on purpose: this test fails until it is fixed.
-//
-// unbounded_sender's copy constructor (unbounded.hpp:185) calls state_->add_producer() without
-// checking state_: copying a moved-from sender dereferences a null pointer (and copy assignment,
-// which copies first, too), although every other member treats a moved-from sender as a valid
-// handle (is_closed() is true, send() throws std::logic_error). Expected: the copy is another
-// moved-from sender. Actual: SIGSEGV in channel_core::add_producer. (mpsc/bounded.hpp:335 has
-// the same copy constructor.) The scenario runs in a child process.
+// Regression: unbounded_sender's copy constructor called channel_core::add_producer without
+// checking for a moved-from sender, so copying one (or copy-assigning from one, which copies
+// first) dereferenced a null state (SIGSEGV), although every other member treats a moved-from
+// sender as a valid handle. The copy is now another moved-from sender (mpsc::sender had the same
+// fault and fix). The scenario runs in a child process.
 void copy_a_moved_from_sender() {
   halves h;
   const unbounded_sender<int> live = std::move(*h.tx);
@@ -784,18 +781,13 @@ TEST(UnboundedThrowingPayload, AThrowOnAClosedChannelPropagatesAndChangesNothing
   EXPECT_TRUE(h.rx->try_recv().disconnected());
 }
 
-// BUG in mpsc/unbounded.hpp, kept on purpose: this test fails until it is fixed.
-//
-// unbounded_state::send (unbounded.hpp:65-70): a send counts itself in pending_ (line 65), finds
-// the channel closed (line 66) and moves its value back out of the node to hand it back
-// (`T unsent = std::move(n->value());`, line 67). If that move throws, the exception leaves
-// send() before `n->value().~T()`, `delete n` and withdraw() (line 70) run: the node and the
-// value in it leak (never destroyed), and pending_ stays one too high for good. Then len() is 1
-// on a channel that holds nothing, try_recv() reports empty instead of disconnected, and a recv
-// on the closed channel never ends while a sender lives (finished() needs pending_ == 0).
-// Scenario: the receiver closes while a send constructs its node (the first move), and the
-// move that hands the value back throws. Expected: the exception propagates, len() 0,
-// try_recv() disconnected, recv closed, and the value destroyed exactly once.
+// Regression: in unbounded_state::send, a send that has counted itself in `pending_` and then
+// finds the channel closed moves its value back out of the node to hand it back. When that move
+// threw, the exception skipped destroying the value, freeing the node and
+// unbounded_state::withdraw: both leaked and `pending_` stayed one too high, so len() was 1 on an
+// empty channel, try_recv() reported empty, and a recv on the closed channel never ended while a
+// sender lived. Scenario: the receiver closes while the send constructs its node, and the move
+// that hands the value back throws.
 TEST(UnboundedThrowingPayload, AHandBackThatThrowsAfterACloseInFlightLeavesNothingCounted) {
   ledger book(1);
   halves<item> h;

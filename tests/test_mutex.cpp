@@ -877,13 +877,12 @@ TEST(MutexBlocking, LockTimeoutCompletesWhenUnlockedByAnotherThread) {
   expect_free(h.m);
 }
 
-// BUG, failing on purpose until the header is fixed. include/asyncband/detail/wait_functions.hpp,
-// wait_forms::block_for (behind every *_timeout form: lock_timeout, read_timeout, write_timeout,
-// acquire_timeout, wait_timeout) computes the deadline as `steady_clock::now() + timeout`. For a
-// timeout near duration::max() that is a signed overflow (UB; UBSan reports it in <chrono>), and
-// the deadline wraps into the past: lock_timeout(nanoseconds::max()), "practically forever",
-// times out at once instead of waiting for the lock (hours::max() overflows already converting to
-// nanoseconds). Fix: saturate the deadline at steady_clock::time_point::max().
+// Regression: wait_forms::block_for (behind every *_timeout form: lock_timeout, read_timeout,
+// write_timeout, acquire_timeout, wait_timeout) computed the deadline as
+// `steady_clock::now() + timeout`, a signed overflow (UB) for a timeout near duration::max()
+// that wrapped into the past: lock_timeout(nanoseconds::max()) timed out at once instead of
+// waiting for the lock. The deadline is now saturated at steady_clock::time_point::max()
+// (deadline_after).
 // The locker signals when it gives up (cancels itself with `timeout`); the holder unlocks at once
 // then, and otherwise after a bound that only a lock_timeout which does wait ever needs.
 TEST(MutexBlocking, LockTimeoutWithTheLargestDurationWaitsForTheLock) {

@@ -1343,17 +1343,12 @@ TEST(OneshotRace, SeededInterleavingsDeliverEachValueExactlyOnce) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BUG (oneshot.hpp:124-125, recv_wait::ready): a receive after the value was taken yields
-// wait_status::ok again, with the destroyed value, instead of closed. ready() returns true with
-// status ok whenever has_value is set, before it looks at value_taken, and state::take() leaves
-// has_value set. So after try_recv() or a receive took the value, every receive form (try_ready
-// lock-free, or enqueue under the lock) completes ok, and recv_wait::take() -> state::take() moves
-// from the slot whose object was already destroyed and destroys it a second time: undefined
-// behaviour. For std::unique_ptr or std::string it silently yields an empty value reported as ok;
-// for a payload whose moved-from state still owns something, a double free. The contract says
-// closed ("wait_status::closed when none will ever come (... or the value was already taken)"),
-// as do is_terminated() and try_recv() (disconnected). Fix: test value_taken before has_value
-// in ready() (as try_recv and receiver::ready do).
+// Regression: a receive after the value was taken yielded wait_status::ok again, with the
+// destroyed value, instead of closed. recv_wait::ready looked at has_value before value_taken
+// (and state::take leaves has_value set), so every receive form completed ok and
+// recv_wait::take moved from, and destroyed again, an object already destroyed: an empty value
+// reported ok, or a double free. recv_wait::ready now goes through state::availability_of,
+// which checks value_taken first, so the receive ends closed as the contract says.
 TEST(OneshotBug, RecvAfterTheValueWasTakenYieldsClosed) {
   for (const bool first_by_try_recv : {true, false}) {
     for (const recv_form form : all_forms) {
@@ -1375,12 +1370,11 @@ TEST(OneshotBug, RecvAfterTheValueWasTakenYieldsClosed) {
   }
 }
 
-// BUG: a send whose receiver goes while the value is being stored hands the value back by moving
-// it out of the channel (oneshot.hpp:197, `T unsent = std::move(s->slot());`). If that move
-// throws, the exception leaves send() after the handle was already spent (state_ exchanged to
-// null before publish()), with the stored value never destroyed and the sender's reference never
-// released: the value and the channel's state leak (LeakSanitizer reports the state). Whatever
-// send() then reports (an exception or disconnected), the value must be destroyed exactly once.
+// Regression: a send whose receiver goes while the value is being stored hands the value back
+// by moving it out of the channel. When that move threw, the exception left sender::send after
+// the handle was spent, without destroying the stored value or releasing the sender's reference:
+// the value and the channel's state leaked (LeakSanitizer). Whatever send() reports (an
+// exception or disconnected), the value must be destroyed exactly once.
 TEST(OneshotBug, AHandBackWhoseMoveThrowsMustNotLeakTheValueOrTheChannel) {
   count_scope counts;
   auto c = make_channel<counted>();

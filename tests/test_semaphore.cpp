@@ -1023,25 +1023,14 @@ TEST(SemaphoreDestroy, ACoroutineResumedInlineMayDestroyAnotherWaiterServedByThe
   EXPECT_EQ(sem.available(), 0U);
 }
 
-// BUG in semaphore.hpp, kept on purpose: this test fails until it is fixed.
-//
-// semaphore_waiter::cancel (semaphore.hpp, the queue_.wake call in cancel()) hands the cancelled
-// waiter's partial grant to the waiters behind it and resolves the ones it completes (resuming
-// them inline when they have no scheduler) inside cancel(), i.e. before cancel_and_resolve
-// (detail/wait_operation.hpp) resolves the cancelled node itself. Interleaving, on one thread:
-//   1. A (needs 2) is queued holding a partial grant of 1; B (needs 1, no scheduler) is behind it.
-//   2. request_stop() on A's token: the stop callback runs cancel_and_resolve(A) -> A.cancel():
-//      under the lock A is unlinked (status cancelled), hand_out(1) completes B and claims it;
-//      after the unlock the batch is resolved and B is resumed inline, on this stack.
-//   3. B destroys A's frame, which docs/design.md ("Destroying a waiting coroutine") allows: A is
-//      suspended in the wait and its resumption has not been handed on.
-//   4. ~pending_wait(A): not resolved, so abandon(); cancel() finds it unlinked; wake_batch::
-//      withdraw(A) fails (a cancellation resolves its node directly, not through a batch); so it
-//      spins in await_resolver() for the resolver of A, which is this very thread, further up the
-//      stack in cancel_and_resolve, waiting for A.cancel() to return: it never returns.
-// (And were the destructor to return, cancel_and_resolve would then resolve() A's freed node.)
-// A fix must either resolve A before the waiters its grant served (A then resumes, cancelled,
-// before B runs) or make A withdrawable while they are resolved; this test accepts both.
+// Regression: semaphore_waiter::cancel hands the cancelled waiter's partial grant to the waiters
+// behind it, and resolved those it completed (resuming them inline without a scheduler) before
+// cancel_and_resolve resolved the cancelled waiter. On one thread: A (needs 2) holds 1, B (needs
+// 1, no scheduler) is behind it; stopping A's token completes B, which resumes inside A's
+// cancellation and destroys A's frame (allowed: docs/design.md, "Destroying a waiting
+// coroutine"). A's destructor then waited in waiter::await_resolver for its resolver, this very
+// thread further up the stack: it never returned. The cancelled waiter is now resolved first,
+// in the same batch; the test also accepts a fix that makes it withdrawable instead.
 //
 // The scenario runs in a child process, which reports the self-wait at test point
 // awaiting_resolver (exit code 2) instead of hanging; an alarm bounds any other hang.
