@@ -25,6 +25,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <latch>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -646,14 +647,11 @@ TEST(MpscBounded, HandlesMoveAssignWithTheirChannel) {
 }
 
 // The sends of a moved-from sender must throw std::logic_error, as its other operations do
-// (checked in a child process each). BUG: mpsc/bounded.hpp, send() (lines 356 and 362) and
-// send_blocking()/send_timeout() (lines 376, 382 and 389) evaluate `state_->capacity()` in the same
-// call as `live()`, and the order of evaluation of function arguments is unspecified:
-// - send_blocking (both forms) and send_timeout: g++ evaluates the blocking acquisition first, which
-//   waits on a semaphore at a null-based address and crashes (SIGSEGV) before live() can throw;
-//   clang evaluates live() first and throws;
-// - send (both forms): the member call on the null state_ is undefined behaviour even where
-//   live() then throws (UBSan: "member call on null pointer of type 'struct state_type'").
+// (checked in a child process each). Regression: sender::send, send_blocking and send_timeout
+// evaluated `state_->capacity()` in the same call as `sender::live`, in unspecified order. With
+// g++ the blocking forms waited on a semaphore through the null state and crashed (SIGSEGV)
+// before live() could throw; send() made a member call on a null pointer (UBSan) even where
+// live() then threw. Every form now calls live() before it touches the state.
 TEST(MpscBoundedDeathTest, SendsOfAMovedFromSenderThrowLogicError) {
   for (int form = 0; form < 5; ++form) {
     SCOPED_TRACE(form);
@@ -1242,19 +1240,12 @@ TEST(MpscBoundedClose, ARecvPendingAcrossACloseWakesClosedWhenTheLastOutstanding
   EXPECT_EQ(p.status, wait_status::closed);
 }
 
-// BUG in mpsc/bounded.hpp (or a gap in its contract), kept on purpose: this test fails until it is
-// fixed. The receiver's contract says recv() yields closed "once nothing can come any more (every
-// producer is gone, or the channel is closed and no permit or accepted send is outstanding)". A
-// receive pending on an empty channel when close() is called with nothing outstanding is never
-// told: bounded_state::close() (mpsc/bounded.hpp:210-213) marks the channel closed and closes the
-// semaphore, whose callback (on_unit_back -> after_possible_end) runs only for units returned
-// *after* the close, and close() itself never calls after_possible_end(). So the receive sleeps
-// until every sender is gone, although nothing can come. With a permit outstanding at the close,
-// the same receive does end closed when the permit is dropped (the test above): whether a pending
-// receive learns of the close depends on whether a unit happened to be out. (oneshot::receiver::
-// close() ends a pending receive closed explicitly.) If a close during a pending receive is meant
-// to be outside the contract ("the receiver is used by one thread or coroutine at a time"), the
-// class comment should say so.
+// Regression: a receive pending on an empty channel was not ended by a close() with nothing
+// outstanding (no permit, no accepted send), although recv() must yield closed "once nothing can
+// come any more". bounded_state::close only closed the capacity semaphore, whose callback
+// (bounded_state::on_unit_back -> channel_core::after_possible_end) runs for units returned after
+// the close, so the receive slept until every sender was gone. bounded_state::close now calls
+// after_possible_end() itself; with a permit out, the receive ends when it comes back (test above).
 TEST(MpscBoundedClose, CloseWhileARecvIsPendingOnAnEmptyChannelEndsItClosed) {
   auto c = make_channel<int>(2);
   test_scheduler s;
@@ -1692,6 +1683,34 @@ TEST(MpscBoundedRace, ARecvThatSleepsWhileASendWritesItsValueIsWokenByThePublica
     s.run();
     EXPECT_EQ(p.resumed, 1);
     EXPECT_EQ(p.got(), 1);
+  }
+}
+
+// A receive on another thread finds its next place claimed and not yet written: the writer
+// claimed before the receiver announced its sleep, so it would not wake it. The receive waits
+// for the write (test point awaiting_publication, reached while the write is held) and takes
+// the value; for both a blocking and a stoppable receive.
+TEST(MpscBoundedRace, ARecvWaitsForAPlaceThatAnotherThreadIsWriting) {
+  for (const bool can_stop : {plain, stoppable}) {
+    SCOPED_TRACE(can_stop);
+    count_scope counts;
+    auto c = make_channel<counted>(2);
+    std::latch receiver_waits(1);
+    std::thread receiving;
+    std::optional<int> got;
+    std::stop_source stop;
+    counted::at_move(1, [&] {
+      receiving = std::thread([&] {
+        const thread_hook hook(test_point::awaiting_publication, [&] { receiver_waits.count_down(); });
+        auto r = can_stop ? c.rx.recv_blocking(stop.get_token()) : c.rx.recv_blocking();
+        if (r.ok()) got = r->id();
+      });
+      receiver_waits.wait();  // the receive is committed to waiting for this write
+    });
+    put(c.tx, 1);
+    receiving.join();
+    EXPECT_EQ(got, 1);
+    EXPECT_TRUE(c.rx.try_recv().empty());
   }
 }
 
@@ -2456,21 +2475,13 @@ TEST(MpscBoundedThrowing, ASleepingRecvPassesAnEmptyPlaceWhenAValueFollows) {
   EXPECT_TRUE(c.tx.try_reserve(3).ok());
 }
 
-// BUG in mpsc/bounded.hpp, kept on purpose: this test fails until it is fixed.
-//
-// A send whose move constructor throws publishes its place empty (mpsc/bounded.hpp:132-135, the
-// catch block of push()), and that place keeps the send's unit of capacity until the receiver
-// passes it. publish() (bounded.hpp:243) wakes a sleeping receiver only through after_publish() ->
-// wake_receiver(false) (detail/channel_core.hpp:106-128), which wakes it only if
-// value_waiting_locked() finds a value past the empty places (and, ending being false, never
-// checks whether anything can still come). A receiver sleeping in recv() is therefore not woken,
-// never passes the empty place, and the unit never comes back:
-//   1. capacity 1; the receiver sleeps in recv() (nothing sent);
-//   2. try_send(v) with a throwing move: its place is published empty, holding the only unit;
-//      publish() -> wake_receiver(false) -> value_waiting_locked() is false: the receiver sleeps on;
-//   3. co_await send(2) waits for capacity, which only the receiver's passing of the empty place
-//      returns, while the receiver waits for a value only that send can bring: both wait forever.
-// Expected: the send completes and the receiver receives 2. Actual: neither ever resumes.
+// Regression: a send whose move constructor throws publishes its place empty
+// (bounded_state::push), and that place keeps the send's unit of capacity until the receiver
+// passes it. channel_core::wake_receiver woke a receiver sleeping in recv() only for a value past
+// the empty places, so it never passed the place and the unit never came back: with capacity 1,
+// a later `co_await send(2)` waited for that unit while the receiver waited for the value only
+// that send could bring, and neither resumed. wake_receiver now passes a sleeping receiver's
+// empty places itself (bounded_state::pass_empty_locked) and returns their units.
 TEST(MpscBoundedThrowing, AnEmptyPlaceLeftByAThrowingSendIsPassedByASleepingRecv) {
   count_scope counts;
   auto c = make_channel<counted>(1);
@@ -2490,11 +2501,12 @@ TEST(MpscBoundedThrowing, AnEmptyPlaceLeftByAThrowingSendIsPassedByASleepingRecv
   EXPECT_EQ(got.got(), 2);
 }
 
-// BUG in mpsc/bounded.hpp, kept on purpose (the same cause as above, on a closed channel): the
-// receiver sleeps in recv() on a closed, empty channel while one permit is outstanding; the
-// permit's send throws, so its unit stays with the empty place and never comes back (and
-// on_unit_back never runs): finished() stays false and nothing wakes the receiver, although nothing
-// can come any more. Expected: the receive ends closed. Actual: it never resumes.
+// Regression (the same cause as above, on a closed channel): the receiver sleeps in recv() on a
+// closed, empty channel while one permit is outstanding, and the permit's send throws. Its unit
+// stayed with the empty place, so bounded_state::finished stayed false and the receive never
+// resumed although nothing could come any more. The unit now comes back when
+// channel_core::wake_receiver passes the empty place, and bounded_state::on_unit_back ends the
+// receive closed.
 TEST(MpscBoundedThrowing, ASleepingRecvOnAClosedChannelEndsWhenTheLastPermitsSendThrows) {
   count_scope counts;
   auto c = make_channel<counted>(2);

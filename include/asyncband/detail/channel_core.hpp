@@ -29,12 +29,24 @@ namespace asyncband::mpsc::detail {
 ///                                head, past published empty cells
 ///   bool finished()              nothing can be published any more (read before the ring)
 ///   result<T> take_head()        takes the head's value (precondition: head_has_value())
+///   bool announce_sleep()        under the receiver's lock, after `receiver_sleeping_` is set:
+///                                true if a value may be at the head or on its way (see below)
+///   void await_head_published()  after announce_sleep() said so: waits (briefly) for the head
 ///
 /// The receiver's sleep and a publisher's wake-up form a Dekker pair: the receiver announces
-/// `receiver_sleeping_`, fences, and looks at the head; a publisher publishes, fences, and looks
-/// at `receiver_sleeping_`. One of them sees the other, so a published value is never slept
-/// through. The receiver's lock orders the rest (registration, claim, cancellation), and a
-/// producer reads the receiver's cursor only under it, while the receiver sleeps.
+/// `receiver_sleeping_`, then looks for a value; a publisher publishes, then looks at
+/// `receiver_sleeping_`. One of them sees the other, so a published value is never slept
+/// through. Two ways to pair them:
+/// - fences on both sides (the unbounded channel: announce_sleep() checks the head after the
+///   receiver's fence, and a send calls after_publish(), which fences);
+/// - the claim counter (the bounded channel): every value claims its place with an atomic
+///   read-modify-write on one counter before it is written, and announce_sleep() makes one on
+///   the same counter. A claim ordered after the announcement sees `receiver_sleeping_` and
+///   wakes it (after_claimed_publish(), no fence); one ordered before is outstanding, so the
+///   announcement reports it, and the receiver waits for that value's publication, which is
+///   a move construction away, instead of sleeping.
+/// The receiver's lock orders the rest (registration, claim, cancellation), and a producer reads
+/// the receiver's cursor only under it, while the receiver sleeps.
 template <class Storage>
 class channel_core {
  public:
@@ -83,9 +95,11 @@ class channel_core {
       {
         const std::lock_guard lock(rx_queue_.mutex());
         receiver_sleeping_.store(true, std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
+        std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with a departing producer
+        // Before the ring: a producer publishes before it leaves, so when `finished` holds, the
+        // announcement below reports every value still to receive.
         const bool nothing_more = storage().finished();
-        if (!storage().head_published()) {
+        if (!storage().announce_sleep()) {
           if (!nothing_more) {
             rx_queue_.waiters().push_back(w);
             return false;
@@ -96,7 +110,8 @@ class channel_core {
         }
         receiver_sleeping_.store(false, std::memory_order_relaxed);
       }
-      storage().skip_empty();  // outside the lock: passing empty cells may resume senders
+      storage().await_head_published();  // outside the lock, as is passing empty cells, which
+      storage().skip_empty();            // may resume senders
       if (storage().head_has_value()) return true;
     }
   }
@@ -113,6 +128,11 @@ class channel_core {
   /// After a publication (or anything that may end the receiver's wait): wakes it if it sleeps.
   void after_publish() noexcept {
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    after_claimed_publish();
+  }
+  /// After the publication of a value that claimed its place on the claim counter (acquire):
+  /// no fence needed, the claim already ordered this read after any announced sleep.
+  void after_claimed_publish() noexcept {
     if (receiver_sleeping_.load(std::memory_order_relaxed)) wake_receiver(false);
   }
   /// After a change that may mean nothing more can come (a permit back after close).

@@ -6,6 +6,21 @@
 
 namespace asyncband::detail {
 
+/// Waits for `done()`, which another thread makes true within a few instructions: spins with
+/// the CPU's pause hint, then yields the thread, so a preempted thread still gets to run.
+template <class Done>
+void spin_until(Done&& done) noexcept(noexcept(done())) {
+  for (unsigned spins = 0; !done(); ++spins) {
+    if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
 /// A test-and-test-and-set lock for critical sections of a few dozen instructions: list surgery
 /// and counters; nothing under it blocks, allocates or runs user code. Uncontended, lock is one
 /// exchange and unlock one plain store (std::mutex: two read-modify-writes and two calls into
@@ -19,13 +34,7 @@ class spin_lock {
 
   void lock() noexcept {
     while (locked_.exchange(true, std::memory_order_acquire)) {
-      for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < spins_before_yield) {
-          pause();
-        } else {
-          std::this_thread::yield();
-        }
-      }
+      spin_until([this] { return !locked_.load(std::memory_order_relaxed); });
     }
   }
   [[nodiscard]] bool try_lock() noexcept {
@@ -34,14 +43,6 @@ class spin_lock {
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
-  static constexpr unsigned spins_before_yield = 64;
-
-  static void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-
   std::atomic<bool> locked_{false};
 };
 

@@ -42,7 +42,8 @@ enum class test_point : unsigned char {
   claimed_for_cancel,  ///< A cancellation unlinked a node and released the lock; not yet resolved.
   awaiting_resolver,   ///< A wait being destroyed found its node claimed; it waits for the resolver.
   woken,               ///< A waker made the change that lets waiters complete; it still holds the primitive.
-  destroying           ///< A primitive's destructor, before it waits out wakers still inside it.
+  destroying,          ///< A primitive's destructor, before it waits out wakers still inside it.
+  awaiting_publication ///< A receive found its next place claimed, not yet written; it waits for it.
 };
 
 #ifdef ASYNCBAND_TESTING

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "../detail/channel_core.hpp"
+#include "../detail/spin_lock.hpp"
 #include "../detail/wait_functions.hpp"
 #include "../detail/wait_queue.hpp"
 #include "../result.hpp"
@@ -75,6 +76,17 @@ struct cell {
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
 };
 
+/// A value this thread is constructing in a bounded channel's place `index`; they form a list
+/// on the thread's stack, innermost first (a value's move constructor may send again). A
+/// receive that finds its next place claimed and unwritten waits for the writer, unless that
+/// writer is its own thread, which cannot finish while the receive waits inside it.
+struct write_in_progress {
+  const void* channel;
+  std::uint64_t index;
+  const write_in_progress* outer;
+};
+inline thread_local const write_in_progress* writes_in_progress = nullptr;
+
 /// The shared state of a bounded channel: the capacity, the ring, the receiver's wake-up.
 ///
 /// Capacity and order are kept apart. Capacity is a semaphore of `capacity` units (FIFO among
@@ -124,16 +136,21 @@ class bounded_state : public channel_core<bounded_state<T>> {
   template <class U>
   void push(semaphore_permit& units, U&& value) {
     units.split(1).forget();
-    const std::uint64_t i = tail_.fetch_add(1, std::memory_order_relaxed);
+    // acquire: ordered after the receiver's announced sleep, if it came first (channel_core)
+    const std::uint64_t i = tail_.fetch_add(1, std::memory_order_acquire);
     cell<T>& c = at(i);
     wait_for_turn(c, i);
+    const write_in_progress writing{this, i, writes_in_progress};
+    writes_in_progress = &writing;
     try {
       ::new (static_cast<void*>(c.storage)) T(std::forward<U>(value));
     } catch (...) {
+      writes_in_progress = writing.outer;
       c.skip = true;
       publish(c, i);
       throw;
     }
+    writes_in_progress = writing.outer;
     c.skip = false;
     publish(c, i);
   }
@@ -165,6 +182,20 @@ class bounded_state : public channel_core<bounded_state<T>> {
   }
   [[nodiscard]] bool head_published() const noexcept {
     return at(head_).seq.load(std::memory_order_acquire) == head_ + 1;
+  }
+  /// Under the receiver's lock, as it is about to sleep: a read-modify-write of the claim
+  /// counter, so every claim is ordered before it (and is reported here: a place claimed and
+  /// not yet received) or after it (and its publisher sees the receiver asleep). A head being
+  /// written by this very thread (the receive runs inside that value's construction) is not
+  /// waited for: the receiver sleeps, and that write, published later on this thread, sees it.
+  [[nodiscard]] bool announce_sleep() noexcept {
+    return tail_.fetch_add(0, std::memory_order_seq_cst) != head_ && !written_by_this_thread(head_);
+  }
+  /// The head is claimed: its value is being constructed, by a producer that may not wake us.
+  void await_head_published() const noexcept {
+    if (head_published()) return;
+    asyncband::detail::at_test_point(asyncband::detail::test_point::awaiting_publication);
+    asyncband::detail::spin_until([this] { return head_published(); });
   }
   /// Under the receiver's lock, while it sleeps: passes the empty cells at its head.
   std::size_t pass_empty_locked() noexcept {
@@ -241,17 +272,22 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
   cell<T>& at(std::uint64_t i) const noexcept { return cells_[i & mask_]; }
 
+  [[nodiscard]] bool written_by_this_thread(std::uint64_t i) const noexcept {
+    for (const write_in_progress* w = writes_in_progress; w != nullptr; w = w->outer) {
+      if (w->channel == this && w->index == i) return true;
+    }
+    return false;
+  }
+
   /// The cell is normally free at once; it can lag only while the receiver finishes reading the
   /// previous lap's value, a few instructions.
   static void wait_for_turn(const cell<T>& c, std::uint64_t i) noexcept {
-    for (unsigned spins = 0; c.seq.load(std::memory_order_acquire) != i; ++spins) {
-      if (spins > 64) std::this_thread::yield();
-    }
+    asyncband::detail::spin_until([&c, i] { return c.seq.load(std::memory_order_acquire) == i; });
   }
 
   void publish(cell<T>& c, std::uint64_t i) noexcept {
     c.seq.store(i + 1, std::memory_order_release);
-    this->after_publish();
+    this->after_claimed_publish();
   }
 
   static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->after_possible_end(); }
