@@ -206,7 +206,7 @@ chan<T> make_channel(std::size_t capacity) {
 
 /// A channel whose ring indexes start at `first_index` (for wrap-around).
 template <class T>
-chan<T> make_channel_at(std::size_t capacity, std::uint64_t first_index) {
+chan<T> make_channel_at(std::size_t capacity, std::uint32_t first_index) {
   auto halves = mpsc::detail::bounded_starting_at<T>(capacity, first_index);
   return chan<T>{std::move(halves.first), std::move(halves.second)};
 }
@@ -1118,10 +1118,10 @@ TEST(MpscBoundedPermit, AnOldPermitSendsCorrectlyAfterManyLapsOfSlotReuse) {
   }
 }
 
-// The same across the 2^64 wrap of the ring's counters: a permit held while many values pass the
+// The same across the 2^32 wrap of the ring's counters: a permit held while many values pass the
 // wrap, then used.
 TEST(MpscBoundedPermit, AnOldPermitSendsCorrectlyAcrossTheCounterWrap) {
-  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint32_t max = std::numeric_limits<std::uint32_t>::max();
   auto c = make_channel_at<int>(3, max - 4);
   auto permit = c.tx.try_reserve();
   ASSERT_TRUE(permit.ok());
@@ -2573,13 +2573,13 @@ TEST(MpscBoundedThrowing, AThrowingMoveInRecvLeavesTheValueForTheNextReceive) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Counter wrap-around: channels whose ring indexes start just below 2^64
+// Counter wrap-around: channels whose ring indexes start just below 2^32 (places are 32-bit)
 
 TEST(MpscBoundedWrap, TrySendAndTryRecvAcrossTheWrapForEveryCapacity) {
-  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint32_t max = std::numeric_limits<std::uint32_t>::max();
   for (const std::size_t capacity : {1U, 2U, 3U, 5U, 8U}) {
-    for (const std::uint64_t k : {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{2},
-                                  std::uint64_t{capacity}, std::uint64_t{2 * capacity + 1}}) {
+    for (const std::uint32_t k : {std::uint32_t{0}, std::uint32_t{1}, std::uint32_t{2},
+                                  std::uint32_t(capacity), std::uint32_t(2 * capacity + 1)}) {
       SCOPED_TRACE(testing::Message() << "capacity " << capacity << ", first index max - " << k);
       auto c = make_channel_at<int>(capacity, max - k);
       int next_send = 0;
@@ -2604,8 +2604,41 @@ TEST(MpscBoundedWrap, TrySendAndTryRecvAcrossTheWrapForEveryCapacity) {
 // Waiting senders (plain and cancellable), a held permit, a reserving producer and a sleeping
 // receiver, across the wrap, in a random order per seed: every value arrives once, in order per
 // producer.
+// The ring's places share the capacity semaphore's word (its ticket bits). Every change of that
+// word while senders wait for capacity must keep them: queueing a sender (contended), a permit's
+// send while it waits, the grant of a returned unit to it (uncontended again), a reduction of
+// the count by close. A lost or moved place would misorder or lose values, or hang a receive.
+TEST(MpscBoundedWrap, PlacesSurviveEveryChangeOfTheContendedCapacityWord) {
+  for (const std::uint32_t first : {std::uint32_t{0}, std::numeric_limits<std::uint32_t>::max() - 1}) {
+    SCOPED_TRACE(first);
+    auto c = make_channel_at<int>(2, first);
+    auto held = c.tx.try_reserve();
+    ASSERT_TRUE(held.ok());
+    put(c.tx, 1);  // full: one unit sent, one held
+    test_scheduler s;
+    send_probe<int> waiting;
+    s.spawn(send_value(c.tx, 2, waiting));
+    s.run();
+    expect_waiting(waiting);
+    EXPECT_TRUE(held->send(3).ok());  // a place taken while the word is contended
+    EXPECT_EQ(c.rx.len(), 2U);
+    EXPECT_EQ(take(c.rx), 1);  // its unit goes to the waiting send
+    s.run();
+    EXPECT_EQ(waiting.outcome, send_status::ok);
+    EXPECT_EQ(take(c.rx), 3);
+    EXPECT_EQ(take(c.rx), 2);
+    put(c.tx, 4);  // uncontended again
+    EXPECT_EQ(take(c.rx), 4);
+    put(c.tx, 5);
+    c.rx.close();  // the word becomes contended for good, with the place of 5 taken
+    EXPECT_EQ(c.rx.len(), 1U);
+    EXPECT_EQ(take(c.rx), 5);
+    EXPECT_TRUE(c.rx.try_recv().disconnected());
+  }
+}
+
 TEST(MpscBoundedWrap, WaitingSendersPermitsAndARecvAcrossTheWrap) {
-  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint32_t max = std::numeric_limits<std::uint32_t>::max();
   constexpr int kPerProducer = 12;
   for (std::uint64_t seed = 0; seed < 40; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
@@ -2665,7 +2698,7 @@ TEST(MpscBoundedWrap, WaitingSendersPermitsAndARecvAcrossTheWrap) {
 
 // Threads across the wrap: the ring's counters wrap while producers block for capacity.
 TEST(MpscBoundedWrap, ThreadsAcrossTheWrap) {
-  constexpr std::uint64_t max = std::numeric_limits<std::uint64_t>::max();
+  constexpr std::uint32_t max = std::numeric_limits<std::uint32_t>::max();
   constexpr int kPerProducer = 500;
   auto c = make_channel_at<int>(3, max - 100);
   std::vector<std::thread> producers;

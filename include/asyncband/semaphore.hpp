@@ -148,15 +148,14 @@ class semaphore {
   using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 
  public:
-  /// The largest count of permits a semaphore holds, or a single request asks for.
-  [[nodiscard]] static constexpr std::size_t max() noexcept {
-    return std::numeric_limits<std::size_t>::max() >> 3;
-  }
+  /// The largest count of permits a semaphore holds, or a single request asks for: 2^31 - 1.
+  [[nodiscard]] static constexpr std::size_t max() noexcept { return (std::size_t{1} << 31) - 1; }
 
   explicit semaphore(std::size_t permits) : idle_(encode(checked(permits))), state_(idle_) {}
   /// For a count that is rarely all available: no guessed first CAS (see guess_before_take).
-  semaphore(std::size_t permits, detail::varying_count_t /*unused*/)
-      : idle_(0), state_(encode(checked(permits))) {}
+  /// `first_ticket`: the channel's first place (tests of wrap-around start near 2^32).
+  semaphore(std::size_t permits, detail::varying_count_t /*unused*/, std::uint32_t first_ticket = 0)
+      : idle_(0), state_(encode(checked(permits)) | (std::uint64_t{first_ticket} << 32)) {}
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
 
@@ -192,8 +191,9 @@ class semaphore {
   /// Takes every available permit and forgets them; returns how many.
   std::size_t drain_permits() noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
-    while ((s & contended) == 0 && s != 0) {
-      if (state_.compare_exchange_weak(s, 0, std::memory_order_acquire, std::memory_order_relaxed))
+    while ((s & contended) == 0 && count_of(s) != 0) {
+      if (state_.compare_exchange_weak(s, s & ticket_bits, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
         return count_of(s);
     }
     return 0;
@@ -215,7 +215,8 @@ class semaphore {
       const std::size_t rest = n - taken;
       if (rest > max() - deficit_)
         throw std::overflow_error("asyncband::semaphore::reduce_permits: deficit above max()");
-      const std::uint64_t next = encode(count_of(s) - taken) | (rest != 0 ? contended : 0);
+      const std::uint64_t next =
+          (s & ticket_bits) | encode(count_of(s) - taken) | (rest != 0 ? contended : 0);
       if (state_.compare_exchange_weak(s, next, std::memory_order_acquire, std::memory_order_relaxed)) {
         deficit_ += rest;
         return;
@@ -224,14 +225,47 @@ class semaphore {
   }
 
  private:
-  // state_: the available count shifted left by one, and the `contended` bit, set while anybody
-  // is queued or a deficit is outstanding. While it is set the count is 0 (the head waiter or the
-  // deficit absorbs every permit), and only holders of the queue's lock change the state, so the
-  // lock-free paths are exactly: take with the bit clear, and give with the bit clear.
+  // state_: bit 0 is `contended`, set while anybody is queued or a deficit is outstanding; bits
+  // 1-31 are the available count; bits 32-63 are a ticket counter, which only a channel uses
+  // (bounded_state: a send takes its unit of capacity and its place in the ring in one CAS).
+  // While `contended` is set the count is 0 (the head waiter or the deficit absorbs every
+  // permit), and only holders of the queue's lock change the count, so the lock-free paths are
+  // exactly: take with the bit clear, give with the bit clear, and advance the ticket. Every
+  // write keeps the ticket bits.
   static constexpr std::uint64_t contended = 1;
+  static constexpr std::uint64_t ticket_one = std::uint64_t{1} << 32;
+  static constexpr std::uint64_t ticket_bits = ~(ticket_one - 1);
   static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
   static constexpr std::size_t count_of(std::uint64_t state) noexcept {
-    return static_cast<std::size_t>(state >> 1);
+    return static_cast<std::size_t>((state >> 1) & max());
+  }
+  static constexpr std::uint32_t ticket_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state >> 32);
+  }
+
+  // --- tickets, for a channel's capacity (bounded_state) ---------------------------------------
+  /// Lock-free: one permit and the next ticket, if nobody is queued and a permit is available.
+  [[nodiscard]] bool try_take_with_ticket(std::uint32_t& ticket) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0 && count_of(s) != 0) {
+      if (state_.compare_exchange_weak(s, s - encode(1) + ticket_one, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        ticket = ticket_of(s);
+        return true;
+      }
+    }
+    return false;
+  }
+  /// The next ticket, for a permit already held.
+  std::uint32_t take_ticket() noexcept {
+    return ticket_of(state_.fetch_add(ticket_one, std::memory_order_acquire));
+  }
+  /// The next ticket, not taken: a read-modify-write, ordered with every take (seq_cst).
+  std::uint32_t announce_at_ticket() noexcept {
+    return ticket_of(state_.fetch_add(0, std::memory_order_seq_cst));
+  }
+  [[nodiscard]] std::uint32_t next_ticket() const noexcept {
+    return ticket_of(state_.load(std::memory_order_acquire));
   }
 
   static std::size_t checked(std::size_t n) {
@@ -573,7 +607,7 @@ inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
       if (state_.compare_exchange_weak(s, s - encode(w.missing()), std::memory_order_acquire,
                                        std::memory_order_relaxed))
         return true;
-    } else if (state_.compare_exchange_weak(s, contended, std::memory_order_acquire,
+    } else if (state_.compare_exchange_weak(s, (s & ticket_bits) | contended, std::memory_order_acquire,
                                             std::memory_order_relaxed)) {
       w.grant(available_now);
       return false;
@@ -587,7 +621,10 @@ inline void semaphore::close(return_hook on_return, void* context) noexcept {
     closed_ = true;
     on_return_ = on_return;
     on_return_context_ = context;
-    const std::uint64_t s = state_.exchange(contended, std::memory_order_acq_rel);
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(s, (s & ticket_bits) | contended, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+    }
     closed_count_ = (s & contended) != 0 ? 0 : count_of(s);
     for (detail::waiter* w = waiters.front(); w != nullptr; w = w->next)
       closed_count_ += static_cast<detail::semaphore_waiter*>(w)->granted();
@@ -611,7 +648,12 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
     n -= given;
     if (head.missing() == 0) waiters.claim_front(batch);
   }
-  if (waiters.empty() && deficit_ == 0) state_.store(encode(n), std::memory_order_release);
+  if (waiters.empty() && deficit_ == 0) {  // contended (count 0) until now: only tickets move
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(s, (s & ticket_bits) | encode(n), std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+    }
+  }
 }
 
 // The acquisition forms need the node types, which need a complete semaphore.

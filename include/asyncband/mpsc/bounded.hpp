@@ -62,14 +62,17 @@ class [[nodiscard]] try_reserve_result {
 namespace detail {
 
 template <class T>
-std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint64_t first_index);
+std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint32_t first_index);
+
+/// A place in the ring: a 32-bit counter that wraps (the capacity's ticket, see semaphore).
+using place = std::uint32_t;
 
 /// One cell of the ring. `seq` tells whose turn it is: index i may be written when seq == i,
 /// and read when seq == i + 1; reading hands it to index i + size. The value is constructed in
 /// place; `skip` marks a cell whose value's construction threw (nothing to receive).
 template <class T>
 struct cell {
-  std::atomic<std::uint64_t> seq;
+  std::atomic<place> seq;
   bool skip = false;
   alignas(T) unsigned char storage[sizeof(T)];
 
@@ -82,7 +85,7 @@ struct cell {
 /// writer is its own thread, which cannot finish while the receive waits inside it.
 struct write_in_progress {
   const void* channel;
-  std::uint64_t index;
+  place index;
   const write_in_progress* outer;
 };
 inline thread_local const write_in_progress* writes_in_progress = nullptr;
@@ -90,27 +93,30 @@ inline thread_local const write_in_progress* writes_in_progress = nullptr;
 /// The shared state of a bounded channel: the capacity, the ring, the receiver's wake-up.
 ///
 /// Capacity and order are kept apart. Capacity is a semaphore of `capacity` units (FIFO among
-/// waiting senders, cancellation-safe, closable): a send, or a permit, first takes a unit. Only
-/// then does a send claim its cell, with one fetch_add on `tail_`, construct the value there and
-/// publish it by storing the cell's `seq` (release). The single receiver owns `head_`, reads a
-/// cell once its seq says so (acquire), hands the cell on to the next lap, and returns the unit.
-/// A permit is a unit with no cell yet: it can be held, moved or given back without touching
-/// the order of messages. Cells in use (claimed, not yet received) never exceed the units taken,
-/// so at most `capacity` <= physical size: a claimed cell is normally free already; the writer
-/// still waits for its seq, which also gives it the happens-before of the cell's last read.
+/// waiting senders, cancellation-safe, closable): a send, or a permit, first takes a unit. A
+/// send then claims its cell with the next ticket of the semaphore's word (the claim counter),
+/// constructs the value there and publishes it by storing the cell's `seq` (release). While
+/// nobody waits for capacity, a send takes its unit and its ticket in one CAS; a permit's send
+/// takes only the ticket (one fetch_add). The single receiver owns `head_`, reads a cell once
+/// its seq says so (acquire), hands the cell on to the next lap, and returns the unit. A permit
+/// is a unit with no cell yet: it can be held, moved or given back without touching the order
+/// of messages. Cells in use (claimed, not yet received) never exceed the units taken, so at
+/// most `capacity` <= physical size: a claimed cell is normally free already; the writer still
+/// waits for its seq, which also gives it the happens-before of the cell's last read. Places
+/// are 32-bit and wrap; the physical size is at most 2^31, so a cell's stamps of two laps never
+/// collide.
 template <class T>
 class bounded_state : public channel_core<bounded_state<T>> {
   using core = channel_core<bounded_state<T>>;
 
  public:
-  bounded_state(std::size_t capacity, std::uint64_t first_index)
-      : capacity_(capacity, asyncband::detail::varying_count_t{}),
-        logical_capacity_(capacity),
-        mask_(std::bit_ceil(capacity) - 1),
-        cells_(new cell<T>[mask_ + 1]),
-        tail_(first_index),
+  bounded_state(std::size_t capacity, place first_index)
+      : logical_capacity_(capacity),
+        mask_(static_cast<place>(std::bit_ceil(capacity) - 1)),
+        cells_(new cell<T>[std::size_t{mask_} + 1]),
+        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index),
         head_(first_index) {
-    for (std::uint64_t i = first_index; i != first_index + mask_ + 1; ++i)
+    for (place i = first_index; i != static_cast<place>(first_index + mask_ + 1); ++i)
       at(i).seq.store(i, std::memory_order_relaxed);
   }
   bounded_state(const bounded_state&) = delete;
@@ -119,8 +125,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// The last reference is gone: every sender finished, so every claimed cell is published.
   /// Values never received are destroyed here, exactly once.
   ~bounded_state() {
-    const std::uint64_t end = tail_.load(std::memory_order_acquire);
-    for (std::uint64_t i = head_; i != end; ++i) {
+    const place end = capacity_.next_ticket();
+    for (place i = head_; i != end; ++i) {
       cell<T>& c = at(i);
       if (!c.skip) c.value().~T();
     }
@@ -136,28 +142,20 @@ class bounded_state : public channel_core<bounded_state<T>> {
   template <class U>
   void push(semaphore_permit& units, U&& value) {
     units.split(1).forget();
-    // acquire: ordered after the receiver's announced sleep, if it came first (channel_core)
-    const std::uint64_t i = tail_.fetch_add(1, std::memory_order_acquire);
-    cell<T>& c = at(i);
-    wait_for_turn(c, i);
-    const write_in_progress writing{this, i, writes_in_progress};
-    writes_in_progress = &writing;
-    try {
-      ::new (static_cast<void*>(c.storage)) T(std::forward<U>(value));
-    } catch (...) {
-      writes_in_progress = writing.outer;
-      c.skip = true;
-      publish(c, i);
-      throw;
-    }
-    writes_in_progress = writing.outer;
-    c.skip = false;
-    publish(c, i);
+    write_at(capacity_.take_ticket(), std::forward<U>(value));
+  }
+  /// Sends `value` (moved from only then) if a unit is available and nobody waits for one: the
+  /// unit and the place in one CAS. Closed or full: false.
+  bool try_push(T& value) {
+    place i = 0;
+    if (!capacity_.try_take_with_ticket(i)) return false;
+    write_at(i, std::move(value));
+    return true;
   }
 
   // --- receiving (the receiver only) -------------------------------------------------------------
   [[nodiscard]] std::size_t len() const noexcept {
-    return static_cast<std::size_t>(tail_.load(std::memory_order_acquire) - head_);
+    return static_cast<place>(capacity_.next_ticket() - head_);
   }
 
   /// Passes the empty cells at the head (their units go back).
@@ -189,7 +187,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// written by this very thread (the receive runs inside that value's construction) is not
   /// waited for: the receiver sleeps, and that write, published later on this thread, sees it.
   [[nodiscard]] bool announce_sleep() noexcept {
-    return tail_.fetch_add(0, std::memory_order_seq_cst) != head_ && !written_by_this_thread(head_);
+    return capacity_.announce_at_ticket() != head_ && !written_by_this_thread(head_);
   }
   /// The head is claimed: its value is being constructed, by a producer that may not wake us.
   void await_head_published() const noexcept {
@@ -211,7 +209,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   void return_units(std::size_t n) noexcept { capacity_.template give<false>(n); }
   /// Under the receiver's lock, while it sleeps (head_ is stable then).
   [[nodiscard]] bool value_waiting_locked() const noexcept {
-    for (std::uint64_t i = head_;; ++i) {
+    for (place i = head_;; ++i) {
       const cell<T>& c = at(i);
       if (c.seq.load(std::memory_order_acquire) != i + 1) return false;
       if (!c.skip) return true;
@@ -270,9 +268,30 @@ class bounded_state : public channel_core<bounded_state<T>> {
  private:
   friend class receiver<T>;
 
-  cell<T>& at(std::uint64_t i) const noexcept { return cells_[i & mask_]; }
+  cell<T>& at(place i) const noexcept { return cells_[i & mask_]; }
 
-  [[nodiscard]] bool written_by_this_thread(std::uint64_t i) const noexcept {
+  /// Place `i` was claimed (the claim, a ticket taken with acquire, is ordered after the
+  /// receiver's announced sleep if that came first: channel_core).
+  template <class U>
+  void write_at(place i, U&& value) {
+    cell<T>& c = at(i);
+    wait_for_turn(c, i);
+    const write_in_progress writing{this, i, writes_in_progress};
+    writes_in_progress = &writing;
+    try {
+      ::new (static_cast<void*>(c.storage)) T(std::forward<U>(value));
+    } catch (...) {
+      writes_in_progress = writing.outer;
+      c.skip = true;
+      publish(c, i);
+      throw;
+    }
+    writes_in_progress = writing.outer;
+    c.skip = false;
+    publish(c, i);
+  }
+
+  [[nodiscard]] bool written_by_this_thread(place i) const noexcept {
     for (const write_in_progress* w = writes_in_progress; w != nullptr; w = w->outer) {
       if (w->channel == this && w->index == i) return true;
     }
@@ -281,11 +300,11 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
   /// The cell is normally free at once; it can lag only while the receiver finishes reading the
   /// previous lap's value, a few instructions.
-  static void wait_for_turn(const cell<T>& c, std::uint64_t i) noexcept {
+  static void wait_for_turn(const cell<T>& c, place i) noexcept {
     asyncband::detail::spin_until([&c, i] { return c.seq.load(std::memory_order_acquire) == i; });
   }
 
-  void publish(cell<T>& c, std::uint64_t i) noexcept {
+  void publish(cell<T>& c, place i) noexcept {
     c.seq.store(i + 1, std::memory_order_release);
     this->after_claimed_publish();
   }
@@ -299,12 +318,13 @@ class bounded_state : public channel_core<bounded_state<T>> {
     capacity_.template give<false>(1);
   }
 
-  semaphore capacity_;
+  // Read by everybody, written by nobody: apart from the capacity's word, which every send and
+  // receive writes, and from the receiver's cursor.
   const std::size_t logical_capacity_;
-  const std::uint64_t mask_;  // physical size - 1
+  const place mask_;  // physical size - 1
   std::unique_ptr<cell<T>[]> cells_;
-  alignas(64) std::atomic<std::uint64_t> tail_;  // the producers' claim counter
-  alignas(64) std::uint64_t head_;               // the receiver's cursor
+  alignas(64) semaphore capacity_;
+  alignas(64) place head_;  // the receiver's cursor
 };
 
 /// The capacity acquisitions of a channel: fallible (closed = disconnected).
@@ -321,17 +341,34 @@ class [[nodiscard]] send_awaiter {
   send_awaiter(const send_awaiter&) = delete;
   send_awaiter& operator=(const send_awaiter&) = delete;
 
-  bool await_ready() noexcept { return acquire_.await_ready(); }
+  /// With capacity at hand and no stop token, the value goes into the ring right here (unit and
+  /// place in one CAS). A stop token is looked at first, so that form takes the general path.
+  bool await_ready() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    if constexpr (sends_when_ready) {
+      if (!state_->closed() && state_->try_push(value_)) {
+        sent_ = true;
+        return true;
+      }
+    }
+    return acquire_.await_ready();
+  }
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
     return acquire_.await_suspend(h);
   }
-  send_result<T> await_resume() { return finish_send(*state_, acquire_.await_resume(), std::move(value_)); }
+  send_result<T> await_resume() {
+    if (sent_) return {};
+    return finish_send(*state_, acquire_.await_resume(), std::move(value_));
+  }
 
  private:
+  static constexpr bool sends_when_ready =
+      std::is_same_v<Acquire, asyncband::detail::acquire_awaiter<asyncband::detail::permit_itself, true>>;
+
   bounded_state<T>* state_;
   T value_;
   Acquire acquire_;
+  bool sent_ = false;
 };
 
 /// After the capacity wait: publishes with the unit, or hands the value back.
@@ -414,13 +451,13 @@ class sender {
   send_result<T> try_send(T value) {
     state_type& s = *live();
     if (s.closed()) return {send_status::disconnected, std::move(value)};
-    std::optional<semaphore_permit> unit = s.capacity().try_acquire(1);
-    if (!unit) return {s.closed() ? send_status::disconnected : send_status::full, std::move(value)};
-    return detail::finish_send(s, std::move(*unit), std::move(value));
+    if (s.try_push(value)) return {};
+    return {s.closed() ? send_status::disconnected : send_status::full, std::move(value)};
   }
   /// The blocking twins of send.
   send_result<T> send_blocking(T value) {
     state_type& s = *live();
+    if (!s.closed() && s.try_push(value)) return {};
     return detail::finish_send(
         s, detail::capacity_forms::block(&s.capacity(), 1, asyncband::detail::permit_itself{}),
         std::move(value));
@@ -487,7 +524,7 @@ class sender {
 
  private:
   template <class U>
-  friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint64_t);
+  friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint32_t);
   template <class>
   friend class owned_permit;
   explicit sender(state_type* s) noexcept : state_(s) {}
@@ -611,6 +648,10 @@ class [[nodiscard]] owned_permit {
 ///   capacity are woken with it); values already accepted, and sends of permits held at the
 ///   time, are still received.
 /// - One receive at a time: the receiver is used by one thread or coroutine at a time.
+/// - A receive whose next value is being constructed by another thread waits for that move
+///   construction (spinning, then yielding) rather than sleeping: this saves every send a
+///   fence. So T's move constructor must not wait for the receiver. One run on the receiver's
+///   own thread (a receive resumed inline from inside it) is recognised and not waited for.
 template <class T>
 class [[nodiscard]] receiver : public detail::receiver_handle<detail::bounded_state<T>, T> {
  public:
@@ -620,7 +661,7 @@ class [[nodiscard]] receiver : public detail::receiver_handle<detail::bounded_st
 
  private:
   template <class U>
-  friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint64_t);
+  friend std::pair<sender<U>, receiver<U>> detail::bounded_starting_at(std::size_t, std::uint32_t);
   explicit receiver(detail::bounded_state<T>* s) noexcept
       : detail::receiver_handle<detail::bounded_state<T>, T>(s) {}
 };
@@ -628,7 +669,7 @@ class [[nodiscard]] receiver : public detail::receiver_handle<detail::bounded_st
 namespace detail {
 /// For tests of counter wrap-around: a channel whose indexes start at `first_index`.
 template <class T>
-std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint64_t first_index) {
+std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std::uint32_t first_index) {
   if (capacity == 0 || capacity > semaphore::max())
     throw std::invalid_argument("asyncband::mpsc::bounded: capacity must be in [1, semaphore::max()]");
   auto* state = new bounded_state<T>(capacity, first_index);
