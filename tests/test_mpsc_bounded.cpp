@@ -1714,6 +1714,42 @@ TEST(MpscBoundedRace, ARecvWaitsForAPlaceThatAnotherThreadIsWriting) {
   }
 }
 
+// The receive runs inside its own thread's write of the head, which then throws, while another
+// thread writes the next place, claimed before the receiver announced its sleep (that writer may
+// not see the announcement). The receive must wait for that write before it sleeps (test point
+// awaiting_publication, which lets the write finish); the throwing write then publishes its
+// place empty and wakes the receiver, which passes it and takes the other thread's value.
+TEST(MpscBoundedRace, ARecvInsideItsOwnThreadsWriteWaitsForAnEarlierClaimOfAnotherThread) {
+  count_scope counts;
+  auto c = make_channel<counted>(3);
+  mpsc::sender<counted> other_tx = c.tx;
+  test_scheduler s;
+  recv_probe<counted> p;
+  auto t = receive(c.rx, p);
+  std::latch other_writes(1);
+  std::latch other_may_finish(1);
+  std::thread other;
+  counted::at_move(1, [&] {  // this thread's write of place 0
+    other = std::thread([&] {
+      counted::at_move(1, [&] {
+        other_writes.count_down();
+        other_may_finish.wait();
+      });
+      put(other_tx, 2);  // place 1
+    });
+    other_writes.wait();
+    const thread_hook hook(test_point::awaiting_publication, [&] { other_may_finish.count_down(); });
+    run_inline(s, t);  // waits for place 1, then sleeps: place 0 is this thread's
+    expect_waiting(p);
+  });
+  EXPECT_THROW((void)c.tx.try_send(counted(1, 1)), payload_error);
+  other.join();
+  EXPECT_EQ(s.ready_count(), 1U);  // woken by the empty place's publication
+  s.run();
+  EXPECT_EQ(p.got(), 2);
+  EXPECT_TRUE(c.rx.try_recv().empty());
+}
+
 // As above, with a stop request arriving while the value is written: the receive ends cancelled
 // and the value stays for the next one.
 TEST(MpscBoundedRace, ARecvCancelledWhileASendWritesItsValueLeavesTheValue) {

@@ -231,7 +231,9 @@ class semaphore {
   // While `contended` is set the count is 0 (the head waiter or the deficit absorbs every
   // permit), and only holders of the queue's lock change the count, so the lock-free paths are
   // exactly: take with the bit clear, give with the bit clear, and advance the ticket. Every
-  // write keeps the ticket bits.
+  // write keeps the ticket bits, and every write is a read-modify-write, never a plain store:
+  // a channel's receiver announces its sleep with one, and each later claim must read from its
+  // release sequence (bounded_state::announce_sleep).
   static constexpr std::uint64_t contended = 1;
   static constexpr std::uint64_t ticket_one = std::uint64_t{1} << 32;
   static constexpr std::uint64_t ticket_bits = ~(ticket_one - 1);

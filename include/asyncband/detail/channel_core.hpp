@@ -31,7 +31,8 @@ namespace asyncband::mpsc::detail {
 ///   result<T> take_head()        takes the head's value (precondition: head_has_value())
 ///   bool announce_sleep()        under the receiver's lock, after `receiver_sleeping_` is set:
 ///                                true if a value may be at the head or on its way (see below)
-///   void await_head_published()  after announce_sleep() said so: waits (briefly) for the head
+///   void await_outstanding_write()  after announce_sleep() said so: waits (briefly) for a write
+///                                in progress that it found, if any
 ///
 /// The receiver's sleep and a publisher's wake-up form a Dekker pair: the receiver announces
 /// `receiver_sleeping_`, then looks for a value; a publisher publishes, then looks at
@@ -110,8 +111,8 @@ class channel_core {
         }
         receiver_sleeping_.store(false, std::memory_order_relaxed);
       }
-      storage().await_head_published();  // outside the lock, as is passing empty cells, which
-      storage().skip_empty();            // may resume senders
+      storage().await_outstanding_write();  // outside the lock, as is passing empty cells, which
+      storage().skip_empty();               // may resume senders
       if (storage().head_has_value()) return true;
     }
   }

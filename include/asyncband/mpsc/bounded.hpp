@@ -178,22 +178,32 @@ class bounded_state : public channel_core<bounded_state<T>> {
     if (this->producers_gone()) return true;
     return this->closed() && capacity_.closed_count() == logical_capacity_;
   }
-  [[nodiscard]] bool head_published() const noexcept {
-    return at(head_).seq.load(std::memory_order_acquire) == head_ + 1;
-  }
+  [[nodiscard]] bool head_published() const noexcept { return published(head_); }
   /// Under the receiver's lock, as it is about to sleep: a read-modify-write of the claim
-  /// counter, so every claim is ordered before it (and is reported here: a place claimed and
-  /// not yet received) or after it (and its publisher sees the receiver asleep). A head being
-  /// written by this very thread (the receive runs inside that value's construction) is not
-  /// waited for: the receiver sleeps, and that write, published later on this thread, sees it.
+  /// counter, so every claim is ordered before it (and is looked at here) or after it (and its
+  /// publisher sees the receiver asleep). True, "do not sleep", if the head is published, or if
+  /// a place claimed before is still being written by another thread, which may not wake the
+  /// receiver: await_outstanding_write() then waits for it. Writes by this very thread (the
+  /// receive runs inside a value's construction) cannot finish while it waits; they publish
+  /// later on this thread and so see the receiver asleep.
   [[nodiscard]] bool announce_sleep() noexcept {
-    return capacity_.announce_at_ticket() != head_ && !written_by_this_thread(head_);
+    const place next = capacity_.announce_at_ticket();
+    outstanding_ = head_;
+    if (next != head_ && head_published()) return true;
+    for (place i = head_; i != next; ++i) {
+      if (!published(i) && !written_by_this_thread(i)) {
+        outstanding_ = i;
+        return true;
+      }
+    }
+    return false;
   }
-  /// The head is claimed: its value is being constructed, by a producer that may not wake us.
-  void await_head_published() const noexcept {
-    if (head_published()) return;
+  /// After announce_sleep() said "do not sleep": waits for the write it found, if any.
+  void await_outstanding_write() const noexcept {
+    const place i = outstanding_;
+    if (published(i)) return;
     asyncband::detail::at_test_point(asyncband::detail::test_point::awaiting_publication);
-    asyncband::detail::spin_until([this] { return head_published(); });
+    asyncband::detail::spin_until([this, i] { return published(i); });
   }
   /// Under the receiver's lock, while it sleeps: passes the empty cells at its head.
   std::size_t pass_empty_locked() noexcept {
@@ -269,6 +279,10 @@ class bounded_state : public channel_core<bounded_state<T>> {
   friend class receiver<T>;
 
   cell<T>& at(place i) const noexcept { return cells_[i & mask_]; }
+  /// Place i's value (or its emptiness) is written: the receiver's cursor has not passed it.
+  [[nodiscard]] bool published(place i) const noexcept {
+    return at(i).seq.load(std::memory_order_acquire) == static_cast<place>(i + 1);
+  }
 
   /// Place `i` was claimed (the claim, a ticket taken with acquire, is ordered after the
   /// receiver's announced sleep if that came first: channel_core).
@@ -325,6 +339,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   std::unique_ptr<cell<T>[]> cells_;
   alignas(64) semaphore capacity_;
   alignas(64) place head_;  // the receiver's cursor
+  place outstanding_ = 0;   // the receiver's: the write announce_sleep() found in progress
 };
 
 /// The capacity acquisitions of a channel: fallible (closed = disconnected).
@@ -343,14 +358,13 @@ class [[nodiscard]] send_awaiter {
 
   /// With capacity at hand and no stop token, the value goes into the ring right here (unit and
   /// place in one CAS). A stop token is looked at first, so that form takes the general path.
-  bool await_ready() noexcept(std::is_nothrow_move_constructible_v<T>) {
+  bool await_ready() noexcept(!sends_when_ready || std::is_nothrow_move_constructible_v<T>) {
     if constexpr (sends_when_ready) {
-      if (!state_->closed() && state_->try_push(value_)) {
-        sent_ = true;
-        return true;
-      }
+      sent_ = !state_->closed() && state_->try_push(value_);
+      return sent_;  // else the acquisition's own lock-free attempt would fail the same way
+    } else {
+      return acquire_.await_ready();
     }
-    return acquire_.await_ready();
   }
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
@@ -398,8 +412,8 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 ///
 /// Contract
 /// - Order: values from one sender (one thread or coroutine sending in sequence) are received in
-///   the order they were sent; sends from different producers interleave in the order of their
-///   publication (each claims its place with one fetch_add once it has capacity).
+///   the order they were sent; sends from different producers interleave in the order in which
+///   they claimed their places (one atomic step each, once it has its unit of capacity).
 /// - Capacity waiters are served in FIFO order (the capacity is an asyncband::semaphore): a
 ///   send or reserve that waits is never overtaken by a later one or by a try_send.
 /// - A send that does not deliver hands its value back: full (try_send), disconnected (the
@@ -649,9 +663,11 @@ class [[nodiscard]] owned_permit {
 ///   time, are still received.
 /// - One receive at a time: the receiver is used by one thread or coroutine at a time.
 /// - A receive whose next value is being constructed by another thread waits for that move
-///   construction (spinning, then yielding) rather than sleeping: this saves every send a
-///   fence. So T's move constructor must not wait for the receiver. One run on the receiver's
-///   own thread (a receive resumed inline from inside it) is recognised and not waited for.
+///   construction (spinning, then yielding; a stop request or deadline is looked at after it)
+///   rather than sleeping: this saves every send a fence. So T's move constructor must not
+///   wait for anything the receiver's thread or executor does, nor switch stackful fibers. A
+///   receive resumed inline from inside a move constructor running on its own thread is
+///   recognised and sleeps instead.
 template <class T>
 class [[nodiscard]] receiver : public detail::receiver_handle<detail::bounded_state<T>, T> {
  public:

@@ -90,7 +90,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   [[nodiscard]] bool value_waiting_locked() const noexcept { return head_published(); }
   /// After the receiver's fence: a send fences after linking, so one of the two sees the other.
   [[nodiscard]] bool announce_sleep() const noexcept { return head_published(); }
-  static void await_head_published() noexcept {}                 // announce_sleep() saw it published
+  static void await_outstanding_write() noexcept {}              // announce_sleep() saw it published
   static std::size_t pass_empty_locked() noexcept { return 0; }  // no empty cells here
   static void return_units(std::size_t /*unused*/) noexcept {}
   [[nodiscard]] bool finished() const noexcept {
