@@ -15,6 +15,7 @@
 #include <unistd.h>  // alarm
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -2979,6 +2980,50 @@ TEST(MpscBoundedThreads, PublicationOrderPerProducerOnThreadsAndAPool) {
   }
   EXPECT_EQ(received, kProducers * kPerProducer);
   for (int p = 0; p < kProducers; ++p) EXPECT_EQ(last[p], kPerProducer) << "producer " << p;
+}
+
+// Large values make the window between a send's claim and its publication long (a 1 KiB copy),
+// so the receiver, which drains each burst and then sleeps until the next, often announces its
+// sleep while a write is in progress: the moment where a publisher may read the receiver's flag
+// before the announcement. Repeated over hundreds of bursts (at most about 2 s). A value slept
+// through would leave a receive waiting with values in the channel: recv_timeout(20 s) turns
+// that hang into a failure (the timeout is a hang detector, not a measurement).
+TEST(MpscBoundedThreads, BurstsOfLargeValuesAreNeverSleptThrough) {
+  struct large {
+    int producer = 0;
+    int sequence = 0;
+    std::array<unsigned char, 1024> payload{};
+  };
+  constexpr int kProducers = 4;
+  constexpr int kPerBurst = 64;
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  for (const std::size_t capacity : {std::size_t{64}, std::size_t{4096}}) {
+    SCOPED_TRACE(capacity);
+    auto c = make_channel<large>(capacity);
+    std::vector<int> next(kProducers, 0);
+    for (int burst = 0; burst < 400 && std::chrono::steady_clock::now() < until; ++burst) {
+      std::vector<std::thread> producers;
+      for (int p = 0; p < kProducers; ++p) {
+        producers.emplace_back([&tx = c.tx, p, burst] {
+          mpsc::sender<large> mine = tx;
+          for (int i = 0; i < kPerBurst; ++i) {
+            large v;
+            v.producer = p;
+            v.sequence = burst * kPerBurst + i;
+            v.payload.fill(static_cast<unsigned char>(v.sequence));
+            EXPECT_TRUE(mine.send_blocking(v).ok());
+          }
+        });
+      }
+      for (int i = 0; i < kProducers * kPerBurst; ++i) {
+        auto r = c.rx.recv_timeout(20s);
+        ASSERT_TRUE(r.ok()) << "burst " << burst << ": a value was slept through";
+        EXPECT_EQ(r->sequence, next[r->producer]++);
+        EXPECT_EQ(r->payload[1023], static_cast<unsigned char>(r->sequence));
+      }
+      for (auto& t : producers) t.join();
+    }
+  }
 }
 
 // A permit taken on this thread, held while a producer thread sends many laps of values through

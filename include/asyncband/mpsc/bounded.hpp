@@ -188,10 +188,15 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// later on this thread and so see the receiver asleep.
   [[nodiscard]] bool announce_sleep() noexcept {
     const place next = capacity_.announce_at_ticket();
-    outstanding_ = head_;
-    if (next != head_ && head_published()) return true;
+    // Each place is looked at once: a head found unpublished and then taken for published
+    // would let the receiver sleep through a write whose publisher read the flag early.
     for (place i = head_; i != next; ++i) {
-      if (!published(i) && !written_by_this_thread(i)) {
+      if (published(i)) {
+        if (i == head_) {
+          outstanding_ = i;  // nothing to wait for: take it
+          return true;
+        }
+      } else if (!written_by_this_thread(i)) {
         outstanding_ = i;
         return true;
       }
