@@ -29,9 +29,11 @@
 
 namespace {
 
+using asyncband_bench::barrier_rounds;
 using asyncband_bench::escape;
 using asyncband_bench::inline_coroutine;
 using asyncband_bench::run_with_helpers;
+using asyncband_bench::std_barrier_rounds;
 
 // ---------------------------------------------------------------------------------------------
 // std baselines: std::mutex + std::condition_variable, the textbook way.
@@ -281,25 +283,8 @@ void latch_count_down_wait_std_latch(benchmark::State& state) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// barrier/round_N: N threads (this one and N-1 helpers) doing one barrier round per iteration.
-
-template <int N>
-void barrier_round_asyncband(benchmark::State& state) {
-  asyncband::barrier barrier(N);
-  run_with_helpers(
-      state, N - 1, [&] { (void)barrier.wait_blocking(); },
-      [&] {
-        auto r = barrier.wait_blocking();
-        benchmark::DoNotOptimize(r);
-      });
-}
-
-template <int N>
-void barrier_round_std_barrier(benchmark::State& state) {
-  std::barrier<> barrier(N);
-  run_with_helpers(
-      state, N - 1, [&] { barrier.arrive_and_wait(); }, [&] { barrier.arrive_and_wait(); });
-}
+// barrier/round_N: N threads (this one and N-1 helpers) doing one barrier round per iteration
+// (barrier_rounds, std_barrier_rounds: bench_support.hpp, shared with the phaser's peers).
 
 template <int N>
 void barrier_round_std(benchmark::State& state) {
@@ -401,12 +386,12 @@ BENCHMARK(latch_count_down_await_asyncband)->Name("latch/count_down_await/asyncb
 BENCHMARK(latch_count_down_wait_std)->Name("latch/count_down_await/std");
 BENCHMARK(latch_count_down_wait_std_latch)->Name("latch/count_down_await/std_latch");
 
-BENCHMARK(barrier_round_asyncband<2>)->Name("barrier/round_2/asyncband")->UseRealTime();
+BENCHMARK(barrier_rounds<2>)->Name("barrier/round_2/asyncband")->UseRealTime();
 BENCHMARK(barrier_round_std<2>)->Name("barrier/round_2/std")->UseRealTime();
-BENCHMARK(barrier_round_std_barrier<2>)->Name("barrier/round_2/std_barrier")->UseRealTime();
-BENCHMARK(barrier_round_asyncband<4>)->Name("barrier/round_4/asyncband")->UseRealTime();
+BENCHMARK(std_barrier_rounds<2>)->Name("barrier/round_2/std_barrier")->UseRealTime();
+BENCHMARK(barrier_rounds<4>)->Name("barrier/round_4/asyncband")->UseRealTime();
 BENCHMARK(barrier_round_std<4>)->Name("barrier/round_4/std")->UseRealTime();
-BENCHMARK(barrier_round_std_barrier<4>)->Name("barrier/round_4/std_barrier")->UseRealTime();
+BENCHMARK(std_barrier_rounds<4>)->Name("barrier/round_4/std_barrier")->UseRealTime();
 
 BENCHMARK(barrier_single_asyncband)->Name("barrier/single/asyncband");
 BENCHMARK(barrier_single_std)->Name("barrier/single/std");

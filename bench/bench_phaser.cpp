@@ -42,9 +42,11 @@ namespace {
 using asyncband::phaser_participant;
 using asyncband::runtime::task;
 using asyncband::runtime::thread_pool;
+using asyncband_bench::barrier_rounds;
 using asyncband_bench::context_switches;
 using asyncband_bench::escape;
 using asyncband_bench::run_with_helpers;
+using asyncband_bench::std_barrier_rounds;
 
 constexpr int kPoolThreads = 2;
 
@@ -70,24 +72,6 @@ void round_threads_asyncband(benchmark::State& state) {
         auto r = all[0].wait_blocking();
         benchmark::DoNotOptimize(r);
       });
-}
-
-template <int N>
-void round_threads_asyncband_barrier(benchmark::State& state) {
-  asyncband::barrier barrier(N);
-  run_with_helpers(
-      state, N - 1, [&] { (void)barrier.wait_blocking(); },
-      [&] {
-        auto r = barrier.wait_blocking();
-        benchmark::DoNotOptimize(r);
-      });
-}
-
-template <int N>
-void round_threads_std_barrier(benchmark::State& state) {
-  std::barrier<> barrier(N);
-  run_with_helpers(
-      state, N - 1, [&] { barrier.arrive_and_wait(); }, [&] { barrier.arrive_and_wait(); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,25 +161,17 @@ void arrive_no_advance_asyncband(benchmark::State& state) {
 // Registration, grouped by family/case.
 
 BENCHMARK(round_threads_asyncband<2>)->Name("phaser/round_threads_2/asyncband")->UseRealTime();
-BENCHMARK(round_threads_asyncband_barrier<2>)
-    ->Name("phaser/round_threads_2/asyncband_barrier")
-    ->UseRealTime();
-BENCHMARK(round_threads_std_barrier<2>)->Name("phaser/round_threads_2/std_barrier")->UseRealTime();
+BENCHMARK(barrier_rounds<2>)->Name("phaser/round_threads_2/asyncband_barrier")->UseRealTime();
+BENCHMARK(std_barrier_rounds<2>)->Name("phaser/round_threads_2/std_barrier")->UseRealTime();
 BENCHMARK(round_threads_asyncband<4>)->Name("phaser/round_threads_4/asyncband")->UseRealTime();
-BENCHMARK(round_threads_asyncband_barrier<4>)
-    ->Name("phaser/round_threads_4/asyncband_barrier")
-    ->UseRealTime();
-BENCHMARK(round_threads_std_barrier<4>)->Name("phaser/round_threads_4/std_barrier")->UseRealTime();
+BENCHMARK(barrier_rounds<4>)->Name("phaser/round_threads_4/asyncband_barrier")->UseRealTime();
+BENCHMARK(std_barrier_rounds<4>)->Name("phaser/round_threads_4/std_barrier")->UseRealTime();
 BENCHMARK(round_threads_asyncband<8>)->Name("phaser/round_threads_8/asyncband")->UseRealTime();
-BENCHMARK(round_threads_asyncband_barrier<8>)
-    ->Name("phaser/round_threads_8/asyncband_barrier")
-    ->UseRealTime();
-BENCHMARK(round_threads_std_barrier<8>)->Name("phaser/round_threads_8/std_barrier")->UseRealTime();
+BENCHMARK(barrier_rounds<8>)->Name("phaser/round_threads_8/asyncband_barrier")->UseRealTime();
+BENCHMARK(std_barrier_rounds<8>)->Name("phaser/round_threads_8/std_barrier")->UseRealTime();
 BENCHMARK(round_threads_asyncband<16>)->Name("phaser/round_threads_16/asyncband")->UseRealTime();
-BENCHMARK(round_threads_asyncband_barrier<16>)
-    ->Name("phaser/round_threads_16/asyncband_barrier")
-    ->UseRealTime();
-BENCHMARK(round_threads_std_barrier<16>)->Name("phaser/round_threads_16/std_barrier")->UseRealTime();
+BENCHMARK(barrier_rounds<16>)->Name("phaser/round_threads_16/asyncband_barrier")->UseRealTime();
+BENCHMARK(std_barrier_rounds<16>)->Name("phaser/round_threads_16/std_barrier")->UseRealTime();
 
 BENCHMARK(round_coroutines_asyncband<2>)
     ->Name("phaser/round_coroutines_2/asyncband")

@@ -4,6 +4,9 @@
 //   escape(x)          keeps x (and everything reachable from it) observable to the optimiser
 //   context_switches() the process's context switches so far
 //   run_with_helpers   a benchmark loop with helper threads running the same number of rounds
+//   barrier_rounds<N>, std_barrier_rounds<N>
+//                      N threads doing one asyncband::barrier (std::barrier) round per iteration:
+//                      the barrier family's cases and the phaser's peers
 //   become_multithreaded() starts and joins one thread, so that std baselines take their
 //                      multi-threaded paths
 //   thread_crew        threads that persist across a benchmark's iterations and run one round
@@ -12,7 +15,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <asyncband/barrier.hpp>
+
 #include <atomic>
+#include <barrier>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
@@ -111,6 +117,26 @@ void run_with_helpers(benchmark::State& state, int helpers, HelperBody body, Mai
     state.counters["csw/round"] =
         static_cast<double>(switches_after - switches_before) / static_cast<double>(state.iterations());
   }
+}
+
+/// N threads (this one and N-1 helpers), one asyncband::barrier round per iteration.
+template <int N>
+void barrier_rounds(benchmark::State& state) {
+  asyncband::barrier barrier(N);
+  run_with_helpers(
+      state, N - 1, [&] { (void)barrier.wait_blocking(); },
+      [&] {
+        auto r = barrier.wait_blocking();
+        benchmark::DoNotOptimize(r);
+      });
+}
+
+/// The same with std::barrier.
+template <int N>
+void std_barrier_rounds(benchmark::State& state) {
+  std::barrier<> barrier(N);
+  run_with_helpers(
+      state, N - 1, [&] { barrier.arrive_and_wait(); }, [&] { barrier.arrive_and_wait(); });
 }
 
 /// Threads that persist across a benchmark's iterations (created once, outside the timed rounds),

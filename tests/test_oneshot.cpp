@@ -32,6 +32,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/count_scope.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -126,28 +127,7 @@ class counted {
   std::uint32_t magic_ = alive;
 };
 
-/// Checks, at the end of its scope, that every counted payload created meanwhile was destroyed
-/// exactly once. Declare it first, so that it is destroyed after everything holding payloads.
-class count_scope {
- public:
-  count_scope() = default;
-  count_scope(const count_scope&) = delete;
-  count_scope& operator=(const count_scope&) = delete;
-  ~count_scope() {
-    EXPECT_EQ(counted::constructed.load() - constructed_, counted::destroyed.load() - destroyed_)
-        << "payloads leaked or destroyed twice";
-    EXPECT_EQ(values(), 0) << "values not destroyed";
-    EXPECT_EQ(counted::misuse.load() - misuse_, 0) << "payloads used after their destruction";
-  }
-  /// Values (objects with an id) alive now that were created in this scope.
-  [[nodiscard]] long values() const { return counted::values.load() - values_; }
-
- private:
-  long constructed_ = counted::constructed.load();
-  long destroyed_ = counted::destroyed.load();
-  long values_ = counted::values.load();
-  long misuse_ = counted::misuse.load();
-};
+using count_scope = count_scope_of<counted>;
 
 /// The two halves of a channel, named (clang 14 cannot capture structured bindings in lambdas).
 template <class T>

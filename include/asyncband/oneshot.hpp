@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/receiving_end.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -109,6 +110,18 @@ class state {
   }
 
   asyncband::detail::wait_queue& queue() noexcept { return queue_; }
+
+  /// The receiver goes (its handle's last access). One step against the sender's publish():
+  /// if the value was published first it is the receiver's to destroy; if a send is still
+  /// storing it, the sender sees receiver_gone and takes it back.
+  void receiver_leaves() noexcept {
+    const std::uint8_t before = set(receiver_closed | receiver_gone);
+    if ((before & has_value) != 0 && (before & value_taken) == 0) {
+      slot().~T();  // sent, never taken: destroyed exactly once, here
+      set(value_taken);
+    }
+    release(receiver_released, sender_released);
+  }
 
  private:
   std::atomic<std::uint8_t> bits_{0};
@@ -255,44 +268,17 @@ class [[nodiscard]] sender {
 /// - One receive at a time: the receiver is used by one thread or coroutine at a time, and must
 ///   outlive its pending receive.
 template <class T>
-class [[nodiscard]] receiver {
-  using recv_forms = asyncband::detail::wait_forms<detail::recv_wait<T>>;
-
+class [[nodiscard]] receiver
+    : public asyncband::detail::receiving_end<detail::state<T>, detail::recv_wait<T>> {
  public:
-  receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  receiver& operator=(receiver&& other) noexcept {
-    if (this != &other) {
-      reset();
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  receiver(const receiver&) = delete;
-  receiver& operator=(const receiver&) = delete;
-  ~receiver() { reset(); }
-
-  /// `co_await rx.recv()` yields result<T>: the value, or closed.
-  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
-  /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  [[nodiscard]] auto recv(std::stop_token stop) {
-    return recv_forms::await_until_stopped(std::move(stop), live());
-  }
-  /// The blocking twins.
-  result<T> recv_blocking() { return recv_forms::block(live()); }
-  result<T> recv_blocking(std::stop_token stop) {
-    return recv_forms::block_until_stopped(std::move(stop), live());
-  }
-  template <class Rep, class Period>
-  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return recv_forms::block_for(timeout, live());
-  }
+  // recv() yields the value or closed; recv(stop), recv_blocking, recv_timeout: receiving_end.
 
   /// Takes the value if it is there: ok, empty (it may still come) or disconnected (it never will).
   try_recv_result<T> try_recv() {
     using st = detail::state<T>;
-    switch (st::availability_of(live()->bits())) {
+    switch (st::availability_of(this->live()->bits())) {
       case st::availability::value:
-        return state_->take();
+        return this->state_->take();
       case st::availability::none:
         return recv_status::disconnected;
       case st::availability::pending:
@@ -303,47 +289,27 @@ class [[nodiscard]] receiver {
 
   /// A value is waiting to be taken.
   [[nodiscard]] bool ready() const noexcept {
-    if (state_ == nullptr) return false;
-    const std::uint8_t b = state_->bits();
+    if (this->state_ == nullptr) return false;
+    const std::uint8_t b = this->state_->bits();
     return (b & detail::state<T>::has_value) != 0 && (b & detail::state<T>::value_taken) == 0;
   }
   /// No value will ever be received: the sender went without sending, or it was taken.
   [[nodiscard]] bool is_terminated() const noexcept {
-    if (state_ == nullptr) return true;
-    return detail::state<T>::availability_of(state_->bits()) == detail::state<T>::availability::none;
+    if (this->state_ == nullptr) return true;
+    return detail::state<T>::availability_of(this->state_->bits()) == detail::state<T>::availability::none;
   }
 
   /// Later sends fail and hand their value back; a value already sent stays receivable.
   void close() noexcept {
-    if (state_ == nullptr) return;
-    state_->set(detail::state<T>::receiver_closed);
-    state_->wake_receiver();  // a pending receive ends closed unless a send had committed
+    if (this->state_ == nullptr) return;
+    this->state_->set(detail::state<T>::receiver_closed);
+    this->state_->wake_receiver();  // a pending receive ends closed unless a send had committed
   }
 
  private:
   friend std::pair<sender<T>, receiver<T>> channel<T>();
-  explicit receiver(detail::state<T>* s) noexcept : state_(s) {}
-
-  detail::state<T>* live() {
-    if (state_ == nullptr) throw std::logic_error("asyncband::oneshot::receiver: moved from");
-    return state_;
-  }
-
-  void reset() noexcept {
-    using st = detail::state<T>;
-    st* const s = std::exchange(state_, nullptr);
-    if (s == nullptr) return;
-    // One step against the sender's publish(): if the value was published first it is ours to
-    // destroy; if a send is still storing it, the sender sees receiver_gone and takes it back.
-    const std::uint8_t before = s->set(st::receiver_closed | st::receiver_gone);
-    if ((before & st::has_value) != 0 && (before & st::value_taken) == 0) {
-      s->slot().~T();  // sent, never taken: destroyed exactly once, here
-      s->set(st::value_taken);
-    }
-    s->release(st::receiver_released, st::sender_released);
-  }
-
-  detail::state<T>* state_;
+  explicit receiver(detail::state<T>* s) noexcept
+      : asyncband::detail::receiving_end<detail::state<T>, detail::recv_wait<T>>(s) {}
 };
 
 template <class T>

@@ -3,14 +3,12 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <mutex>
-#include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "../result.hpp"
+#include "receiving_end.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
 #include "waiter.hpp"
@@ -19,7 +17,6 @@ namespace asyncband::mpsc::detail {
 
 /// The part of a channel's shared state that does not depend on its storage. `Storage` (CRTP)
 /// supplies, for the single receiver:
-///   bool head_published()        the cell at the head is written (a value, or an empty cell)
 ///   bool head_has_value()        a value is at the head
 ///   void skip_empty()            passes empty cells at the head (outside any lock)
 ///   size_t pass_empty_locked()   under the receiver's lock while it sleeps: passes the empty cells
@@ -197,65 +194,26 @@ class recv_wait : public asyncband::detail::waiter {
   State* state_;
 };
 
-/// What both MPSC receivers are: a move-only handle on the state, with every receive form.
-/// Destroying it disconnects the channel (State::receiver_leaves).
+/// What both MPSC receivers are: a receiving end (every receive form; destroying it disconnects
+/// the channel, State::receiver_leaves) with try_recv, close and len.
 template <class State, class T>
-class receiver_handle {
-  using recv_forms = asyncband::detail::wait_forms<recv_wait<State, T>>;
-
+class receiver_handle : public asyncband::detail::receiving_end<State, recv_wait<State, T>> {
  public:
-  receiver_handle(receiver_handle&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  receiver_handle& operator=(receiver_handle&& other) noexcept {
-    if (this != &other) {
-      reset();
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  receiver_handle(const receiver_handle&) = delete;
-  receiver_handle& operator=(const receiver_handle&) = delete;
-
-  /// `co_await rx.recv()` yields result<T>: a value, or closed.
-  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
-  /// As above; also ends cancelled when `stop` is requested first.
-  [[nodiscard]] auto recv(std::stop_token stop) {
-    return recv_forms::await_until_stopped(std::move(stop), live());
-  }
-  /// The blocking twins.
-  result<T> recv_blocking() { return recv_forms::block(live()); }
-  result<T> recv_blocking(std::stop_token stop) {
-    return recv_forms::block_until_stopped(std::move(stop), live());
-  }
-  template <class Rep, class Period>
-  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return recv_forms::block_for(timeout, live());
-  }
   /// A value now: ok, empty, or disconnected.
-  try_recv_result<T> try_recv() { return live()->try_pop(); }
+  try_recv_result<T> try_recv() { return this->live()->try_pop(); }
 
   /// No new sends; what was accepted still drains.
   void close() noexcept {
-    if (state_ != nullptr) state_->close();
+    if (this->state_ != nullptr) this->state_->close();
   }
 
   /// Values accepted and not yet received (including sends still being written).
-  [[nodiscard]] std::size_t len() const noexcept { return state_ == nullptr ? 0 : state_->len(); }
+  [[nodiscard]] std::size_t len() const noexcept { return this->state_ == nullptr ? 0 : this->state_->len(); }
   [[nodiscard]] bool empty() const noexcept { return len() == 0; }
 
  protected:
-  explicit receiver_handle(State* s) noexcept : state_(s) {}
-  ~receiver_handle() { reset(); }
-
-  State* live() const {
-    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc receiver: moved from");
-    return state_;
-  }
-  State* state_;
-
- private:
-  void reset() noexcept {
-    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
-  }
+  explicit receiver_handle(State* s) noexcept
+      : asyncband::detail::receiving_end<State, recv_wait<State, T>>(s) {}
 };
 
 }  // namespace asyncband::mpsc::detail

@@ -178,7 +178,6 @@ class bounded_state : public channel_core<bounded_state<T>> {
     if (this->producers_gone()) return true;
     return this->closed() && capacity_.closed_count() == logical_capacity_;
   }
-  [[nodiscard]] bool head_published() const noexcept { return published(head_); }
   /// Under the receiver's lock, as it is about to sleep: a read-modify-write of the claim
   /// counter, so every claim is ordered before it (and is looked at here) or after it (and its
   /// publisher sees the receiver asleep). True, "do not sleep", if the head is published, or if

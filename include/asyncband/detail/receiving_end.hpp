@@ -1,0 +1,67 @@
+// asyncband/detail/receiving_end.hpp: what every channel's receiver is: a move-only handle on
+// the shared state, with every receive form of one wait node.
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <stop_token>
+#include <utility>
+
+#include "../result.hpp"
+#include "wait_functions.hpp"
+
+namespace asyncband::detail {
+
+/// The receiving half of a channel (oneshot, MPSC). `Wait` is the channel's receive node, built
+/// from a `State*`; destroying or overwriting the handle calls `State::receiver_leaves()` once.
+/// A moved-from handle throws std::logic_error from every receive.
+template <class State, class Wait>
+class receiving_end {
+  using recv_forms = wait_forms<Wait>;
+  using T = typename Wait::value_type;
+
+ public:
+  receiving_end(receiving_end&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  receiving_end& operator=(receiving_end&& other) noexcept {
+    if (this != &other) {
+      reset();
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  receiving_end(const receiving_end&) = delete;
+  receiving_end& operator=(const receiving_end&) = delete;
+
+  /// `co_await rx.recv()` yields result<T>: a value, or closed.
+  [[nodiscard]] auto recv() { return recv_forms::await(live()); }
+  /// As above; also ends cancelled when `stop` is requested first.
+  [[nodiscard]] auto recv(std::stop_token stop) {
+    return recv_forms::await_until_stopped(std::move(stop), live());
+  }
+  /// The blocking twins.
+  result<T> recv_blocking() { return recv_forms::block(live()); }
+  result<T> recv_blocking(std::stop_token stop) {
+    return recv_forms::block_until_stopped(std::move(stop), live());
+  }
+  template <class Rep, class Period>
+  result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
+    return recv_forms::block_for(timeout, live());
+  }
+
+ protected:
+  explicit receiving_end(State* s) noexcept : state_(s) {}
+  ~receiving_end() { reset(); }
+
+  State* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband receiver: moved from");
+    return state_;
+  }
+  State* state_;
+
+ private:
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->receiver_leaves();
+  }
+};
+
+}  // namespace asyncband::detail
