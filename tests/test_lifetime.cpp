@@ -1,0 +1,637 @@
+// The lifetime harness of issue 11: for every public operation that can complete a wait, on every
+// primitive, a waiter with no scheduler (resumed inline by that operation; or a plain thread
+// blocked in the wait) destroys at once everything "last one out" lets it destroy: the primitive
+// (or its shared state's last handle), its own handles, its own coroutine frame. The completing
+// call must not touch any of it afterwards (ASan), nor wait for itself (the watchdog).
+//
+// One row per (primitive, waiting form, completing operation); see support/lifetime.hpp for the
+// parts of a row. A new primitive adds its rows to all_rows().
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <asyncband/asyncband.hpp>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/lifetime.hpp"
+
+namespace {
+
+using namespace asyncband_test::lifetime;
+using namespace std::chrono_literals;
+using asyncband::block_on;
+using asyncband::phase_id;
+using std::stop_token;
+
+struct no_waker : waker_base {};
+
+/// What the completing side holds is boxed: g++ 12 reports a false -Wmaybe-uninitialized for
+/// guards and handles in a std::optional on the stack.
+template <class T>
+std::unique_ptr<T> boxed(T&& value) {
+  return std::make_unique<T>(std::move(value));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Events, latch, barrier: the waiter destroys the primitive itself.
+
+struct mre_world {
+  asyncband::manual_reset_event ev;
+};
+struct are_world {
+  asyncband::auto_reset_event ev;
+};
+struct latch_world {
+  asyncband::latch l{1};
+};
+struct barrier_world {
+  asyncband::barrier b{2};
+};
+
+void add_event_rows(std::vector<row>& rows) {
+  using W = mre_world;
+  const auto set = [](W* w, no_waker&) { w->ev.set(); };
+  rows.push_back(coroutine_row<W, no_waker>(
+      "manual_reset_event_set", "ok", no_setup{}, [](W& w, stop_token) { return w.ev.wait(); }, set));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "manual_reset_event_set_cancellable", "ok", no_setup{}, [](W& w, stop_token t) { return w.ev.wait(t); }, set));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "manual_reset_event_stop", "cancelled", no_setup{}, [](W& w, stop_token t) { return w.ev.wait(t); },
+      request_stop{}));
+  rows.push_back(thread_row<W, no_waker>(
+      "manual_reset_event_set_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.ev.wait_blocking(t); }, set));
+  rows.push_back(thread_row<W, no_waker>(
+      "manual_reset_event_set_timeout_thread", "ok", no_setup{},
+      [](W& w, stop_token) { return w.ev.wait_timeout(1h); }, set));
+
+  using A = are_world;
+  const auto notify_one = [](A* w, no_waker&) { w->ev.notify_one(); };
+  rows.push_back(coroutine_row<A, no_waker>(
+      "auto_reset_event_notify_one", "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); }, notify_one));
+  rows.push_back(coroutine_row<A, no_waker>(
+      "auto_reset_event_notify_one_cancellable", "ok", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
+      notify_one));
+  rows.push_back(coroutine_row<A, no_waker>(
+      "auto_reset_event_notify_all", "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); },
+      [](A* w, no_waker&) { w->ev.notify_all(); }));
+  rows.push_back(coroutine_row<A, no_waker>(
+      "auto_reset_event_stop", "cancelled", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
+      request_stop{}));
+  rows.push_back(pass_on_row<A, no_waker>(
+      "auto_reset_event_notify_one_permit_passed_on", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
+      [](A& w, stop_token) { return w.ev.wait(); }, notify_one));
+  rows.push_back(thread_row<A, no_waker>(
+      "auto_reset_event_notify_one_blocked_thread", "ok", no_setup{},
+      [](A& w, stop_token t) { return w.ev.wait_blocking(t); }, notify_one));
+
+  using L = latch_world;
+  rows.push_back(coroutine_row<L, no_waker>(
+      "latch_count_down", "ok", no_setup{}, [](L& w, stop_token) { return w.l.wait(); },
+      [](L* w, no_waker&) { w->l.count_down(); }));
+  rows.push_back(coroutine_row<L, no_waker>(
+      "latch_arrive", "ok", no_setup{}, [](L& w, stop_token) { return w.l.wait(); },
+      [](L* w, no_waker&) { w->l.arrive(1); }));
+  rows.push_back(coroutine_row<L, no_waker>(
+      "latch_count_down_cancellable", "ok", no_setup{}, [](L& w, stop_token t) { return w.l.wait(t); },
+      [](L* w, no_waker&) { w->l.count_down(); }));
+  rows.push_back(coroutine_row<L, no_waker>(
+      "latch_stop", "cancelled", no_setup{}, [](L& w, stop_token t) { return w.l.wait(t); }, request_stop{}));
+  rows.push_back(thread_row<L, no_waker>(
+      "latch_count_down_blocked_thread", "ok", no_setup{}, [](L& w, stop_token t) { return w.l.wait_blocking(t); },
+      [](L* w, no_waker&) { w->l.count_down(); }));
+
+  // The waker is the barrier's last arrival: a wait that completes without suspending.
+  using B = barrier_world;
+  const auto last_arrival = [](B* w, no_waker&) { (void)block_on(w->b.wait()); };
+  rows.push_back(coroutine_row<B, no_waker>(
+      "barrier_last_co_wait", "ok", no_setup{}, [](B& w, stop_token) { return w.b.wait(); }, last_arrival));
+  rows.push_back(coroutine_row<B, no_waker>(
+      "barrier_last_co_wait_cancellable", "ok", no_setup{}, [](B& w, stop_token t) { return w.b.wait(t); },
+      [](B* w, no_waker&) { (void)block_on(w->b.wait(stop_token{})); }));
+  rows.push_back(coroutine_row<B, no_waker>(
+      "barrier_last_wait_blocking", "ok", no_setup{}, [](B& w, stop_token) { return w.b.wait(); },
+      [](B* w, no_waker&) { (void)w->b.wait_blocking(); }));
+  rows.push_back(coroutine_row<B, no_waker>(
+      "barrier_last_wait_timeout", "ok", no_setup{}, [](B& w, stop_token) { return w.b.wait(); },
+      [](B* w, no_waker&) { (void)w->b.wait_timeout(1h); }));
+  rows.push_back(coroutine_row<B, no_waker>(
+      "barrier_stop", "cancelled", no_setup{}, [](B& w, stop_token t) { return w.b.wait(t); }, request_stop{}));
+  rows.push_back(thread_row<B, no_waker>(
+      "barrier_last_wait_blocking_thread", "ok", no_setup{}, [](B& w, stop_token t) { return w.b.wait_blocking(t); },
+      [](B* w, no_waker&) { (void)w->b.wait_blocking(); }));
+}
+
+// ------------------------------------------------------------------------------------------------
+// wait_group: the waiter waits on its own handle `mine`; the last other member leaves. The issue
+// counts the leaving handle among what the waiter may destroy when it is in the World.
+
+struct wg_world {
+  asyncband::wait_group mine;
+  asyncband::wait_group last{mine};
+};
+struct wg_mine_only {
+  asyncband::wait_group mine;
+};
+struct wg_waker : waker_base {
+  std::unique_ptr<asyncband::wait_group> last;
+};
+
+void add_wait_group_rows(std::vector<row>& rows) {
+  using W = wg_world;
+  const auto wait = [](W& w, stop_token) { return w.mine.wait(); };
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_leave", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { w->last.leave(); }));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "wait_group_leave_cancellable", "ok", no_setup{}, [](W& w, stop_token t) { return w.mine.wait(t); },
+      [](W* w, no_waker&) { w->last.leave(); }));
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_wait_blocking", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { w->last.wait_blocking(); }));
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_wait_blocking_cancellable", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)w->last.wait_blocking(stop_token{}); }));
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_wait_timeout", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)w->last.wait_timeout(1h); }));
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_co_wait", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { block_on(w->last.wait()); }));
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_co_wait_cancellable", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)block_on(w->last.wait(stop_token{})); }));
+
+  using M = wg_mine_only;
+  const auto other_member = [](M& w, wg_waker& k) { k.last = std::make_unique<asyncband::wait_group>(w.mine); };
+  rows.push_back(coroutine_row<M, wg_waker>(
+      "wait_group_last_destroyed", "ok", other_member, [](M& w, stop_token) { return w.mine.wait(); },
+      [](M*, wg_waker& k) { k.last.reset(); }));
+  rows.push_back(coroutine_row<M, wg_waker>(
+      "wait_group_stop", "cancelled", other_member, [](M& w, stop_token t) { return w.mine.wait(t); },
+      request_stop{}));
+  rows.push_back(thread_row<W, no_waker>(
+      "wait_group_leave_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { w->last.leave(); }));
+}
+
+// ------------------------------------------------------------------------------------------------
+// phaser: the waiter is participant `mine` (its wait arrives) or an observer; `other` is the
+// arrival that completes the phase. The World holds the phaser's last handles: the shared_ptr and
+// the participants.
+
+struct phaser_world {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant mine = std::move(*ph->enroll());
+  asyncband::phaser_participant other = std::move(*ph->enroll());
+};
+struct phaser_observed {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant other = std::move(*ph->enroll());
+};
+struct phaser_mine_only {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant mine = std::move(*ph->enroll());
+};
+struct phaser_waker : waker_base {
+  std::unique_ptr<asyncband::phaser_participant> other;
+  std::unique_ptr<asyncband::phaser_batch> batch;
+};
+
+void add_phaser_rows(std::vector<row>& rows) {
+  using W = phaser_world;
+  const auto wait = [](W& w, stop_token) { return w.mine.wait(); };
+  const auto wait_cancellable = [](W& w, stop_token t) { return w.mine.wait(t); };
+  rows.push_back(coroutine_row<W, no_waker>("phaser_arrive", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)w->other.arrive(); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_arrive_cancellable", "ok", no_setup{}, wait_cancellable,
+                                            [](W* w, no_waker&) { (void)w->other.arrive(); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_arrive_and_deregister", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)w->other.arrive_and_deregister(); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_close", "closed", no_setup{}, wait,
+                                            [](W* w, no_waker&) { w->ph->close(); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_co_wait_wakes_participant", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)block_on(w->other.wait()); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_wait_blocking_wakes_participant", "ok", no_setup{},
+                                            wait, [](W* w, no_waker&) { (void)w->other.wait_blocking(); }));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "phaser_participant_wait_blocking_cancellable_wakes_participant", "ok", no_setup{}, wait,
+      [](W* w, no_waker&) { (void)w->other.wait_blocking(stop_token{}); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_wait_timeout_wakes_participant", "ok", no_setup{},
+                                            wait, [](W* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_stop_participant", "cancelled", no_setup{}, wait_cancellable,
+                                            request_stop{}));
+
+  using M = phaser_mine_only;
+  const auto wait_mine = [](M& w, stop_token) { return w.mine.wait(); };
+  rows.push_back(coroutine_row<M, phaser_waker>(
+      "phaser_participant_destroyed", "ok", [](M& w, phaser_waker& k) { k.other = boxed(*w.ph->enroll()); },
+      wait_mine, [](M*, phaser_waker& k) { k.other.reset(); }));
+  rows.push_back(coroutine_row<M, phaser_waker>(
+      "phaser_batch_destroyed", "ok", [](M& w, phaser_waker& k) { k.batch = boxed(*w.ph->enroll(2)); },
+      wait_mine, [](M*, phaser_waker& k) { k.batch.reset(); }));
+
+  using O = phaser_observed;
+  const auto observe = [](O& w, stop_token) { return w.ph->wait(phase_id{}); };
+  const auto observe_cancellable = [](O& w, stop_token t) { return w.ph->wait(phase_id{}, t); };
+  rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive", "ok", no_setup{}, observe,
+                                            [](O* w, no_waker&) { (void)w->other.arrive(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive_cancellable", "ok", no_setup{},
+                                            observe_cancellable, [](O* w, no_waker&) { (void)w->other.arrive(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive_and_deregister", "ok", no_setup{}, observe,
+                                            [](O* w, no_waker&) { (void)w->other.arrive_and_deregister(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_observer_close", "closed", no_setup{}, observe,
+                                            [](O* w, no_waker&) { w->ph->close(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_co_wait_wakes_observer", "ok", no_setup{}, observe,
+                                            [](O* w, no_waker&) { (void)block_on(w->other.wait()); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_blocking_wakes_observer", "ok", no_setup{},
+                                            observe, [](O* w, no_waker&) { (void)w->other.wait_blocking(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_timeout_wakes_observer", "ok", no_setup{},
+                                            observe, [](O* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_stop_observer", "cancelled", no_setup{}, observe_cancellable,
+                                            request_stop{}));
+
+  rows.push_back(thread_row<W, no_waker>(
+      "phaser_arrive_blocked_participant_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { (void)w->other.arrive(); }));
+  rows.push_back(thread_row<O, no_waker>(
+      "phaser_arrive_blocked_observer_thread", "ok", no_setup{},
+      [](O& w, stop_token t) { return w.ph->wait_blocking(phase_id{}, t); },
+      [](O* w, no_waker&) { (void)w->other.arrive(); }));
+}
+
+// ------------------------------------------------------------------------------------------------
+// semaphore, mutex, rwlock: the waiter destroys its permit or guard, then the primitive. What the
+// completing side holds (a permit, a guard) is its own and stays outside the World.
+
+struct sem_world {
+  asyncband::semaphore s{0};
+};
+struct sem_one {
+  asyncband::semaphore s{1};
+};
+struct sem_waker : waker_base {
+  std::unique_ptr<asyncband::semaphore_permit> permit;
+};
+
+void add_semaphore_rows(std::vector<row>& rows) {
+  using W = sem_world;
+  const auto release = [](W* w, no_waker&) { w->s.release(); };
+  rows.push_back(coroutine_row<W, no_waker>("semaphore_release", "ok", no_setup{},
+                                            [](W& w, stop_token) { return w.s.acquire(); }, release));
+  rows.push_back(coroutine_row<W, no_waker>("semaphore_release_cancellable", "ok", no_setup{},
+                                            [](W& w, stop_token t) { return w.s.acquire(1, t); }, release));
+  rows.push_back(coroutine_row<W, no_waker>("semaphore_release_many", "ok", no_setup{},
+                                            [](W& w, stop_token) { return w.s.acquire(3); },
+                                            [](W* w, no_waker&) { w->s.release(3); }));
+  rows.push_back(coroutine_row<W, no_waker>("semaphore_stop", "cancelled", no_setup{},
+                                            [](W& w, stop_token t) { return w.s.acquire(1, t); }, request_stop{}));
+  rows.push_back(pass_on_row<W, no_waker>(
+      "semaphore_release_permit_passed_on", no_setup{}, [](W& w, stop_token t) { return w.s.acquire(1, t); },
+      [](W& w, stop_token) { return w.s.acquire(); }, release));
+  rows.push_back(thread_row<W, no_waker>("semaphore_release_blocked_thread", "ok", no_setup{},
+                                         [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));
+
+  using O = sem_one;
+  const auto hold = [](O& w, sem_waker& k) { k.permit = boxed(*w.s.try_acquire()); };
+  rows.push_back(coroutine_row<O, sem_waker>("semaphore_permit_release", "ok", hold,
+                                             [](O& w, stop_token) { return w.s.acquire(); },
+                                             [](O*, sem_waker& k) { k.permit->release(); }));
+  rows.push_back(coroutine_row<O, sem_waker>("semaphore_permit_destroyed", "ok", hold,
+                                             [](O& w, stop_token) { return w.s.acquire(); },
+                                             [](O*, sem_waker& k) { k.permit.reset(); }));
+}
+
+struct mutex_world {
+  asyncband::mutex<int> m;
+};
+struct mutex_held {  // for the stop row: nobody releases it, so its holder is part of the World
+  asyncband::mutex<int> m;
+  std::optional<asyncband::mutex_guard<int>> held = m.try_lock();
+};
+struct mutex_waker : waker_base {
+  std::unique_ptr<asyncband::mutex_guard<int>> guard;
+};
+struct owned_mutex_world {
+  std::shared_ptr<asyncband::mutex<int>> m = std::make_shared<asyncband::mutex<int>>();
+};
+struct owned_mutex_waker : waker_base {
+  std::unique_ptr<asyncband::owned_mutex_guard<int>> guard;
+};
+
+void add_mutex_rows(std::vector<row>& rows) {
+  using W = mutex_world;
+  const auto hold = [](W& w, mutex_waker& k) { k.guard = boxed(*w.m.try_lock()); };
+  const auto unlock = [](W*, mutex_waker& k) { k.guard->unlock(); };
+  rows.push_back(coroutine_row<W, mutex_waker>("mutex_unlock", "ok", hold,
+                                               [](W& w, stop_token) { return w.m.lock(); }, unlock));
+  rows.push_back(coroutine_row<W, mutex_waker>("mutex_unlock_cancellable", "ok", hold,
+                                               [](W& w, stop_token t) { return w.m.lock(t); }, unlock));
+  rows.push_back(coroutine_row<W, mutex_waker>("mutex_guard_destroyed", "ok", hold,
+                                               [](W& w, stop_token) { return w.m.lock(); },
+                                               [](W*, mutex_waker& k) { k.guard.reset(); }));
+  rows.push_back(pass_on_row<W, mutex_waker>(
+      "mutex_unlock_ownership_passed_on", hold, [](W& w, stop_token t) { return w.m.lock(t); },
+      [](W& w, stop_token) { return w.m.lock(); }, unlock));
+  rows.push_back(coroutine_row<mutex_held, no_waker>(
+      "mutex_stop", "cancelled", no_setup{}, [](mutex_held& w, stop_token t) { return w.m.lock(t); },
+      request_stop{}));
+  rows.push_back(thread_row<W, mutex_waker>("mutex_unlock_blocked_thread", "ok", hold,
+                                            [](W& w, stop_token t) { return w.m.lock_blocking(t); }, unlock));
+
+  using O = owned_mutex_world;
+  rows.push_back(coroutine_row<O, owned_mutex_waker>(
+      "mutex_owned_guard_destroyed", "ok",
+      [](O& w, owned_mutex_waker& k) { k.guard = boxed(*asyncband::try_lock_owned(w.m)); },
+      [](O& w, stop_token) { return asyncband::lock_owned(w.m); },
+      [](O*, owned_mutex_waker& k) { k.guard.reset(); }));
+}
+
+struct rwlock_world {
+  asyncband::rwlock<int> rw;
+};
+struct rwlock_write_held {
+  asyncband::rwlock<int> rw;
+  std::optional<asyncband::rwlock_write_guard<int>> held = rw.try_write();
+};
+struct rwlock_read_held {
+  asyncband::rwlock<int> rw;
+  std::optional<asyncband::rwlock_read_guard<int>> held = rw.try_read();
+};
+struct rwlock_waker : waker_base {
+  std::unique_ptr<asyncband::rwlock_write_guard<int>> writer;
+  std::unique_ptr<asyncband::rwlock_read_guard<int>> reader;
+};
+// downgrade(): the waker keeps a read share, so the rwlock must outlive the waiter; the waiter
+// destroys its guard and its frame only.
+struct rwlock_elsewhere {
+  asyncband::rwlock<int>* rw = nullptr;
+};
+struct rwlock_owning_waker : rwlock_waker {
+  asyncband::rwlock<int> rw;
+};
+
+void add_rwlock_rows(std::vector<row>& rows) {
+  using W = rwlock_world;
+  const auto hold_write = [](W& w, rwlock_waker& k) { k.writer = boxed(*w.rw.try_write()); };
+  const auto hold_read = [](W& w, rwlock_waker& k) { k.reader = boxed(*w.rw.try_read()); };
+  const auto read = [](W& w, stop_token) { return w.rw.read(); };
+  const auto write = [](W& w, stop_token) { return w.rw.write(); };
+  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_write_unlock_wakes_reader", "ok", hold_write, read,
+                                                [](W*, rwlock_waker& k) { k.writer->unlock(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_write_guard_destroyed_wakes_writer", "ok", hold_write, write,
+                                                [](W*, rwlock_waker& k) { k.writer.reset(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_read_unlock_wakes_writer", "ok", hold_read, write,
+                                                [](W*, rwlock_waker& k) { k.reader->unlock(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_read_guard_destroyed_wakes_writer", "ok", hold_read, write,
+                                                [](W*, rwlock_waker& k) { k.reader.reset(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>(
+      "rwlock_write_unlock_wakes_reader_cancellable", "ok", hold_write,
+      [](W& w, stop_token t) { return w.rw.read(t); }, [](W*, rwlock_waker& k) { k.writer->unlock(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>(
+      "rwlock_read_unlock_wakes_writer_cancellable", "ok", hold_read,
+      [](W& w, stop_token t) { return w.rw.write(t); }, [](W*, rwlock_waker& k) { k.reader->unlock(); }));
+  rows.push_back(coroutine_row<rwlock_write_held, no_waker>(
+      "rwlock_stop_read", "cancelled", no_setup{},
+      [](rwlock_write_held& w, stop_token t) { return w.rw.read(t); }, request_stop{}));
+  rows.push_back(coroutine_row<rwlock_read_held, no_waker>(
+      "rwlock_stop_write", "cancelled", no_setup{},
+      [](rwlock_read_held& w, stop_token t) { return w.rw.write(t); }, request_stop{}));
+  rows.push_back(coroutine_row<rwlock_elsewhere, rwlock_owning_waker>(
+      "rwlock_downgrade_wakes_reader", "ok",
+      [](rwlock_elsewhere& w, rwlock_owning_waker& k) {
+        w.rw = &k.rw;
+        k.writer = boxed(*k.rw.try_write());
+      },
+      [](rwlock_elsewhere& w, stop_token) { return w.rw->read(); },
+      [](rwlock_elsewhere*, rwlock_owning_waker& k) { k.reader = boxed(std::move(*k.writer).downgrade()); }));
+  rows.push_back(thread_row<W, rwlock_waker>("rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
+                                             [](W& w, stop_token t) { return w.rw.read_blocking(t); },
+                                             [](W*, rwlock_waker& k) { k.writer->unlock(); }));
+}
+
+// ------------------------------------------------------------------------------------------------
+// condvar: the waiter waits with the mutex held (taken in its wait expression), relocks, and
+// destroys its guard, the condvar and the mutex.
+
+struct condvar_world {
+  asyncband::mutex<int> m;
+  asyncband::condvar cv;
+};
+
+void add_condvar_rows(std::vector<row>& rows) {
+  using W = condvar_world;
+  const auto wait = [](W& w, stop_token) { return w.cv.wait(std::move(*w.m.try_lock())); };
+  const auto wait_cancellable = [](W& w, stop_token t) { return w.cv.wait(std::move(*w.m.try_lock()), t); };
+  rows.push_back(coroutine_row<W, no_waker>("condvar_notify_one", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { w->cv.notify_one(); }));
+  rows.push_back(coroutine_row<W, no_waker>("condvar_notify_all", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { w->cv.notify_all(); }));
+  rows.push_back(coroutine_row<W, no_waker>("condvar_notify_one_cancellable", "ok", no_setup{}, wait_cancellable,
+                                            [](W* w, no_waker&) { w->cv.notify_one(); }));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "condvar_wait_while_notify_one", "ok", no_setup{},
+      [](W& w, stop_token) {
+        return w.cv.wait_while(std::move(*w.m.try_lock()), [](int& ready) { return ready == 0; });
+      },
+      [](W* w, no_waker&) {
+        **w->m.try_lock() = 1;  // locked for this statement
+        w->cv.notify_one();
+      }));
+  // Notified under the mutex: the waiter's relock completes at the unlock.
+  rows.push_back(coroutine_row<W, no_waker>("condvar_notify_one_then_unlock", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) {
+                                              auto guard = w->m.try_lock();
+                                              w->cv.notify_one();
+                                              guard->unlock();
+                                            }));
+  rows.push_back(coroutine_row<W, no_waker>("condvar_stop", "cancelled", no_setup{}, wait_cancellable,
+                                            request_stop{}));
+  rows.push_back(thread_row<W, no_waker>(
+      "condvar_notify_one_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.cv.wait_blocking(std::move(*w.m.try_lock()), t); },
+      [](W* w, no_waker&) { w->cv.notify_one(); }));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Channels. A waiting receiver destroys its receiver and, where the completing call is made on a
+// sender it would be the last handle of, that sender too; a waiting sender destroys its sender.
+
+struct oneshot_world {
+  std::pair<asyncband::oneshot::sender<int>, asyncband::oneshot::receiver<int>> ch =
+      asyncband::oneshot::channel<int>();
+};
+struct oneshot_waker : waker_base {
+  std::unique_ptr<asyncband::oneshot::sender<int>> tx;
+};
+
+void add_oneshot_rows(std::vector<row>& rows) {
+  using W = oneshot_world;
+  const auto recv = [](W& w, stop_token) { return w.ch.second.recv(); };
+  const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
+  const auto send = [](W* w, auto&) { (void)w->ch.first.send(1); };
+  rows.push_back(coroutine_row<W, no_waker>("oneshot_send", "ok", no_setup{}, recv, send));
+  rows.push_back(coroutine_row<W, no_waker>("oneshot_send_cancellable", "ok", no_setup{}, recv_cancellable, send));
+  rows.push_back(coroutine_row<W, oneshot_waker>(
+      "oneshot_sender_destroyed", "closed", [](W& w, oneshot_waker& k) { k.tx = boxed(std::move(w.ch.first)); },
+      recv, [](W*, oneshot_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, no_waker>("oneshot_receiver_close", "closed", no_setup{}, recv,
+                                            [](W* w, no_waker&) { w->ch.second.close(); }));
+  rows.push_back(coroutine_row<W, no_waker>("oneshot_stop", "cancelled", no_setup{}, recv_cancellable,
+                                            request_stop{}));
+  rows.push_back(thread_row<W, no_waker>("oneshot_send_blocked_thread", "ok", no_setup{},
+                                         [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
+}
+
+struct unbounded_world {
+  std::pair<asyncband::mpsc::unbounded_sender<int>, asyncband::mpsc::unbounded_receiver<int>> ch =
+      asyncband::mpsc::unbounded<int>();
+};
+struct unbounded_waker : waker_base {
+  std::unique_ptr<asyncband::mpsc::unbounded_sender<int>> tx;
+};
+
+void add_unbounded_rows(std::vector<row>& rows) {
+  using W = unbounded_world;
+  const auto recv = [](W& w, stop_token) { return w.ch.second.recv(); };
+  const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
+  const auto send = [](W* w, auto&) { (void)w->ch.first.send(1); };
+  rows.push_back(coroutine_row<W, no_waker>("unbounded_send", "ok", no_setup{}, recv, send));
+  rows.push_back(coroutine_row<W, no_waker>("unbounded_send_cancellable", "ok", no_setup{}, recv_cancellable, send));
+  rows.push_back(coroutine_row<W, unbounded_waker>(
+      "unbounded_sender_destroyed", "closed", [](W& w, unbounded_waker& k) { k.tx = boxed(std::move(w.ch.first)); },
+      recv, [](W*, unbounded_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, no_waker>("unbounded_receiver_close", "closed", no_setup{}, recv,
+                                            [](W* w, no_waker&) { w->ch.second.close(); }));
+  rows.push_back(coroutine_row<W, no_waker>("unbounded_stop", "cancelled", no_setup{}, recv_cancellable,
+                                            request_stop{}));
+  rows.push_back(thread_row<W, no_waker>("unbounded_send_blocked_thread", "ok", no_setup{},
+                                         [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
+}
+
+// A receiver waiting on an empty bounded channel.
+struct bounded_world {
+  std::pair<asyncband::mpsc::sender<int>, asyncband::mpsc::receiver<int>> ch = asyncband::mpsc::bounded<int>(1);
+};
+struct bounded_with_permit : bounded_world {
+  std::optional<asyncband::mpsc::permit<int>> permit = ch.first.try_reserve().value();
+};
+struct bounded_rx_waker : waker_base {
+  std::unique_ptr<asyncband::mpsc::sender<int>> tx;
+  std::unique_ptr<asyncband::mpsc::owned_permit<int>> permit;
+};
+// A sender waiting for capacity (the channel is full); the receiver is the completing side's.
+struct bounded_sender_world {
+  std::optional<asyncband::mpsc::sender<int>> tx;
+};
+struct bounded_tx_waker : waker_base {
+  std::unique_ptr<asyncband::mpsc::receiver<int>> rx;
+  std::unique_ptr<asyncband::mpsc::owned_permit<int>> permit;
+};
+
+void add_bounded_rows(std::vector<row>& rows) {
+  using W = bounded_world;
+  const auto recv = [](W& w, stop_token) { return w.ch.second.recv(); };
+  const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
+  const auto try_send = [](W* w, auto&) { (void)w->ch.first.try_send(1); };
+  rows.push_back(coroutine_row<W, no_waker>("bounded_try_send_wakes_receiver", "ok", no_setup{}, recv, try_send));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_try_send_wakes_receiver_cancellable", "ok", no_setup{},
+                                            recv_cancellable, try_send));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_co_send_wakes_receiver", "ok", no_setup{}, recv,
+                                            [](W* w, no_waker&) { (void)block_on(w->ch.first.send(1)); }));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "bounded_co_send_cancellable_wakes_receiver", "ok", no_setup{}, recv,
+      [](W* w, no_waker&) { (void)block_on(w->ch.first.send(1, stop_token{})); }));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_send_blocking_wakes_receiver", "ok", no_setup{}, recv,
+                                            [](W* w, no_waker&) { (void)w->ch.first.send_blocking(1); }));
+  rows.push_back(coroutine_row<bounded_with_permit, no_waker>(
+      "bounded_permit_send_wakes_receiver", "ok", no_setup{},
+      [](bounded_with_permit& w, stop_token) { return w.ch.second.recv(); },
+      [](bounded_with_permit* w, no_waker&) { (void)w->permit->send(1); }));
+  rows.push_back(coroutine_row<W, bounded_rx_waker>(
+      "bounded_owned_permit_send_wakes_receiver", "ok",
+      [](W& w, bounded_rx_waker& k) { k.permit = boxed(w.ch.first.try_reserve_owned().value()); }, recv,
+      [](W*, bounded_rx_waker& k) { (void)k.permit->send(1); }));
+  rows.push_back(coroutine_row<W, bounded_rx_waker>(
+      "bounded_sender_destroyed_wakes_receiver", "closed",
+      [](W& w, bounded_rx_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
+      [](W*, bounded_rx_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_receiver_close_wakes_receiver", "closed", no_setup{}, recv,
+                                            [](W* w, no_waker&) { w->ch.second.close(); }));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_stop_receiver", "cancelled", no_setup{}, recv_cancellable,
+                                            request_stop{}));
+  rows.push_back(thread_row<W, no_waker>("bounded_try_send_blocked_receiver_thread", "ok", no_setup{},
+                                         [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, try_send));
+
+  using S = bounded_sender_world;
+  using K = bounded_tx_waker;
+  const auto full = [](S& w, K& k) {
+    auto [tx, rx] = asyncband::mpsc::bounded<int>(1);
+    w.tx.emplace(std::move(tx));
+    k.rx = boxed(std::move(rx));
+    (void)w.tx->try_send(0);
+  };
+  const auto full_by_permit = [](S& w, K& k) {
+    auto [tx, rx] = asyncband::mpsc::bounded<int>(1);
+    w.tx.emplace(std::move(tx));
+    k.rx = boxed(std::move(rx));
+    k.permit = boxed(w.tx->try_reserve_owned().value());
+  };
+  const auto send = [](S& w, stop_token) { return w.tx->send(2); };
+  const auto try_recv = [](S*, K& k) { (void)k.rx->try_recv(); };
+  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_sender", "ok", full, send, try_recv));
+  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_sender_cancellable", "ok", full,
+                                     [](S& w, stop_token t) { return w.tx->send(2, t); }, try_recv));
+  rows.push_back(coroutine_row<S, K>("bounded_co_recv_wakes_sender", "ok", full, send,
+                                     [](S*, K& k) { (void)block_on(k.rx->recv()); }));
+  rows.push_back(coroutine_row<S, K>("bounded_recv_blocking_wakes_sender", "ok", full, send,
+                                     [](S*, K& k) { (void)k.rx->recv_blocking(); }));
+  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_reserve", "ok", full,
+                                     [](S& w, stop_token) { return w.tx->reserve(); }, try_recv));
+  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_reserve_owned", "ok", full,
+                                     [](S& w, stop_token) { return w.tx->reserve_owned(); }, try_recv));
+  rows.push_back(coroutine_row<S, K>("bounded_owned_permit_destroyed_wakes_sender", "ok", full_by_permit, send,
+                                     [](S*, K& k) { k.permit.reset(); }));
+  rows.push_back(coroutine_row<S, K>("bounded_receiver_destroyed_wakes_sender", "disconnected", full, send,
+                                     [](S*, K& k) { k.rx.reset(); }));
+  rows.push_back(coroutine_row<S, K>("bounded_receiver_close_wakes_sender", "disconnected", full, send,
+                                     [](S*, K& k) { k.rx->close(); }));
+  rows.push_back(coroutine_row<S, K>("bounded_stop_sender", "cancelled", full,
+                                     [](S& w, stop_token t) { return w.tx->send(2, t); }, request_stop{}));
+  rows.push_back(thread_row<S, K>("bounded_try_recv_blocked_sender_thread", "ok", full,
+                                  [](S& w, stop_token t) { return w.tx->send_blocking(2, t); }, try_recv));
+}
+
+std::vector<row> all_rows() {
+  std::vector<row> rows;
+  add_event_rows(rows);
+  add_wait_group_rows(rows);
+  add_phaser_rows(rows);
+  add_semaphore_rows(rows);
+  add_mutex_rows(rows);
+  add_rwlock_rows(rows);
+  add_condvar_rows(rows);
+  add_oneshot_rows(rows);
+  add_unbounded_rows(rows);
+  add_bounded_rows(rows);
+  return rows;
+}
+
+class lifetime : public testing::TestWithParam<row> {};
+
+TEST_P(lifetime, WaiterResumedInlineDestroysEverything) {
+  const row& r = GetParam();
+  const watchdog guard(r.name, std::chrono::seconds(30));
+  r.body();
+}
+
+INSTANTIATE_TEST_SUITE_P(rows, lifetime, testing::ValuesIn(all_rows()),
+                         [](const testing::TestParamInfo<row>& info) { return info.param.name; });
+
+TEST(lifetime_table, RowNamesAreUnique) {
+  std::vector<std::string> names;
+  for (const row& r : all_rows()) names.push_back(r.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::adjacent_find(names.begin(), names.end()), names.end());
+}
+
+}  // namespace
