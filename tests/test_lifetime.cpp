@@ -52,6 +52,9 @@ struct latch_world {
 struct barrier_world {
   asyncband::barrier b{2};
 };
+struct barrier_of_four {
+  asyncband::barrier b{4};
+};
 
 void add_event_rows(std::vector<row>& rows) {
   using W = mre_world;
@@ -63,6 +66,12 @@ void add_event_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<W, no_waker>(
       "manual_reset_event_stop", "cancelled", no_setup{}, [](W& w, stop_token t) { return w.ev.wait(t); },
       request_stop{}));
+  for (const int n : {3, 20}) {
+    rows.push_back(crowd_row<W, no_waker>(
+        "manual_reset_event_set_crowd_" + std::to_string(n), n, "ok", no_setup{},
+        [](W& w, stop_token) { return w.ev.wait(); }, [](W& w, stop_token) { return w.ev.wait(); },
+        [](W* w, no_waker&, std::stop_source&) { w->ev.set(); }));
+  }
   rows.push_back(thread_row<W, no_waker>(
       "manual_reset_event_set_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.ev.wait_blocking(t); }, set));
@@ -86,6 +95,10 @@ void add_event_rows(std::vector<row>& rows) {
   rows.push_back(pass_on_row<A, no_waker>(
       "auto_reset_event_notify_one_permit_passed_on", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
       [](A& w, stop_token) { return w.ev.wait(); }, notify_one));
+  rows.push_back(crowd_row<A, no_waker>("auto_reset_event_notify_all_crowd", 3, "ok", no_setup{},
+                                        [](A& w, stop_token) { return w.ev.wait(); },
+                                        [](A& w, stop_token) { return w.ev.wait(); },
+                                        [](A* w, no_waker&, std::stop_source&) { w->ev.notify_all(); }));
   rows.push_back(thread_row<A, no_waker>(
       "auto_reset_event_notify_one_blocked_thread", "ok", no_setup{},
       [](A& w, stop_token t) { return w.ev.wait_blocking(t); }, notify_one));
@@ -120,6 +133,10 @@ void add_event_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<B, no_waker>(
       "barrier_last_wait_timeout", "ok", no_setup{}, [](B& w, stop_token) { return w.b.wait(); },
       [](B* w, no_waker&) { (void)w->b.wait_timeout(1h); }));
+  rows.push_back(crowd_row<barrier_of_four, no_waker>(
+      "barrier_last_co_wait_crowd", 2, "ok", no_setup{}, [](barrier_of_four& w, stop_token) { return w.b.wait(); },
+      [](barrier_of_four& w, stop_token) { return w.b.wait(); },
+      [](barrier_of_four* w, no_waker&, std::stop_source&) { (void)block_on(w->b.wait()); }));
   rows.push_back(coroutine_row<B, no_waker>(
       "barrier_stop", "cancelled", no_setup{}, [](B& w, stop_token t) { return w.b.wait(t); }, request_stop{}));
   rows.push_back(thread_row<B, no_waker>(
@@ -169,6 +186,15 @@ void add_wait_group_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<M, wg_waker>(
       "wait_group_stop", "cancelled", other_member, [](M& w, stop_token t) { return w.mine.wait(t); },
       request_stop{}));
+  // Assigning to the last member's handle leaves first: the handle is the waiter's to destroy.
+  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_move_assigned", "ok", no_setup{}, wait,
+                                            [](W* w, no_waker&) { w->last = asyncband::wait_group{}; }));
+  rows.push_back(coroutine_row<W, wg_waker>(
+      "wait_group_last_copy_assigned", "ok", [](W&, wg_waker& k) { k.last = std::make_unique<asyncband::wait_group>(); },
+      wait, [](W* w, wg_waker& k) { w->last = *k.last; }));
+  rows.push_back(crowd_row<W, no_waker>(
+      "wait_group_leave_crowd", 3, "ok", no_setup{}, [](W& w, stop_token) { return w.mine.wait(); },
+      [](W& w, stop_token) { return w.mine.wait(); }, [](W* w, no_waker&, std::stop_source&) { w->last.leave(); }));
   rows.push_back(thread_row<W, no_waker>(
       "wait_group_leave_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { w->last.leave(); }));
@@ -192,7 +218,12 @@ struct phaser_mine_only {
   std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
   asyncband::phaser_participant mine = std::move(*ph->enroll());
 };
+struct phaser_batch_observed {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_batch batch = std::move(*ph->enroll(1));
+};
 struct phaser_waker : waker_base {
+  std::shared_ptr<asyncband::phaser> elsewhere = asyncband::phaser::create();
   std::unique_ptr<asyncband::phaser_participant> other;
   std::unique_ptr<asyncband::phaser_batch> batch;
 };
@@ -247,6 +278,18 @@ void add_phaser_rows(std::vector<row>& rows) {
                                             observe, [](O* w, no_waker&) { (void)w->other.wait_blocking(); }));
   rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_timeout_wakes_observer", "ok", no_setup{},
                                             observe, [](O* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
+  // Assigning to a participant or batch withdraws it first: the handle is the waiter's to destroy.
+  rows.push_back(coroutine_row<O, phaser_waker>(
+      "phaser_participant_move_assigned_wakes_observer", "ok",
+      [](O&, phaser_waker& k) { k.other = boxed(*k.elsewhere->enroll()); }, observe,
+      [](O* w, phaser_waker& k) { w->other = std::move(*k.other); }));
+  rows.push_back(coroutine_row<phaser_batch_observed, phaser_waker>(
+      "phaser_batch_move_assigned_wakes_observer", "ok",
+      [](phaser_batch_observed&, phaser_waker& k) { k.batch = boxed(*k.elsewhere->enroll(1)); },
+      [](phaser_batch_observed& w, stop_token) { return w.ph->wait(phase_id{}); },
+      [](phaser_batch_observed* w, phaser_waker& k) { w->batch = std::move(*k.batch); }));
+  rows.push_back(crowd_row<O, no_waker>("phaser_observer_arrive_crowd", 3, "ok", no_setup{}, observe, observe,
+                                        [](O* w, no_waker&, std::stop_source&) { (void)w->other.arrive(); }));
   rows.push_back(coroutine_row<O, no_waker>("phaser_stop_observer", "cancelled", no_setup{}, observe_cancellable,
                                             request_stop{}));
 
@@ -288,6 +331,18 @@ void add_semaphore_rows(std::vector<row>& rows) {
   rows.push_back(pass_on_row<W, no_waker>(
       "semaphore_release_permit_passed_on", no_setup{}, [](W& w, stop_token t) { return w.s.acquire(1, t); },
       [](W& w, stop_token) { return w.s.acquire(); }, release));
+  // Each waiter releases its permit as it returns, resuming the next one inline.
+  for (const int n : {3, 20}) {
+    rows.push_back(crowd_row<W, no_waker>(
+        "semaphore_release_chain_" + std::to_string(n), n, "ok", no_setup{},
+        [](W& w, stop_token) { return w.s.acquire(); }, [](W& w, stop_token) { return w.s.acquire(); },
+        [](W* w, no_waker&, std::stop_source&) { w->s.release(); }));
+  }
+  // A cancelled acquisition passes its partial grant on to the next waiter.
+  rows.push_back(crowd_row<sem_one, no_waker>(
+      "semaphore_stop_passes_partial_grant_on", 1, "cancelled", no_setup{},
+      [](sem_one& w, stop_token t) { return w.s.acquire(2, t); }, [](sem_one& w, stop_token) { return w.s.acquire(); },
+      [](sem_one*, no_waker&, std::stop_source& bystanders) { bystanders.request_stop(); }));
   rows.push_back(thread_row<W, no_waker>("semaphore_release_blocked_thread", "ok", no_setup{},
                                          [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));
 
@@ -335,6 +390,11 @@ void add_mutex_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<mutex_held, no_waker>(
       "mutex_stop", "cancelled", no_setup{}, [](mutex_held& w, stop_token t) { return w.m.lock(t); },
       request_stop{}));
+  for (const int n : {3, 20}) {
+    rows.push_back(crowd_row<W, mutex_waker>(
+        "mutex_unlock_chain_" + std::to_string(n), n, "ok", hold, [](W& w, stop_token) { return w.m.lock(); },
+        [](W& w, stop_token) { return w.m.lock(); }, [](W*, mutex_waker& k, std::stop_source&) { k.guard->unlock(); }));
+  }
   rows.push_back(thread_row<W, mutex_waker>("mutex_unlock_blocked_thread", "ok", hold,
                                             [](W& w, stop_token t) { return w.m.lock_blocking(t); }, unlock));
 
@@ -404,6 +464,19 @@ void add_rwlock_rows(std::vector<row>& rows) {
       },
       [](rwlock_elsewhere& w, stop_token) { return w.rw->read(); },
       [](rwlock_elsewhere*, rwlock_owning_waker& k) { k.reader = boxed(std::move(*k.writer).downgrade()); }));
+  for (const int n : {3, 20}) {
+    rows.push_back(crowd_row<W, rwlock_waker>(
+        "rwlock_write_unlock_writer_chain_" + std::to_string(n), n, "ok", hold_write, write, write,
+        [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
+  }
+  rows.push_back(crowd_row<W, rwlock_waker>("rwlock_write_unlock_wakes_readers", 3, "ok", hold_write, read, read,
+                                            [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
+  // A cancelled write passes the read shares it had gathered on to the reader queued behind it.
+  rows.push_back(crowd_row<rwlock_read_held, no_waker>(
+      "rwlock_stop_writer_lets_reader_in", 1, "cancelled", no_setup{},
+      [](rwlock_read_held& w, stop_token t) { return w.rw.write(t); },
+      [](rwlock_read_held& w, stop_token) { return w.rw.read(); },
+      [](rwlock_read_held*, no_waker&, std::stop_source& bystanders) { bystanders.request_stop(); }));
   rows.push_back(thread_row<W, rwlock_waker>("rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
                                              [](W& w, stop_token t) { return w.rw.read_blocking(t); },
                                              [](W*, rwlock_waker& k) { k.writer->unlock(); }));
@@ -444,6 +517,8 @@ void add_condvar_rows(std::vector<row>& rows) {
                                               w->cv.notify_one();
                                               guard->unlock();
                                             }));
+  rows.push_back(crowd_row<W, no_waker>("condvar_notify_all_crowd", 3, "ok", no_setup{}, wait, wait,
+                                        [](W* w, no_waker&, std::stop_source&) { w->cv.notify_all(); }));
   rows.push_back(coroutine_row<W, no_waker>("condvar_stop", "cancelled", no_setup{}, wait_cancellable,
                                             request_stop{}));
   rows.push_back(thread_row<W, no_waker>(

@@ -21,7 +21,9 @@
 #include <asyncband/detail/awaitable_traits.hpp>
 #include <asyncband/detail/waiter.hpp>
 #include <asyncband/result.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <coroutine>
 #include <cstdio>
@@ -77,6 +79,76 @@ class watchdog {
   std::thread thread_;
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool under_asan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool under_asan = true;
+#else
+inline constexpr bool under_asan = false;
+#endif
+#else
+inline constexpr bool under_asan = false;
+#endif
+
+/// Destroyed Worlds, kept filled with a pattern until the row ends: a completing call that
+/// writes to what the waiter destroyed changes the pattern, which the row then reports even
+/// without ASan (a read of a destroyed handle finds garbage pointers and crashes). Under ASan the
+/// memory is freed at once instead, so that ASan sees every access.
+class quarantine {
+ public:
+  static constexpr unsigned char pattern = 0xdb;
+  static void keep(void* p, std::size_t n) noexcept {
+    std::memset(p, pattern, n);
+    const std::lock_guard lock(mutex());
+    blocks().emplace_back(p, n);
+  }
+  /// Frees every kept block; returns how many were written to after their destruction.
+  static int release_and_count_late_writes() {
+    std::vector<std::pair<void*, std::size_t>> kept;
+    {
+      const std::lock_guard lock(mutex());
+      kept.swap(blocks());
+    }
+    int written = 0;
+    for (auto [p, n] : kept) {
+      const auto* bytes = static_cast<const unsigned char*>(p);
+      if (std::any_of(bytes, bytes + n, [](unsigned char c) { return c != pattern; })) ++written;
+      ::operator delete(p);
+    }
+    return written;
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::pair<void*, std::size_t>>& blocks() {
+    static std::vector<std::pair<void*, std::size_t>> b;
+    return b;
+  }
+};
+
+/// A World whose memory goes to the quarantine when it is destroyed.
+template <class World>
+struct guarded : World {
+  static void* operator new(std::size_t n) { return ::operator new(n); }
+  static void operator delete(void* p, std::size_t n) noexcept {
+    if constexpr (under_asan) {
+      ::operator delete(p);
+    } else {
+      quarantine::keep(p, n);
+    }
+  }
+};
+
+/// At the end of a row: nothing wrote to a destroyed World.
+inline void expect_no_late_writes() {
+  EXPECT_EQ(quarantine::release_and_count_late_writes(), 0)
+      << "the completing call wrote to what the waiter had destroyed";
+}
+
 /// A coroutine with no scheduler (its promise has no asyncband_scheduler hook), so a waker
 /// resumes it inline; it starts at once and its frame is freed as it returns (final_suspend
 /// never suspends), so a waiter that returns right after its wait frees its own frame inside the
@@ -122,7 +194,7 @@ struct waker_base {
 /// Waits once, then destroys what it waited for and returns (its frame goes with it). The
 /// outcome (a guard, a permit, a value) is destroyed first, then the World.
 template <class World, class Wait>
-inline_coroutine destroying_waiter(std::unique_ptr<World> world, Wait wait, std::stop_token token,
+inline_coroutine destroying_waiter(std::unique_ptr<guarded<World>> world, Wait wait, std::stop_token token,
                                    waiter_record& rec) {
   ++rec.started;
   using outcome_type = asyncband::detail::await_result_t<decltype(wait(*world, token))>;
@@ -143,9 +215,16 @@ inline_coroutine destroying_waiter(std::unique_ptr<World> world, Wait wait, std:
 template <class World, class Wait>
 inline_coroutine bystander_waiter(World* world, Wait wait, std::stop_token token, waiter_record& rec) {
   ++rec.started;
-  const auto outcome = co_await wait(*world, std::move(token));
-  rec.outcome = outcome_of(outcome);
-  ++rec.resumed;
+  using outcome_type = asyncband::detail::await_result_t<decltype(wait(*world, token))>;
+  if constexpr (std::is_void_v<outcome_type>) {
+    co_await wait(*world, std::move(token));
+    rec.outcome = "ok";
+    ++rec.resumed;
+  } else {
+    const auto outcome = co_await wait(*world, std::move(token));
+    rec.outcome = outcome_of(outcome);
+    ++rec.resumed;
+  }  // the outcome (a guard, a permit) goes here: that may resume the next waiter inline
   rec.finished = true;
 }
 
@@ -171,17 +250,18 @@ inline void expect_destroyed_inline(const waiter_record& rec, inline_coroutine c
 template <class World, class Waker, class Setup, class Wait, class Complete>
 row coroutine_row(std::string name, const char* expected, Setup setup, Wait wait, Complete complete) {
   return {std::move(name), [expected, setup, wait, complete] {
-            auto world = std::make_unique<World>();
+            auto world = std::make_unique<guarded<World>>();
             Waker waker;
             setup(*world, waker);
             World* const raw = world.get();
             waiter_record rec;
-            const inline_coroutine co = destroying_waiter(std::move(world), wait, waker.stop.get_token(), rec);
+            const inline_coroutine co = destroying_waiter<World>(std::move(world), wait, waker.stop.get_token(), rec);
             ASSERT_EQ(rec.started, 1);
             // Completed at once: the World is gone already and the row tests nothing.
             ASSERT_EQ(rec.resumed, 0) << "the wait completed without suspending: fix the row's setup";
             complete(raw, waker);  // raw may be dangling from the waiter's resumption on
             expect_destroyed_inline(rec, co, expected);
+            expect_no_late_writes();
           }};
 }
 
@@ -192,7 +272,7 @@ row coroutine_row(std::string name, const char* expected, Setup setup, Wait wait
 template <class World, class Waker, class Setup, class WaitA, class WaitB, class Complete>
 row pass_on_row(std::string name, Setup setup, WaitA wait_a, WaitB wait_b, Complete complete) {
   return {std::move(name), [setup, wait_a, wait_b, complete] {
-            auto world = std::make_unique<World>();
+            auto world = std::make_unique<guarded<World>>();
             Waker waker;
             setup(*world, waker);
             World* const raw = world.get();
@@ -200,7 +280,7 @@ row pass_on_row(std::string name, Setup setup, WaitA wait_a, WaitB wait_b, Compl
             waiter_record b;
             std::stop_source stop_a;
             const inline_coroutine co_a = bystander_waiter(raw, wait_a, stop_a.get_token(), a);
-            const inline_coroutine co_b = destroying_waiter(std::move(world), wait_b, std::stop_token{}, b);
+            const inline_coroutine co_b = destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
             ASSERT_EQ(a.started + b.started, 2);
             ASSERT_EQ(a.resumed + b.resumed, 0) << "a wait completed without suspending: fix the row's setup";
             {
@@ -211,6 +291,41 @@ row pass_on_row(std::string name, Setup setup, WaitA wait_a, WaitB wait_b, Compl
             EXPECT_EQ(a.outcome, "cancelled");
             expect_destroyed_inline(b, co_b, "ok");
             if (a.started == 1 && a.resumed == 0) co_a.handle.destroy();
+            expect_no_late_writes();
+          }};
+}
+
+/// Several waiters: `bystanders` coroutines waiting with `wait_a` (their tokens come from one stop
+/// source, `complete`'s third argument), then one waiting with `wait_b` that destroys everything.
+/// A bystander releases its outcome (a guard, a permit) as it returns, which may resume the next
+/// waiter inline. `complete(World*, Waker&, std::stop_source& bystanders)` starts it all: every
+/// bystander must end with `bystander_outcome`, and the last waiter with ok. With more bystanders
+/// than the nesting limit of inline resolution (16), the chain also runs through the deferred
+/// resolution of nested wake-ups.
+template <class World, class Waker, class Setup, class WaitA, class WaitB, class Complete>
+row crowd_row(std::string name, int bystanders, const char* bystander_outcome, Setup setup, WaitA wait_a,
+              WaitB wait_b, Complete complete) {
+  return {std::move(name), [bystanders, bystander_outcome, setup, wait_a, wait_b, complete] {
+            auto world = std::make_unique<guarded<World>>();
+            Waker waker;
+            setup(*world, waker);
+            World* const raw = world.get();
+            std::stop_source stop_a;
+            std::vector<waiter_record> a(static_cast<std::size_t>(bystanders));
+            std::vector<inline_coroutine> co_a;
+            for (auto& rec : a) co_a.push_back(bystander_waiter(raw, wait_a, stop_a.get_token(), rec));
+            waiter_record b;
+            const inline_coroutine co_b = destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
+            for (const auto& rec : a) ASSERT_EQ(rec.resumed, 0) << "a wait completed without suspending";
+            ASSERT_EQ(b.resumed, 0) << "a wait completed without suspending: fix the row's setup";
+            complete(raw, waker, stop_a);
+            for (std::size_t i = 0; i < a.size(); ++i) {
+              EXPECT_EQ(a[i].resumed, 1) << "bystander " << i;
+              EXPECT_EQ(a[i].outcome, a[i].resumed != 0 ? bystander_outcome : "") << "bystander " << i;
+              if (a[i].started == 1 && a[i].resumed == 0) co_a[i].handle.destroy();
+            }
+            expect_destroyed_inline(b, co_b, "ok");
+            expect_no_late_writes();
           }};
 }
 
@@ -223,7 +338,7 @@ row thread_row(std::string name, const char* expected, Setup setup, Wait wait, C
                int repetitions = 20) {
   return {std::move(name), [expected, setup, wait, complete, repetitions] {
             for (int i = 0; i < repetitions; ++i) {
-              auto world = std::make_unique<World>();
+              auto world = std::make_unique<guarded<World>>();
               Waker waker;
               setup(*world, waker);
               World* const raw = world.get();
@@ -242,6 +357,7 @@ row thread_row(std::string name, const char* expected, Setup setup, Wait wait, C
               waiter.join();
               EXPECT_EQ(outcome, expected) << "repetition " << i;
             }
+            expect_no_late_writes();
           }};
 }
 
