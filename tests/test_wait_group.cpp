@@ -25,6 +25,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 
@@ -861,6 +862,49 @@ TEST(WaitGroupStress, StopRacesLastDepartureForABlockingWaiter) {
     }
   });
   EXPECT_EQ(failures, 0) << "in " << rounds << " rounds";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Last one out through assignment (found by the lifetime harness, tests/test_lifetime.cpp):
+// assigning to the last member's handle leaves, which resumes a scheduler-less waiter inline, and
+// that waiter may destroy the handle at once. The assignment used to write the handle after the
+// leave (heap-use-after-free; without ASan, the harness's quarantine sees the late write).
+
+struct last_member_world {
+  wait_group mine;
+  wait_group last{mine};
+};
+
+TEST(WaitGroupLastOneOut, MoveAssigningTheLastMembersHandleLetsTheWaiterDestroyIt) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<last_member_world, waker_base>(
+      "move_assigned", "ok", no_setup{}, [](last_member_world& w, std::stop_token) { return w.mine.wait(); },
+      [](last_member_world* w, waker_base&) { w->last = wait_group{}; })
+      .body();
+}
+
+TEST(WaitGroupLastOneOut, CopyAssigningTheLastMembersHandleLetsTheWaiterDestroyIt) {
+  using namespace asyncband_test::lifetime;
+  struct other_group : waker_base {
+    wait_group group;
+  };
+  coroutine_row<last_member_world, other_group>(
+      "copy_assigned", "ok", no_setup{}, [](last_member_world& w, std::stop_token) { return w.mine.wait(); },
+      [](last_member_world* w, other_group& k) { w->last = k.group; })
+      .body();
+}
+
+TEST(WaitGroupLastOneOut, AssignmentKeepsTheCounts) {
+  wait_group a;
+  wait_group b(a);
+  wait_group other;
+  b = other;  // b leaves a's group and joins other's
+  EXPECT_EQ(a.members(), 1U);
+  EXPECT_EQ(other.members(), 2U);
+  b = std::move(a);  // b leaves other's group and takes a's membership
+  EXPECT_EQ(other.members(), 1U);
+  EXPECT_EQ(b.members(), 1U);
+  EXPECT_TRUE(b.is_member());
 }
 
 }  // namespace

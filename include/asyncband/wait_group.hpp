@@ -73,7 +73,9 @@ class wait_group : public detail::wait_functions<wait_group> {
   }
   wait_group& operator=(wait_group&& other) noexcept {
     if (this != &other) {
-      leave();
+      // The old membership leaves last, from a local: leaving may resume a waiter that destroys
+      // this handle at once (last one out), so nothing may write it after the leave.
+      const wait_group departing(std::move(*this));
       state_ = std::move(other.state_);
       member_ = std::exchange(other.member_, false);
     }
