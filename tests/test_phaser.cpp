@@ -34,6 +34,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -2616,4 +2617,56 @@ TEST(PhaserLifetime, AWaiterResumedInlineByTheFinalArrivalMayDestroyTheArrivingH
   ASSERT_TRUE(arrived.ok());
   EXPECT_EQ(arrived->value(), 0U);
   EXPECT_EQ(ph->participants(), 1U);
+}
+
+// Last one out through assignment (found by the lifetime harness, tests/test_lifetime.cpp):
+// assigning to a participant or batch withdraws it, which may complete the phase and resume a
+// scheduler-less observer inline; that observer may destroy the handle at once. The assignment
+// used to write the handle after withdrawing (heap-use-after-free; without ASan, the harness's
+// quarantine sees the late write).
+
+namespace {
+struct observed_participant {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant p = std::move(*ph->enroll());
+};
+struct observed_batch {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_batch batch = std::move(*ph->enroll(2));
+};
+struct elsewhere : asyncband_test::lifetime::waker_base {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+};
+}  // namespace
+
+TEST(PhaserLastOneOut, MoveAssigningTheLastParticipantLetsTheObserverDestroyIt) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<observed_participant, elsewhere>(
+      "participant_move_assigned", "ok", no_setup{},
+      [](observed_participant& w, std::stop_token) { return w.ph->wait(asyncband::phase_id{}); },
+      [](observed_participant* w, elsewhere& k) { w->p = std::move(*k.ph->enroll()); })
+      .body();
+}
+
+TEST(PhaserLastOneOut, MoveAssigningTheLastBatchLetsTheObserverDestroyIt) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<observed_batch, elsewhere>(
+      "batch_move_assigned", "ok", no_setup{},
+      [](observed_batch& w, std::stop_token) { return w.ph->wait(asyncband::phase_id{}); },
+      [](observed_batch* w, elsewhere& k) { w->batch = std::move(*k.ph->enroll(1)); })
+      .body();
+}
+
+TEST(PhaserLastOneOut, AssignmentMovesTheRegistration) {
+  auto a = asyncband::phaser::create();
+  auto b = asyncband::phaser::create();
+  auto p = std::move(*a->enroll());
+  auto batch = std::move(*a->enroll(2));
+  p = std::move(*b->enroll());
+  batch = std::move(*b->enroll(3));
+  EXPECT_EQ(a->participants(), 0U);
+  EXPECT_EQ(a->phase(), asyncband::phase_id{1});  // the last obligations went: the phase completed
+  EXPECT_EQ(b->participants(), 4U);
+  EXPECT_EQ(p.phaser(), b);
+  EXPECT_EQ(batch.size(), 3U);
 }

@@ -246,7 +246,9 @@ class [[nodiscard]] phaser_participant {
         awaiting_(other.awaiting_) {}
   phaser_participant& operator=(phaser_participant&& other) noexcept {
     if (this != &other) {
-      withdraw();
+      // The old registration withdraws last, from a local: withdrawing may complete the phase
+      // and resume a waiter that destroys this participant at once (last one out).
+      const phaser_participant departing(std::move(*this));
       phaser_ = std::move(other.phaser_);
       arrived_in_ = other.arrived_in_;
       arrived_ = other.arrived_;
@@ -349,7 +351,7 @@ class [[nodiscard]] phaser_batch {
       : phaser_(std::move(other.phaser_)), remaining_(std::exchange(other.remaining_, 0)) {}
   phaser_batch& operator=(phaser_batch&& other) noexcept {
     if (this != &other) {
-      withdraw_rest();
+      const phaser_batch departing(std::move(*this));  // withdraws last: see phaser_participant
       phaser_ = std::move(other.phaser_);
       remaining_ = std::exchange(other.remaining_, 0);
     }
@@ -378,8 +380,8 @@ class [[nodiscard]] phaser_batch {
   /// None of the rest has arrived anywhere: each still owes its arrival in the current phase.
   void withdraw_rest() noexcept {
     if (remaining_ == 0) return;
-    phaser_->withdraw(remaining_, remaining_);
-    remaining_ = 0;
+    const std::size_t n = std::exchange(remaining_, 0);  // nothing is written after the wake-up
+    phaser_->withdraw(n, n);
   }
 
   std::shared_ptr<phaser> phaser_;
