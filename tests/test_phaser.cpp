@@ -34,6 +34,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -2670,3 +2671,30 @@ TEST(PhaserLastOneOut, AssignmentMovesTheRegistration) {
   EXPECT_EQ(p.phaser(), b);
   EXPECT_EQ(batch.size(), 3U);
 }
+
+// Last one out for plain threads (found by the lifetime harness's review of the broadcast
+// parking): an advance or a close makes its change under the lock and notifies the parked threads
+// after unlocking, but a thread that sees the change without having parked (spinning in
+// atomic::wait, or arriving at the wait late) may destroy the phaser at once; the notify then
+// touched a destroyed phaser. The waker now pins the phaser until it has notified. The tests stop
+// the waker exactly there (test point woken) and check that destruction waits for it.
+
+namespace {
+struct arriving_world {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant p = std::move(*ph->enroll());
+};
+}  // namespace
+
+TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileCloseNotifies) {
+  asyncband_test::waiter_destroys_while_the_waker_returns(
+      [] { return asyncband::phaser::create(); }, [](asyncband::phaser& p) { p.close(); },
+      [](asyncband::phaser& p) { EXPECT_TRUE(p.wait_blocking(asyncband::phase_id{}).closed()); });
+}
+
+TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileTheFinalArrivalNotifies) {
+  asyncband_test::waiter_destroys_while_the_waker_returns(
+      [] { return std::make_unique<arriving_world>(); }, [](arriving_world& w) { (void)w.p.arrive(); },
+      [](arriving_world& w) { EXPECT_EQ(*w.ph->wait_blocking(asyncband::phase_id{}), asyncband::phase_id{1}); });
+}
+

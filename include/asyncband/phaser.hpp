@@ -161,7 +161,11 @@ class phaser : public std::enable_shared_from_this<phaser> {
       const std::lock_guard lock(queue_.mutex());
       return std::forward<Step>(step)(state);
     }();
-    if (state.release_parked) parking_.notify();
+    if (state.release_parked) {
+      detail::at_test_point(detail::test_point::woken);
+      parking_.notify();
+      queue_.unpin();  // the last access: a thread that saw the change may destroy the phaser now
+    }
     batch.resolve_all();
     return outcome;
   }
@@ -183,10 +187,20 @@ class phaser : public std::enable_shared_from_this<phaser> {
   }
 
   void advance_locked(locked_state& s) noexcept {
+    will_release_parked(s);
     phase_.store(phase_locked() + 1, std::memory_order_release);
     unarrived_ = registered_;
     s.waiters.claim_all(s.batch);
     parking_.changed();
+  }
+
+  /// Before a change that lets waits complete lock-free (a new phase, the close): the step's
+  /// driver releases the parked threads after unlocking, and a thread that sees the change
+  /// (spinning, or a wait that never parked) may destroy the phaser at once (last one out). So
+  /// the queue stays pinned until that release is done; the destructor waits for it.
+  void will_release_parked(locked_state& s) noexcept {
+    if (s.release_parked) return;
+    queue_.pin();
     s.release_parked = true;
   }
 
@@ -219,8 +233,8 @@ class phaser : public std::enable_shared_from_this<phaser> {
   std::atomic<bool> closed_{false};   // likewise
   std::size_t registered_ = 0;        // guarded by queue_.mutex()
   std::size_t unarrived_ = 0;         // guarded by queue_.mutex()
+  detail::broadcast_parking parking_;  // before queue_: it outlives the destructor's wait for wakers
   mutable detail::wait_queue queue_;
-  detail::broadcast_parking parking_;
 };
 
 /// One registration in a phaser: it owes one arrival in every phase while registered.
@@ -538,10 +552,10 @@ result<phase_id> phaser_participant::wait_timeout(std::chrono::duration<Rep, Per
 inline void phaser::close() noexcept {
   locked([this](locked_state& s) {
     if (closed_locked()) return false;
+    will_release_parked(s);
     closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);
     parking_.changed();
-    s.release_parked = true;
     return true;
   });
 }
