@@ -296,6 +296,19 @@ void add_phaser_rows(std::vector<row>& rows) {
   rows.push_back(thread_row<W, no_waker>(
       "phaser_arrive_blocked_participant_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { (void)w->other.arrive(); }));
+  // wait_blocking() without a stop token parks on the phaser's broadcast word, not on a node.
+  rows.push_back(thread_row<O, no_waker>(
+      "phaser_arrive_broadcast_parked_observer_thread", "ok", no_setup{},
+      [](O& w, stop_token) { return w.ph->wait_blocking(phase_id{}); },
+      [](O* w, no_waker&) { (void)w->other.arrive(); }, 200, false));
+  rows.push_back(thread_row<W, no_waker>(
+      "phaser_arrive_broadcast_parked_participant_thread", "ok", no_setup{},
+      [](W& w, stop_token) { return w.mine.wait_blocking(); }, [](W* w, no_waker&) { (void)w->other.arrive(); },
+      200, false));
+  rows.push_back(thread_row<O, no_waker>(
+      "phaser_close_broadcast_parked_observer_thread", "closed", no_setup{},
+      [](O& w, stop_token) { return w.ph->wait_blocking(phase_id{}); }, [](O* w, no_waker&) { w->ph->close(); },
+      200, false));
   rows.push_back(thread_row<O, no_waker>(
       "phaser_arrive_blocked_observer_thread", "ok", no_setup{},
       [](O& w, stop_token t) { return w.ph->wait_blocking(phase_id{}, t); },

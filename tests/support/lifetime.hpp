@@ -333,10 +333,14 @@ row crowd_row(std::string name, int bystanders, const char* bystander_outcome, S
 /// test point before_arm), woken by `complete` on this thread, destroys everything as soon as its
 /// wait returns, racing with the rest of the completing call (repeated, so that ASan sees a late
 /// access when there is one).
+///
+/// A form that parks without a node (the phaser's broadcast parking) never reaches before_arm:
+/// with `queues_a_node` false the thread announces itself just before the call instead, so the
+/// completing call races the thread's way into the wait as well.
 template <class World, class Waker, class Setup, class Wait, class Complete>
 row thread_row(std::string name, const char* expected, Setup setup, Wait wait, Complete complete,
-               int repetitions = 20) {
-  return {std::move(name), [expected, setup, wait, complete, repetitions] {
+               int repetitions = 20, bool queues_a_node = true) {
+  return {std::move(name), [expected, setup, wait, complete, repetitions, queues_a_node] {
             for (int i = 0; i < repetitions; ++i) {
               auto world = std::make_unique<guarded<World>>();
               Waker waker;
@@ -344,7 +348,9 @@ row thread_row(std::string name, const char* expected, Setup setup, Wait wait, C
               World* const raw = world.get();
               std::latch parked(1);
               std::string outcome;
-              std::thread waiter([&parked, &outcome, &wait, token = waker.stop.get_token(), w = std::move(world)]() mutable {
+              std::thread waiter([&parked, &outcome, &wait, queues_a_node, token = waker.stop.get_token(),
+                                  w = std::move(world)]() mutable {
+                if (!queues_a_node) parked.count_down();
                 {
                   const thread_hook hook(asyncband::detail::test_point::before_arm, [&parked] { parked.count_down(); });
                   const auto result = wait(*w, std::move(token));
