@@ -532,6 +532,10 @@ void add_condvar_rows(std::vector<row>& rows) {
                                             }));
   rows.push_back(crowd_row<W, no_waker>("condvar_notify_all_crowd", 3, "ok", no_setup{}, wait, wait,
                                         [](W* w, no_waker&, std::stop_source&) { w->cv.notify_all(); }));
+  // A waiter claimed by notify_one and cancelled before it resumes passes the notification on
+  // (without relocking): the next waiter relocks and destroys the condvar and the mutex.
+  rows.push_back(pass_on_row<W, no_waker>("condvar_notify_one_passed_on", no_setup{}, wait_cancellable, wait,
+                                          [](W* w, no_waker&) { w->cv.notify_one(); }));
   rows.push_back(coroutine_row<W, no_waker>("condvar_stop", "cancelled", no_setup{}, wait_cancellable,
                                             request_stop{}));
   rows.push_back(thread_row<W, no_waker>(
