@@ -387,4 +387,34 @@ TEST(LatchLifetime, TheWaiterMayDestroyTheLatchWhileTheFinalArrivalReturns) {
       count_down, [](latch& l) { l.wait_blocking(); });
 }
 
+// Issue 11: a coroutine without a scheduler, resumed inline inside the final arrival, destroys
+// the latch before arrive() returns. The arrival must not hold a pin of its own while it resumes
+// waiters: the latch's destructor waits for pins, and this one would be further up its stack
+// (it hung forever before the fix).
+task<void> wait_then_destroy(std::unique_ptr<latch>& owner, probe& p) {
+  ++p.started;
+  co_await owner->wait();
+  p.finish(wait_status::ok);
+  owner.reset();
+}
+
+TEST(LatchLifetime, AWaiterResumedInlineByTheFinalArrivalMayDestroyTheLatch) {
+  for (const std::ptrdiff_t n : {1, 3}) {  // count_down(), and arrive(n) reaching zero at once
+    auto owner = std::make_unique<latch>(n);
+    probe seen;
+    task<void> waiter = wait_then_destroy(owner, seen);
+    waiter.handle().resume();  // no scheduler: the final arrival resumes it inline
+    ASSERT_EQ(seen.resumed, 0);
+    latch* const raw = owner.get();
+    if (n == 1) {
+      raw->count_down();
+    } else {
+      raw->arrive(n);
+    }
+    EXPECT_EQ(seen.resumed, 1);
+    EXPECT_EQ(owner, nullptr);
+    EXPECT_TRUE(waiter.done());
+  }
+}
+
 }  // namespace

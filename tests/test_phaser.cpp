@@ -2698,3 +2698,70 @@ TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileTheFinalArrivalNoti
       [](arriving_world& w) { EXPECT_EQ(*w.ph->wait_blocking(asyncband::phase_id{}), asyncband::phase_id{1}); });
 }
 
+// The same for a wait whose own arrival completes the phase (issue 11): every wait form must be
+// over, with nothing of the participant left to touch, once its arrival has resumed the observer.
+
+namespace {
+
+/// How the worker's wait is made: each form arrives, completing phase 0, and so resumes the
+/// observer inline, which destroys the worker before the form returns.
+enum class final_wait_form { co_await_plain, co_await_stop, blocking, blocking_stop, timeout };
+
+task<void> await_as_worker(phaser_participant& worker, final_wait_form form,
+                           std::optional<phase_result>& out) {
+  std::stop_source never;
+  if (form == final_wait_form::co_await_plain) {
+    out.emplace(co_await worker.wait());
+  } else {
+    out.emplace(co_await worker.wait(never.get_token()));
+  }
+}
+
+phase_result wait_as_worker(phaser_participant& worker, final_wait_form form) {
+  std::stop_source never;
+  switch (form) {
+    case final_wait_form::blocking:
+      return worker.wait_blocking();
+    case final_wait_form::blocking_stop:
+      return worker.wait_blocking(never.get_token());
+    default:
+      return worker.wait_timeout(10min);  // the phase completes in the call: no waiting at all
+  }
+}
+
+class PhaserFinalWaitLifetime : public ::testing::TestWithParam<final_wait_form> {};
+
+}  // namespace
+
+TEST_P(PhaserFinalWaitLifetime, AWaiterResumedInlineByTheWaitsOwnArrivalMayDestroyTheParticipant) {
+  auto ph = phaser::create();
+  auto coordinator = std::move(ph->enroll()).value();
+  auto holder = std::make_unique<phaser_participant>(std::move(ph->enroll()).value());
+  ASSERT_TRUE(coordinator.arrive().ok());
+  outcome seen;
+  task<void> observer = observer_dropping_worker(ph, holder, seen);
+  observer.handle().resume();  // no scheduler: the advance resumes it inline
+  ASSERT_EQ(seen.resumed, 0);
+  phaser_participant& worker = *holder;
+  std::optional<phase_result> waited;
+  task<void> waiting;  // keeps a coroutine form's frame until the end of the test
+  if (GetParam() == final_wait_form::co_await_plain || GetParam() == final_wait_form::co_await_stop) {
+    waiting = await_as_worker(worker, GetParam(), waited);
+    waiting.handle().resume();  // arrives, completes phase 0, the observer destroys the worker
+    ASSERT_TRUE(waiting.done());
+  } else {
+    waited = wait_as_worker(worker, GetParam());
+  }
+  EXPECT_TRUE(ended_ok_at(seen, 1));
+  EXPECT_EQ(holder, nullptr);
+  ASSERT_TRUE(waited.has_value());
+  ASSERT_TRUE(waited->ok());
+  EXPECT_EQ((*waited)->value(), 1U);
+  EXPECT_EQ(ph->participants(), 1U);
+  EXPECT_EQ(ph->phase(), phase_id(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryForm, PhaserFinalWaitLifetime,
+                         ::testing::Values(final_wait_form::co_await_plain, final_wait_form::co_await_stop,
+                                           final_wait_form::blocking, final_wait_form::blocking_stop,
+                                           final_wait_form::timeout));

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -905,6 +906,81 @@ TEST(WaitGroupLastOneOut, AssignmentKeepsTheCounts) {
   EXPECT_EQ(other.members(), 1U);
   EXPECT_EQ(b.members(), 1U);
   EXPECT_TRUE(b.is_member());
+}
+
+// Issue 11: the wait forms leave first. When that departure is the last member's, it resumes a
+// scheduler-less waiter inline, which may destroy the handle whose wait is being made: the wait
+// must then be over without reading the handle (heap-use-after-free under ASan before the fix).
+
+task<void> wait_then_drop(wait_group wg, std::unique_ptr<wait_group>& victim, probe& p) {
+  ++p.started;
+  co_await wg.wait();
+  p.finish(wait_status::ok);
+  victim.reset();
+}
+
+task<void> wait_on(wait_group& wg, bool stoppable, std::optional<wait_status>& out) {
+  std::stop_source never;
+  if (stoppable) {
+    out = (co_await wg.wait(never.get_token())).status();
+  } else {
+    co_await wg.wait();
+    out = wait_status::ok;
+  }
+}
+
+class WaitGroupLastDepartureLifetime : public ::testing::TestWithParam<int> {};
+
+TEST_P(WaitGroupLastDepartureLifetime, AWaiterResumedInlineByTheWaitsOwnDepartureMayDestroyTheHandle) {
+  const int form = GetParam();
+  auto holder = std::make_unique<wait_group>();
+  probe seen;
+  task<void> dropper = wait_then_drop(*holder, holder, seen);  // a copy: a second member
+  dropper.handle().resume();  // leaves; waits for the holder, resumed inline by its departure
+  ASSERT_EQ(seen.resumed, 0);
+  wait_group& last = *holder;
+  std::optional<wait_status> waited;
+  task<void> waiting;
+  std::stop_source never;
+  switch (form) {
+    case 0:
+    case 1:
+      waiting = wait_on(last, form == 1, waited);
+      waiting.handle().resume();
+      EXPECT_TRUE(waiting.done());
+      break;
+    case 2:
+      last.wait_blocking();
+      waited = wait_status::ok;
+      break;
+    case 3:
+      waited = last.wait_blocking(never.get_token()).status();
+      break;
+    case 4:
+      waited = last.wait_timeout(10min).status();
+      break;
+    default:
+      asyncband::block_on(last.wait());
+      waited = wait_status::ok;
+      break;
+  }
+  EXPECT_EQ(seen.resumed, 1);
+  EXPECT_EQ(holder, nullptr);
+  EXPECT_EQ(waited, wait_status::ok);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryForm, WaitGroupLastDepartureLifetime, ::testing::Range(0, 6));
+
+TEST(WaitGroupLifetime, AMoveAssignmentLeavesAsItsLastAccess) {
+  auto holder = std::make_unique<wait_group>();
+  probe seen;
+  task<void> dropper = wait_then_drop(*holder, holder, seen);
+  dropper.handle().resume();
+  ASSERT_EQ(seen.resumed, 0);
+  wait_group& target = *holder;
+  target = wait_group();  // the old membership's departure destroys `target`'s owner inline
+  EXPECT_EQ(seen.resumed, 1);
+  EXPECT_EQ(holder, nullptr);
 }
 
 }  // namespace

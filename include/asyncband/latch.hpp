@@ -54,11 +54,14 @@ class latch : public detail::wait_functions<latch> {
         pinned = true;
       }
     } while (!state_.compare_exchange_weak(state, state - n, std::memory_order_acq_rel));
-    // Only the arrival that reaches zero with a waiter flagged takes the lock. Without the flag,
-    // nothing after the decrement touches the latch.
+    // Only the arrival that reaches zero with a waiter flagged takes the lock (and it pinned: the
+    // flag was set). Without the flag, nothing after the decrement touches the latch.
     if (n != 0 && state == (waiters_flag | n)) {
       detail::at_test_point(detail::test_point::woken);
-      queue_.wake_all();
+      // Hands its pin to the wake, which drops it before resolving: a waiter resumed inline may
+      // destroy the latch, and its destructor must not wait for a pin held further up this stack.
+      queue_.wake_all_adopting_pin();
+      return;
     }
     if (pinned) queue_.unpin();
   }

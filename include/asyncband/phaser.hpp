@@ -419,16 +419,26 @@ class phaser_participant_wait : public queued_waiter<phaser> {
   /// Lock-free: an arrival whose phase has already completed (a wait retried after a
   /// cancellation, or after arrive()) needs no lock.
   bool try_ready() noexcept {
-    return participant_->awaiting_ && owner().phase() != participant_->arrived_in_;
+    arrived_in_ = participant_->arrived_in_;
+    return participant_->awaiting_ && owner().phase() != arrived_in_;
   }
 
+  /// Arrives and queues in one lock hold. A wait that completes here reports its completion
+  /// here, under the lock: its own arrival may have completed the phase, and a waiter that
+  /// locked() then resumes inline may destroy the participant (and with it the phaser), so
+  /// nothing after locked() may touch either.
   bool enqueue() noexcept {
     return owner().locked([this](phaser::locked_state& s) {
       if (!participant_->arrive_for_wait_locked(s)) {
         status = wait_status::closed;  // closed, and its arrival's phase (if any) did not complete
         return true;
       }
-      if (owner().phase_locked() != participant_->arrived_in_.value()) return true;
+      arrived_in_ = participant_->arrived_in_;
+      if (owner().phase_locked() != arrived_in_.value()) {
+        participant_->awaiting_ = false;
+        participant_ = nullptr;  // reported: take() must not touch the participant
+        return true;
+      }
       if (owner().closed_locked()) {
         status = wait_status::closed;
         return true;
@@ -438,14 +448,17 @@ class phaser_participant_wait : public queued_waiter<phaser> {
     });
   }
 
-  /// Reports the completion once: the next wait() arrives in the new phase.
+  /// Reports the completion once: the next wait() arrives in the new phase. A wait that was
+  /// queued (or completed lock-free) reports it here, on the waiting side, where the
+  /// participant is still its owner's.
   phase_id take() noexcept {
-    participant_->awaiting_ = false;
-    return participant_->arrived_in_.next();
+    if (participant_ != nullptr) participant_->awaiting_ = false;
+    return arrived_in_.next();
   }
 
  private:
-  phaser_participant* participant_;
+  phaser_participant* participant_;  // null once the completion is reported under the lock
+  phase_id arrived_in_{};            // the phase this wait reports the completion of
 };
 
 /// An observer's wait: until the phase differs from the observed one.
@@ -575,10 +588,23 @@ inline result<phase_id> phaser_participant::arrive() {
 
 inline result<phase_id> phaser_participant::wait_blocking() {
   registered();
-  const bool arrived =
-      phaser_->locked([this](asyncband::phaser::locked_state& s) { return arrive_for_wait_locked(s); });
-  if (!arrived) return wait_status::closed;
-  result<phase_id> outcome = phaser_->block_while_in(arrived_in_);
+  // Decided under the lock, like the node's enqueue(): if the wait is over there (closed, or its
+  // arrival's phase has completed, maybe by this very arrival), it is reported there, because a
+  // waiter that locked() resumes inline may destroy this participant and its phaser. If it is
+  // not over, nobody was woken, and both are this thread's to use.
+  std::optional<result<phase_id>> over;
+  asyncband::phaser* const owner = phaser_.get();
+  owner->locked([this, owner, &over](asyncband::phaser::locked_state& s) {
+    if (!arrive_for_wait_locked(s)) {
+      over = wait_status::closed;
+    } else if (owner->phase_locked() != arrived_in_.value()) {
+      awaiting_ = false;
+      over = arrived_in_.next();
+    }
+    return true;
+  });
+  if (over) return *over;
+  result<phase_id> outcome = owner->block_while_in(arrived_in_);
   if (outcome.ok()) awaiting_ = false;
   return outcome;
 }

@@ -3,13 +3,11 @@
 
 #include <atomic>
 #include <cassert>
-#include <chrono>
 #include <cstddef>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "detail/wait_functions.hpp"
@@ -73,9 +71,9 @@ class wait_group : public detail::wait_functions<wait_group> {
   }
   wait_group& operator=(wait_group&& other) noexcept {
     if (this != &other) {
-      // The old membership leaves last, from a local: leaving may resume a waiter that destroys
-      // this handle at once (last one out), so nothing may write it after the leave.
-      const wait_group departing(std::move(*this));
+      // The old membership leaves last, when `old` goes: its departure may resume a waiter
+      // inline that destroys this handle, so nothing may write the handle after it.
+      wait_group old(std::move(*this));
       state_ = std::move(other.state_);
       member_ = std::exchange(other.member_, false);
     }
@@ -85,20 +83,7 @@ class wait_group : public detail::wait_functions<wait_group> {
   ~wait_group() { leave(); }
 
   /// Gives up this handle's membership; does nothing if it has none.
-  void leave() noexcept {
-    if (!member_) return;
-    member_ = false;
-    auto& members = state_->members;
-    std::size_t current = members.load(std::memory_order_relaxed);
-    while (current > 1) {  // not the last member: lock-free
-      if (members.compare_exchange_weak(current, current - 1, std::memory_order_acq_rel)) return;
-    }
-    // Possibly the last: the move to zero and the wake-up happen under one hold of the lock, so
-    // a new round started meanwhile (a copy, then a wait) is never released by this round.
-    state_->queue.wake([&members](detail::wait_list& waiters, detail::wake_batch& batch) {
-      if (members.fetch_sub(1, std::memory_order_acq_rel) == 1) waiters.claim_all(batch);
-    });
-  }
+  void leave() noexcept { (void)depart(); }
 
   /// True while this handle counts as a member.
   [[nodiscard]] bool is_member() const noexcept { return member_; }
@@ -108,19 +93,7 @@ class wait_group : public detail::wait_functions<wait_group> {
     return state_ ? state_->members.load(std::memory_order_acquire) : 0;
   }
 
-  // The wait forms leave first; see the class contract.
-  [[nodiscard]] auto wait() noexcept { return (leave(), wait_functions::wait()); }
-  [[nodiscard]] auto wait(std::stop_token stop) noexcept {
-    return (leave(), wait_functions::wait(std::move(stop)));
-  }
-  auto wait_blocking() { return (leave(), wait_functions::wait_blocking()); }
-  auto wait_blocking(std::stop_token stop) {
-    return (leave(), wait_functions::wait_blocking(std::move(stop)));
-  }
-  template <class Rep, class Period>
-  auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return (leave(), wait_functions::wait_timeout(timeout));
-  }
+  // The wait forms (inherited) leave first, when the wait is made; see the class contract.
 
  private:
   struct state {
@@ -132,11 +105,15 @@ class wait_group : public detail::wait_functions<wait_group> {
    public:
     using value_type = void;
     static constexpr bool transferable = false;
+    /// Leaves the group first. If that departure was the last, the wait is complete without
+    /// looking at the group again: the departure may have resumed a waiter inline that destroyed
+    /// this handle (and with it, perhaps, the group).
     explicit wait_node(wait_group* group) noexcept : state_(group->state_.get()) {
       assert(state_ != nullptr && "asyncband::wait_group: wait on a moved-from handle");
+      if (group->depart()) state_ = nullptr;
     }
 
-    bool try_ready() noexcept { return empty(); }
+    bool try_ready() noexcept { return state_ == nullptr || empty(); }
     bool enqueue() noexcept {
       return state_->queue.complete_or_enqueue(*this, [this] { return empty(); });
     }
@@ -147,6 +124,26 @@ class wait_group : public detail::wait_functions<wait_group> {
     bool empty() const noexcept { return state_->members.load(std::memory_order_acquire) == 0; }
     state* state_;
   };
+
+  /// Gives up this handle's membership; true if it was the last member's (the count reached
+  /// zero and every waiter was woken). After a true return this handle may be gone: a waiter
+  /// resumed inline may have destroyed it, so callers touch nothing of it afterwards.
+  bool depart() noexcept {
+    if (!member_) return false;
+    member_ = false;
+    auto& members = state_->members;
+    std::size_t current = members.load(std::memory_order_relaxed);
+    while (current > 1) {  // not the last member: lock-free
+      if (members.compare_exchange_weak(current, current - 1, std::memory_order_acq_rel)) return false;
+    }
+    // Possibly the last: the move to zero and the wake-up happen under one hold of the lock, so
+    // a new round started meanwhile (a copy, then a wait) is never released by this round.
+    return state_->queue.wake([&members](detail::wait_list& waiters, detail::wake_batch& batch) {
+      if (members.fetch_sub(1, std::memory_order_acq_rel) != 1) return false;
+      waiters.claim_all(batch);
+      return true;
+    });
+  }
 
   void join() {
     if (!state_) {  // a copy of a moved-from handle is empty too

@@ -14,6 +14,11 @@
 
 namespace asyncband::detail {
 
+/// The claim of a wake-up that completes every queued waiter with outcome `status`.
+inline auto claim_every_waiter(wait_status status) noexcept {
+  return [status](wait_list& waiters, wake_batch& batch) { waiters.claim_all(batch, status); };
+}
+
 class wait_queue {
  public:
   wait_queue() = default;
@@ -91,6 +96,16 @@ class wait_queue {
   /// locked part, so a waiter completed by `claim` may destroy the primitive as soon as it sees it.
   template <class Claim>
   auto wake(Claim&& claim, test_point after_unlock = test_point::claimed_for_wake) noexcept {
+    pin();
+    return wake_adopting_pin(std::forward<Claim>(claim), after_unlock);
+  }
+
+  /// As wake(), for a caller that pinned the queue itself before a lock-free change (a latch's
+  /// final decrement): the caller's pin is dropped here, before anything is resolved. A waker
+  /// must hold no pin of its own while it resolves, since a waiter resumed inline may destroy the
+  /// primitive, and its destructor would wait for that pin forever, further up the same stack.
+  template <class Claim>
+  auto wake_adopting_pin(Claim&& claim, test_point after_unlock = test_point::claimed_for_wake) noexcept {
     const auto run = [&claim](wait_list& waiters, wake_batch& batch) {
       if constexpr (std::is_void_v<std::invoke_result_t<Claim, wait_list&, wake_batch&>>) {
         std::forward<Claim>(claim)(waiters, batch);
@@ -100,22 +115,24 @@ class wait_queue {
       }
     };
     wake_batch batch;
-    pin();
     auto claimed = [&] {
       const std::lock_guard lock(mutex_);
       auto r = run(waiters_, batch);
       at_test_point(test_point::woken);
       return r;
     }();
-    unpin();  // resolving the batch touches only the nodes
+    unpin();  // the last access to the primitive: resolving the batch touches only the nodes
     if (after_unlock != test_point::claimed_for_wake && !batch.empty()) at_test_point(after_unlock);
     batch.resolve_all();
     return claimed;
   }
 
   /// Wakes every queued waiter with outcome `status`.
-  void wake_all(wait_status status = wait_status::ok) noexcept {
-    wake([status](wait_list& waiters, wake_batch& batch) { waiters.claim_all(batch, status); });
+  void wake_all(wait_status status = wait_status::ok) noexcept { wake(claim_every_waiter(status)); }
+
+  /// wake_all() for a caller that already pinned the queue (see wake_adopting_pin).
+  void wake_all_adopting_pin(wait_status status = wait_status::ok) noexcept {
+    wake_adopting_pin(claim_every_waiter(status));
   }
 
   [[nodiscard]] spin_lock& mutex() noexcept { return mutex_; }
