@@ -62,7 +62,8 @@ void add_event_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<W, no_waker>(
       "manual_reset_event_set", "ok", no_setup{}, [](W& w, stop_token) { return w.ev.wait(); }, set));
   rows.push_back(coroutine_row<W, no_waker>(
-      "manual_reset_event_set_cancellable", "ok", no_setup{}, [](W& w, stop_token t) { return w.ev.wait(t); }, set));
+      "manual_reset_event_set_cancellable", "ok", no_setup{}, [](W& w, stop_token t) { return w.ev.wait(t); },
+      set));
   rows.push_back(coroutine_row<W, no_waker>(
       "manual_reset_event_stop", "cancelled", no_setup{}, [](W& w, stop_token t) { return w.ev.wait(t); },
       request_stop{}));
@@ -82,10 +83,11 @@ void add_event_rows(std::vector<row>& rows) {
   using A = are_world;
   const auto notify_one = [](A* w, no_waker&) { w->ev.notify_one(); };
   rows.push_back(coroutine_row<A, no_waker>(
-      "auto_reset_event_notify_one", "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); }, notify_one));
-  rows.push_back(coroutine_row<A, no_waker>(
-      "auto_reset_event_notify_one_cancellable", "ok", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
+      "auto_reset_event_notify_one", "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); },
       notify_one));
+  rows.push_back(coroutine_row<A, no_waker>(
+      "auto_reset_event_notify_one_cancellable", "ok", no_setup{},
+      [](A& w, stop_token t) { return w.ev.wait(t); }, notify_one));
   rows.push_back(coroutine_row<A, no_waker>(
       "auto_reset_event_notify_all", "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); },
       [](A* w, no_waker&) { w->ev.notify_all(); }));
@@ -93,12 +95,13 @@ void add_event_rows(std::vector<row>& rows) {
       "auto_reset_event_stop", "cancelled", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
       request_stop{}));
   rows.push_back(pass_on_row<A, no_waker>(
-      "auto_reset_event_notify_one_permit_passed_on", no_setup{}, [](A& w, stop_token t) { return w.ev.wait(t); },
-      [](A& w, stop_token) { return w.ev.wait(); }, notify_one));
-  rows.push_back(crowd_row<A, no_waker>("auto_reset_event_notify_all_crowd", 3, "ok", no_setup{},
-                                        [](A& w, stop_token) { return w.ev.wait(); },
-                                        [](A& w, stop_token) { return w.ev.wait(); },
-                                        [](A* w, no_waker&, std::stop_source&) { w->ev.notify_all(); }));
+      "auto_reset_event_notify_one_permit_passed_on", no_setup{},
+      [](A& w, stop_token t) { return w.ev.wait(t); }, [](A& w, stop_token) { return w.ev.wait(); },
+      notify_one));
+  rows.push_back(crowd_row<A, no_waker>(
+      "auto_reset_event_notify_all_crowd", 3, "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); },
+      [](A& w, stop_token) { return w.ev.wait(); },
+      [](A* w, no_waker&, std::stop_source&) { w->ev.notify_all(); }));
   rows.push_back(thread_row<A, no_waker>(
       "auto_reset_event_notify_one_blocked_thread", "ok", no_setup{},
       [](A& w, stop_token t) { return w.ev.wait_blocking(t); }, notify_one));
@@ -116,8 +119,8 @@ void add_event_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<L, no_waker>(
       "latch_stop", "cancelled", no_setup{}, [](L& w, stop_token t) { return w.l.wait(t); }, request_stop{}));
   rows.push_back(thread_row<L, no_waker>(
-      "latch_count_down_blocked_thread", "ok", no_setup{}, [](L& w, stop_token t) { return w.l.wait_blocking(t); },
-      [](L* w, no_waker&) { w->l.count_down(); }));
+      "latch_count_down_blocked_thread", "ok", no_setup{},
+      [](L& w, stop_token t) { return w.l.wait_blocking(t); }, [](L* w, no_waker&) { w->l.count_down(); }));
 
   // The waker is the barrier's last arrival: a wait that completes without suspending.
   using B = barrier_world;
@@ -134,13 +137,16 @@ void add_event_rows(std::vector<row>& rows) {
       "barrier_last_wait_timeout", "ok", no_setup{}, [](B& w, stop_token) { return w.b.wait(); },
       [](B* w, no_waker&) { (void)w->b.wait_timeout(1h); }));
   rows.push_back(crowd_row<barrier_of_four, no_waker>(
-      "barrier_last_co_wait_crowd", 2, "ok", no_setup{}, [](barrier_of_four& w, stop_token) { return w.b.wait(); },
+      "barrier_last_co_wait_crowd", 2, "ok", no_setup{},
+      [](barrier_of_four& w, stop_token) { return w.b.wait(); },
       [](barrier_of_four& w, stop_token) { return w.b.wait(); },
       [](barrier_of_four* w, no_waker&, std::stop_source&) { (void)block_on(w->b.wait()); }));
   rows.push_back(coroutine_row<B, no_waker>(
-      "barrier_stop", "cancelled", no_setup{}, [](B& w, stop_token t) { return w.b.wait(t); }, request_stop{}));
+      "barrier_stop", "cancelled", no_setup{}, [](B& w, stop_token t) { return w.b.wait(t); },
+      request_stop{}));
   rows.push_back(thread_row<B, no_waker>(
-      "barrier_last_wait_blocking_thread", "ok", no_setup{}, [](B& w, stop_token t) { return w.b.wait_blocking(t); },
+      "barrier_last_wait_blocking_thread", "ok", no_setup{},
+      [](B& w, stop_token t) { return w.b.wait_blocking(t); },
       [](B* w, no_waker&) { (void)w->b.wait_blocking(); }));
 }
 
@@ -169,17 +175,21 @@ void add_wait_group_rows(std::vector<row>& rows) {
       [](W* w, no_waker&) { w->last.leave(); }));
   rows.push_back(coroutine_row<W, no_waker>("wait_group_last_wait_blocking", "ok", no_setup{}, wait,
                                             [](W* w, no_waker&) { w->last.wait_blocking(); }));
-  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_wait_blocking_cancellable", "ok", no_setup{}, wait,
-                                            [](W* w, no_waker&) { (void)w->last.wait_blocking(stop_token{}); }));
+  rows.push_back(
+      coroutine_row<W, no_waker>("wait_group_last_wait_blocking_cancellable", "ok", no_setup{}, wait,
+                                 [](W* w, no_waker&) { (void)w->last.wait_blocking(stop_token{}); }));
   rows.push_back(coroutine_row<W, no_waker>("wait_group_last_wait_timeout", "ok", no_setup{}, wait,
                                             [](W* w, no_waker&) { (void)w->last.wait_timeout(1h); }));
   rows.push_back(coroutine_row<W, no_waker>("wait_group_last_co_wait", "ok", no_setup{}, wait,
                                             [](W* w, no_waker&) { block_on(w->last.wait()); }));
-  rows.push_back(coroutine_row<W, no_waker>("wait_group_last_co_wait_cancellable", "ok", no_setup{}, wait,
-                                            [](W* w, no_waker&) { (void)block_on(w->last.wait(stop_token{})); }));
+  rows.push_back(
+      coroutine_row<W, no_waker>("wait_group_last_co_wait_cancellable", "ok", no_setup{}, wait,
+                                 [](W* w, no_waker&) { (void)block_on(w->last.wait(stop_token{})); }));
 
   using M = wg_mine_only;
-  const auto other_member = [](M& w, wg_waker& k) { k.last = std::make_unique<asyncband::wait_group>(w.mine); };
+  const auto other_member = [](M& w, wg_waker& k) {
+    k.last = std::make_unique<asyncband::wait_group>(w.mine);
+  };
   rows.push_back(coroutine_row<M, wg_waker>(
       "wait_group_last_destroyed", "ok", other_member, [](M& w, stop_token) { return w.mine.wait(); },
       [](M*, wg_waker& k) { k.last.reset(); }));
@@ -190,11 +200,13 @@ void add_wait_group_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<W, no_waker>("wait_group_last_move_assigned", "ok", no_setup{}, wait,
                                             [](W* w, no_waker&) { w->last = asyncband::wait_group{}; }));
   rows.push_back(coroutine_row<W, wg_waker>(
-      "wait_group_last_copy_assigned", "ok", [](W&, wg_waker& k) { k.last = std::make_unique<asyncband::wait_group>(); },
-      wait, [](W* w, wg_waker& k) { w->last = *k.last; }));
+      "wait_group_last_copy_assigned", "ok",
+      [](W&, wg_waker& k) { k.last = std::make_unique<asyncband::wait_group>(); }, wait,
+      [](W* w, wg_waker& k) { w->last = *k.last; }));
   rows.push_back(crowd_row<W, no_waker>(
       "wait_group_leave_crowd", 3, "ok", no_setup{}, [](W& w, stop_token) { return w.mine.wait(); },
-      [](W& w, stop_token) { return w.mine.wait(); }, [](W* w, no_waker&, std::stop_source&) { w->last.leave(); }));
+      [](W& w, stop_token) { return w.mine.wait(); },
+      [](W* w, no_waker&, std::stop_source&) { w->last.leave(); }));
   rows.push_back(thread_row<W, no_waker>(
       "wait_group_leave_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { w->last.leave(); }));
@@ -240,17 +252,19 @@ void add_phaser_rows(std::vector<row>& rows) {
                                             [](W* w, no_waker&) { (void)w->other.arrive_and_deregister(); }));
   rows.push_back(coroutine_row<W, no_waker>("phaser_close", "closed", no_setup{}, wait,
                                             [](W* w, no_waker&) { w->ph->close(); }));
-  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_co_wait_wakes_participant", "ok", no_setup{}, wait,
-                                            [](W* w, no_waker&) { (void)block_on(w->other.wait()); }));
-  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_wait_blocking_wakes_participant", "ok", no_setup{},
-                                            wait, [](W* w, no_waker&) { (void)w->other.wait_blocking(); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_co_wait_wakes_participant", "ok", no_setup{},
+                                            wait, [](W* w, no_waker&) { (void)block_on(w->other.wait()); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_wait_blocking_wakes_participant", "ok",
+                                            no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)w->other.wait_blocking(); }));
   rows.push_back(coroutine_row<W, no_waker>(
       "phaser_participant_wait_blocking_cancellable_wakes_participant", "ok", no_setup{}, wait,
       [](W* w, no_waker&) { (void)w->other.wait_blocking(stop_token{}); }));
-  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_wait_timeout_wakes_participant", "ok", no_setup{},
-                                            wait, [](W* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
-  rows.push_back(coroutine_row<W, no_waker>("phaser_stop_participant", "cancelled", no_setup{}, wait_cancellable,
-                                            request_stop{}));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_participant_wait_timeout_wakes_participant", "ok",
+                                            no_setup{}, wait,
+                                            [](W* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
+  rows.push_back(coroutine_row<W, no_waker>("phaser_stop_participant", "cancelled", no_setup{},
+                                            wait_cancellable, request_stop{}));
 
   using M = phaser_mine_only;
   const auto wait_mine = [](M& w, stop_token) { return w.mine.wait(); };
@@ -267,17 +281,22 @@ void add_phaser_rows(std::vector<row>& rows) {
   rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive", "ok", no_setup{}, observe,
                                             [](O* w, no_waker&) { (void)w->other.arrive(); }));
   rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive_cancellable", "ok", no_setup{},
-                                            observe_cancellable, [](O* w, no_waker&) { (void)w->other.arrive(); }));
-  rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive_and_deregister", "ok", no_setup{}, observe,
+                                            observe_cancellable,
+                                            [](O* w, no_waker&) { (void)w->other.arrive(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_observer_arrive_and_deregister", "ok", no_setup{},
+                                            observe,
                                             [](O* w, no_waker&) { (void)w->other.arrive_and_deregister(); }));
   rows.push_back(coroutine_row<O, no_waker>("phaser_observer_close", "closed", no_setup{}, observe,
                                             [](O* w, no_waker&) { w->ph->close(); }));
-  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_co_wait_wakes_observer", "ok", no_setup{}, observe,
+  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_co_wait_wakes_observer", "ok", no_setup{},
+                                            observe,
                                             [](O* w, no_waker&) { (void)block_on(w->other.wait()); }));
-  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_blocking_wakes_observer", "ok", no_setup{},
-                                            observe, [](O* w, no_waker&) { (void)w->other.wait_blocking(); }));
-  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_timeout_wakes_observer", "ok", no_setup{},
-                                            observe, [](O* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_blocking_wakes_observer", "ok",
+                                            no_setup{}, observe,
+                                            [](O* w, no_waker&) { (void)w->other.wait_blocking(); }));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_participant_wait_timeout_wakes_observer", "ok",
+                                            no_setup{}, observe,
+                                            [](O* w, no_waker&) { (void)w->other.wait_timeout(1h); }));
   // Assigning to a participant or batch withdraws it first: the handle is the waiter's to destroy.
   rows.push_back(coroutine_row<O, phaser_waker>(
       "phaser_participant_move_assigned_wakes_observer", "ok",
@@ -290,12 +309,13 @@ void add_phaser_rows(std::vector<row>& rows) {
       [](phaser_batch_observed* w, phaser_waker& k) { w->batch = std::move(*k.batch); }));
   rows.push_back(crowd_row<O, no_waker>("phaser_observer_arrive_crowd", 3, "ok", no_setup{}, observe, observe,
                                         [](O* w, no_waker&, std::stop_source&) { (void)w->other.arrive(); }));
-  rows.push_back(coroutine_row<O, no_waker>("phaser_stop_observer", "cancelled", no_setup{}, observe_cancellable,
-                                            request_stop{}));
+  rows.push_back(coroutine_row<O, no_waker>("phaser_stop_observer", "cancelled", no_setup{},
+                                            observe_cancellable, request_stop{}));
 
   rows.push_back(thread_row<W, no_waker>(
       "phaser_arrive_blocked_participant_thread", "ok", no_setup{},
-      [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { (void)w->other.arrive(); }));
+      [](W& w, stop_token t) { return w.mine.wait_blocking(t); },
+      [](W* w, no_waker&) { (void)w->other.arrive(); }));
   // wait_blocking() without a stop token parks on the phaser's broadcast word, not on a node.
   rows.push_back(thread_row<O, no_waker>(
       "phaser_arrive_broadcast_parked_observer_thread", "ok", no_setup{},
@@ -303,12 +323,12 @@ void add_phaser_rows(std::vector<row>& rows) {
       [](O* w, no_waker&) { (void)w->other.arrive(); }, 200, false));
   rows.push_back(thread_row<W, no_waker>(
       "phaser_arrive_broadcast_parked_participant_thread", "ok", no_setup{},
-      [](W& w, stop_token) { return w.mine.wait_blocking(); }, [](W* w, no_waker&) { (void)w->other.arrive(); },
-      200, false));
+      [](W& w, stop_token) { return w.mine.wait_blocking(); },
+      [](W* w, no_waker&) { (void)w->other.arrive(); }, 200, false));
   rows.push_back(thread_row<O, no_waker>(
       "phaser_close_broadcast_parked_observer_thread", "closed", no_setup{},
-      [](O& w, stop_token) { return w.ph->wait_blocking(phase_id{}); }, [](O* w, no_waker&) { w->ph->close(); },
-      200, false));
+      [](O& w, stop_token) { return w.ph->wait_blocking(phase_id{}); },
+      [](O* w, no_waker&) { w->ph->close(); }, 200, false));
   rows.push_back(thread_row<O, no_waker>(
       "phaser_arrive_blocked_observer_thread", "ok", no_setup{},
       [](O& w, stop_token t) { return w.ph->wait_blocking(phase_id{}, t); },
@@ -332,15 +352,17 @@ struct sem_waker : waker_base {
 void add_semaphore_rows(std::vector<row>& rows) {
   using W = sem_world;
   const auto release = [](W* w, no_waker&) { w->s.release(); };
-  rows.push_back(coroutine_row<W, no_waker>("semaphore_release", "ok", no_setup{},
-                                            [](W& w, stop_token) { return w.s.acquire(); }, release));
-  rows.push_back(coroutine_row<W, no_waker>("semaphore_release_cancellable", "ok", no_setup{},
-                                            [](W& w, stop_token t) { return w.s.acquire(1, t); }, release));
-  rows.push_back(coroutine_row<W, no_waker>("semaphore_release_many", "ok", no_setup{},
-                                            [](W& w, stop_token) { return w.s.acquire(3); },
-                                            [](W* w, no_waker&) { w->s.release(3); }));
-  rows.push_back(coroutine_row<W, no_waker>("semaphore_stop", "cancelled", no_setup{},
-                                            [](W& w, stop_token t) { return w.s.acquire(1, t); }, request_stop{}));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "semaphore_release", "ok", no_setup{}, [](W& w, stop_token) { return w.s.acquire(); }, release));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "semaphore_release_cancellable", "ok", no_setup{}, [](W& w, stop_token t) { return w.s.acquire(1, t); },
+      release));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "semaphore_release_many", "ok", no_setup{}, [](W& w, stop_token) { return w.s.acquire(3); },
+      [](W* w, no_waker&) { w->s.release(3); }));
+  rows.push_back(coroutine_row<W, no_waker>(
+      "semaphore_stop", "cancelled", no_setup{}, [](W& w, stop_token t) { return w.s.acquire(1, t); },
+      request_stop{}));
   rows.push_back(pass_on_row<W, no_waker>(
       "semaphore_release_permit_passed_on", no_setup{}, [](W& w, stop_token t) { return w.s.acquire(1, t); },
       [](W& w, stop_token) { return w.s.acquire(); }, release));
@@ -354,19 +376,21 @@ void add_semaphore_rows(std::vector<row>& rows) {
   // A cancelled acquisition passes its partial grant on to the next waiter.
   rows.push_back(crowd_row<sem_one, no_waker>(
       "semaphore_stop_passes_partial_grant_on", 1, "cancelled", no_setup{},
-      [](sem_one& w, stop_token t) { return w.s.acquire(2, t); }, [](sem_one& w, stop_token) { return w.s.acquire(); },
+      [](sem_one& w, stop_token t) { return w.s.acquire(2, t); },
+      [](sem_one& w, stop_token) { return w.s.acquire(); },
       [](sem_one*, no_waker&, std::stop_source& bystanders) { bystanders.request_stop(); }));
-  rows.push_back(thread_row<W, no_waker>("semaphore_release_blocked_thread", "ok", no_setup{},
-                                         [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));
+  rows.push_back(thread_row<W, no_waker>(
+      "semaphore_release_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));
 
   using O = sem_one;
   const auto hold = [](O& w, sem_waker& k) { k.permit = boxed(*w.s.try_acquire()); };
-  rows.push_back(coroutine_row<O, sem_waker>("semaphore_permit_release", "ok", hold,
-                                             [](O& w, stop_token) { return w.s.acquire(); },
-                                             [](O*, sem_waker& k) { k.permit->release(); }));
-  rows.push_back(coroutine_row<O, sem_waker>("semaphore_permit_destroyed", "ok", hold,
-                                             [](O& w, stop_token) { return w.s.acquire(); },
-                                             [](O*, sem_waker& k) { k.permit.reset(); }));
+  rows.push_back(coroutine_row<O, sem_waker>(
+      "semaphore_permit_release", "ok", hold, [](O& w, stop_token) { return w.s.acquire(); },
+      [](O*, sem_waker& k) { k.permit->release(); }));
+  rows.push_back(coroutine_row<O, sem_waker>(
+      "semaphore_permit_destroyed", "ok", hold, [](O& w, stop_token) { return w.s.acquire(); },
+      [](O*, sem_waker& k) { k.permit.reset(); }));
 }
 
 struct mutex_world {
@@ -390,13 +414,13 @@ void add_mutex_rows(std::vector<row>& rows) {
   using W = mutex_world;
   const auto hold = [](W& w, mutex_waker& k) { k.guard = boxed(*w.m.try_lock()); };
   const auto unlock = [](W*, mutex_waker& k) { k.guard->unlock(); };
-  rows.push_back(coroutine_row<W, mutex_waker>("mutex_unlock", "ok", hold,
-                                               [](W& w, stop_token) { return w.m.lock(); }, unlock));
-  rows.push_back(coroutine_row<W, mutex_waker>("mutex_unlock_cancellable", "ok", hold,
-                                               [](W& w, stop_token t) { return w.m.lock(t); }, unlock));
-  rows.push_back(coroutine_row<W, mutex_waker>("mutex_guard_destroyed", "ok", hold,
-                                               [](W& w, stop_token) { return w.m.lock(); },
-                                               [](W*, mutex_waker& k) { k.guard.reset(); }));
+  rows.push_back(coroutine_row<W, mutex_waker>(
+      "mutex_unlock", "ok", hold, [](W& w, stop_token) { return w.m.lock(); }, unlock));
+  rows.push_back(coroutine_row<W, mutex_waker>(
+      "mutex_unlock_cancellable", "ok", hold, [](W& w, stop_token t) { return w.m.lock(t); }, unlock));
+  rows.push_back(coroutine_row<W, mutex_waker>(
+      "mutex_guard_destroyed", "ok", hold, [](W& w, stop_token) { return w.m.lock(); },
+      [](W*, mutex_waker& k) { k.guard.reset(); }));
   rows.push_back(pass_on_row<W, mutex_waker>(
       "mutex_unlock_ownership_passed_on", hold, [](W& w, stop_token t) { return w.m.lock(t); },
       [](W& w, stop_token) { return w.m.lock(); }, unlock));
@@ -406,10 +430,12 @@ void add_mutex_rows(std::vector<row>& rows) {
   for (const int n : {3, 20}) {
     rows.push_back(crowd_row<W, mutex_waker>(
         "mutex_unlock_chain_" + std::to_string(n), n, "ok", hold, [](W& w, stop_token) { return w.m.lock(); },
-        [](W& w, stop_token) { return w.m.lock(); }, [](W*, mutex_waker& k, std::stop_source&) { k.guard->unlock(); }));
+        [](W& w, stop_token) { return w.m.lock(); },
+        [](W*, mutex_waker& k, std::stop_source&) { k.guard->unlock(); }));
   }
-  rows.push_back(thread_row<W, mutex_waker>("mutex_unlock_blocked_thread", "ok", hold,
-                                            [](W& w, stop_token t) { return w.m.lock_blocking(t); }, unlock));
+  rows.push_back(thread_row<W, mutex_waker>(
+      "mutex_unlock_blocked_thread", "ok", hold, [](W& w, stop_token t) { return w.m.lock_blocking(t); },
+      unlock));
 
   using O = owned_mutex_world;
   rows.push_back(coroutine_row<O, owned_mutex_waker>(
@@ -451,12 +477,12 @@ void add_rwlock_rows(std::vector<row>& rows) {
   const auto write = [](W& w, stop_token) { return w.rw.write(); };
   rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_write_unlock_wakes_reader", "ok", hold_write, read,
                                                 [](W*, rwlock_waker& k) { k.writer->unlock(); }));
-  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_write_guard_destroyed_wakes_writer", "ok", hold_write, write,
-                                                [](W*, rwlock_waker& k) { k.writer.reset(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_write_guard_destroyed_wakes_writer", "ok", hold_write,
+                                                write, [](W*, rwlock_waker& k) { k.writer.reset(); }));
   rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_read_unlock_wakes_writer", "ok", hold_read, write,
                                                 [](W*, rwlock_waker& k) { k.reader->unlock(); }));
-  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_read_guard_destroyed_wakes_writer", "ok", hold_read, write,
-                                                [](W*, rwlock_waker& k) { k.reader.reset(); }));
+  rows.push_back(coroutine_row<W, rwlock_waker>("rwlock_read_guard_destroyed_wakes_writer", "ok", hold_read,
+                                                write, [](W*, rwlock_waker& k) { k.reader.reset(); }));
   rows.push_back(coroutine_row<W, rwlock_waker>(
       "rwlock_write_unlock_wakes_reader_cancellable", "ok", hold_write,
       [](W& w, stop_token t) { return w.rw.read(t); }, [](W*, rwlock_waker& k) { k.writer->unlock(); }));
@@ -482,17 +508,19 @@ void add_rwlock_rows(std::vector<row>& rows) {
         "rwlock_write_unlock_writer_chain_" + std::to_string(n), n, "ok", hold_write, write, write,
         [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
   }
-  rows.push_back(crowd_row<W, rwlock_waker>("rwlock_write_unlock_wakes_readers", 3, "ok", hold_write, read, read,
-                                            [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
+  rows.push_back(
+      crowd_row<W, rwlock_waker>("rwlock_write_unlock_wakes_readers", 3, "ok", hold_write, read, read,
+                                 [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
   // A cancelled write passes the read shares it had gathered on to the reader queued behind it.
   rows.push_back(crowd_row<rwlock_read_held, no_waker>(
       "rwlock_stop_writer_lets_reader_in", 1, "cancelled", no_setup{},
       [](rwlock_read_held& w, stop_token t) { return w.rw.write(t); },
       [](rwlock_read_held& w, stop_token) { return w.rw.read(); },
       [](rwlock_read_held*, no_waker&, std::stop_source& bystanders) { bystanders.request_stop(); }));
-  rows.push_back(thread_row<W, rwlock_waker>("rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
-                                             [](W& w, stop_token t) { return w.rw.read_blocking(t); },
-                                             [](W*, rwlock_waker& k) { k.writer->unlock(); }));
+  rows.push_back(thread_row<W, rwlock_waker>(
+      "rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
+      [](W& w, stop_token t) { return w.rw.read_blocking(t); },
+      [](W*, rwlock_waker& k) { k.writer->unlock(); }));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -512,8 +540,8 @@ void add_condvar_rows(std::vector<row>& rows) {
                                             [](W* w, no_waker&) { w->cv.notify_one(); }));
   rows.push_back(coroutine_row<W, no_waker>("condvar_notify_all", "ok", no_setup{}, wait,
                                             [](W* w, no_waker&) { w->cv.notify_all(); }));
-  rows.push_back(coroutine_row<W, no_waker>("condvar_notify_one_cancellable", "ok", no_setup{}, wait_cancellable,
-                                            [](W* w, no_waker&) { w->cv.notify_one(); }));
+  rows.push_back(coroutine_row<W, no_waker>("condvar_notify_one_cancellable", "ok", no_setup{},
+                                            wait_cancellable, [](W* w, no_waker&) { w->cv.notify_one(); }));
   rows.push_back(coroutine_row<W, no_waker>(
       "condvar_wait_while_notify_one", "ok", no_setup{},
       [](W& w, stop_token) {
@@ -536,8 +564,8 @@ void add_condvar_rows(std::vector<row>& rows) {
   // (without relocking): the next waiter relocks and destroys the condvar and the mutex.
   rows.push_back(pass_on_row<W, no_waker>("condvar_notify_one_passed_on", no_setup{}, wait_cancellable, wait,
                                           [](W* w, no_waker&) { w->cv.notify_one(); }));
-  rows.push_back(coroutine_row<W, no_waker>("condvar_stop", "cancelled", no_setup{}, wait_cancellable,
-                                            request_stop{}));
+  rows.push_back(
+      coroutine_row<W, no_waker>("condvar_stop", "cancelled", no_setup{}, wait_cancellable, request_stop{}));
   rows.push_back(thread_row<W, no_waker>(
       "condvar_notify_one_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.cv.wait_blocking(std::move(*w.m.try_lock()), t); },
@@ -562,16 +590,19 @@ void add_oneshot_rows(std::vector<row>& rows) {
   const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
   const auto send = [](W* w, auto&) { (void)w->ch.first.send(1); };
   rows.push_back(coroutine_row<W, no_waker>("oneshot_send", "ok", no_setup{}, recv, send));
-  rows.push_back(coroutine_row<W, no_waker>("oneshot_send_cancellable", "ok", no_setup{}, recv_cancellable, send));
+  rows.push_back(
+      coroutine_row<W, no_waker>("oneshot_send_cancellable", "ok", no_setup{}, recv_cancellable, send));
   rows.push_back(coroutine_row<W, oneshot_waker>(
-      "oneshot_sender_destroyed", "closed", [](W& w, oneshot_waker& k) { k.tx = boxed(std::move(w.ch.first)); },
-      recv, [](W*, oneshot_waker& k) { k.tx.reset(); }));
+      "oneshot_sender_destroyed", "closed",
+      [](W& w, oneshot_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
+      [](W*, oneshot_waker& k) { k.tx.reset(); }));
   rows.push_back(coroutine_row<W, no_waker>("oneshot_receiver_close", "closed", no_setup{}, recv,
                                             [](W* w, no_waker&) { w->ch.second.close(); }));
-  rows.push_back(coroutine_row<W, no_waker>("oneshot_stop", "cancelled", no_setup{}, recv_cancellable,
-                                            request_stop{}));
-  rows.push_back(thread_row<W, no_waker>("oneshot_send_blocked_thread", "ok", no_setup{},
-                                         [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
+  rows.push_back(
+      coroutine_row<W, no_waker>("oneshot_stop", "cancelled", no_setup{}, recv_cancellable, request_stop{}));
+  rows.push_back(thread_row<W, no_waker>(
+      "oneshot_send_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
 }
 
 struct unbounded_world {
@@ -588,21 +619,25 @@ void add_unbounded_rows(std::vector<row>& rows) {
   const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
   const auto send = [](W* w, auto&) { (void)w->ch.first.send(1); };
   rows.push_back(coroutine_row<W, no_waker>("unbounded_send", "ok", no_setup{}, recv, send));
-  rows.push_back(coroutine_row<W, no_waker>("unbounded_send_cancellable", "ok", no_setup{}, recv_cancellable, send));
+  rows.push_back(
+      coroutine_row<W, no_waker>("unbounded_send_cancellable", "ok", no_setup{}, recv_cancellable, send));
   rows.push_back(coroutine_row<W, unbounded_waker>(
-      "unbounded_sender_destroyed", "closed", [](W& w, unbounded_waker& k) { k.tx = boxed(std::move(w.ch.first)); },
-      recv, [](W*, unbounded_waker& k) { k.tx.reset(); }));
+      "unbounded_sender_destroyed", "closed",
+      [](W& w, unbounded_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
+      [](W*, unbounded_waker& k) { k.tx.reset(); }));
   rows.push_back(coroutine_row<W, no_waker>("unbounded_receiver_close", "closed", no_setup{}, recv,
                                             [](W* w, no_waker&) { w->ch.second.close(); }));
   rows.push_back(coroutine_row<W, no_waker>("unbounded_stop", "cancelled", no_setup{}, recv_cancellable,
                                             request_stop{}));
-  rows.push_back(thread_row<W, no_waker>("unbounded_send_blocked_thread", "ok", no_setup{},
-                                         [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
+  rows.push_back(thread_row<W, no_waker>(
+      "unbounded_send_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
 }
 
 // A receiver waiting on an empty bounded channel.
 struct bounded_world {
-  std::pair<asyncband::mpsc::sender<int>, asyncband::mpsc::receiver<int>> ch = asyncband::mpsc::bounded<int>(1);
+  std::pair<asyncband::mpsc::sender<int>, asyncband::mpsc::receiver<int>> ch =
+      asyncband::mpsc::bounded<int>(1);
 };
 struct bounded_with_permit : bounded_world {
   std::optional<asyncband::mpsc::permit<int>> permit = ch.first.try_reserve().value();
@@ -625,14 +660,15 @@ void add_bounded_rows(std::vector<row>& rows) {
   const auto recv = [](W& w, stop_token) { return w.ch.second.recv(); };
   const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
   const auto try_send = [](W* w, auto&) { (void)w->ch.first.try_send(1); };
-  rows.push_back(coroutine_row<W, no_waker>("bounded_try_send_wakes_receiver", "ok", no_setup{}, recv, try_send));
+  rows.push_back(
+      coroutine_row<W, no_waker>("bounded_try_send_wakes_receiver", "ok", no_setup{}, recv, try_send));
   rows.push_back(coroutine_row<W, no_waker>("bounded_try_send_wakes_receiver_cancellable", "ok", no_setup{},
                                             recv_cancellable, try_send));
   rows.push_back(coroutine_row<W, no_waker>("bounded_co_send_wakes_receiver", "ok", no_setup{}, recv,
                                             [](W* w, no_waker&) { (void)block_on(w->ch.first.send(1)); }));
-  rows.push_back(coroutine_row<W, no_waker>(
-      "bounded_co_send_cancellable_wakes_receiver", "ok", no_setup{}, recv,
-      [](W* w, no_waker&) { (void)block_on(w->ch.first.send(1, stop_token{})); }));
+  rows.push_back(
+      coroutine_row<W, no_waker>("bounded_co_send_cancellable_wakes_receiver", "ok", no_setup{}, recv,
+                                 [](W* w, no_waker&) { (void)block_on(w->ch.first.send(1, stop_token{})); }));
   rows.push_back(coroutine_row<W, no_waker>("bounded_send_blocking_wakes_receiver", "ok", no_setup{}, recv,
                                             [](W* w, no_waker&) { (void)w->ch.first.send_blocking(1); }));
   rows.push_back(coroutine_row<bounded_with_permit, no_waker>(
@@ -647,12 +683,13 @@ void add_bounded_rows(std::vector<row>& rows) {
       "bounded_sender_destroyed_wakes_receiver", "closed",
       [](W& w, bounded_rx_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
       [](W*, bounded_rx_waker& k) { k.tx.reset(); }));
-  rows.push_back(coroutine_row<W, no_waker>("bounded_receiver_close_wakes_receiver", "closed", no_setup{}, recv,
-                                            [](W* w, no_waker&) { w->ch.second.close(); }));
-  rows.push_back(coroutine_row<W, no_waker>("bounded_stop_receiver", "cancelled", no_setup{}, recv_cancellable,
-                                            request_stop{}));
-  rows.push_back(thread_row<W, no_waker>("bounded_try_send_blocked_receiver_thread", "ok", no_setup{},
-                                         [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, try_send));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_receiver_close_wakes_receiver", "closed", no_setup{},
+                                            recv, [](W* w, no_waker&) { w->ch.second.close(); }));
+  rows.push_back(coroutine_row<W, no_waker>("bounded_stop_receiver", "cancelled", no_setup{},
+                                            recv_cancellable, request_stop{}));
+  rows.push_back(thread_row<W, no_waker>(
+      "bounded_try_send_blocked_receiver_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, try_send));
 
   using S = bounded_sender_world;
   using K = bounded_tx_waker;
@@ -671,26 +708,31 @@ void add_bounded_rows(std::vector<row>& rows) {
   const auto send = [](S& w, stop_token) { return w.tx->send(2); };
   const auto try_recv = [](S*, K& k) { (void)k.rx->try_recv(); };
   rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_sender", "ok", full, send, try_recv));
-  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_sender_cancellable", "ok", full,
-                                     [](S& w, stop_token t) { return w.tx->send(2, t); }, try_recv));
+  rows.push_back(coroutine_row<S, K>(
+      "bounded_try_recv_wakes_sender_cancellable", "ok", full,
+      [](S& w, stop_token t) { return w.tx->send(2, t); }, try_recv));
   rows.push_back(coroutine_row<S, K>("bounded_co_recv_wakes_sender", "ok", full, send,
                                      [](S*, K& k) { (void)block_on(k.rx->recv()); }));
   rows.push_back(coroutine_row<S, K>("bounded_recv_blocking_wakes_sender", "ok", full, send,
                                      [](S*, K& k) { (void)k.rx->recv_blocking(); }));
-  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_reserve", "ok", full,
-                                     [](S& w, stop_token) { return w.tx->reserve(); }, try_recv));
-  rows.push_back(coroutine_row<S, K>("bounded_try_recv_wakes_reserve_owned", "ok", full,
-                                     [](S& w, stop_token) { return w.tx->reserve_owned(); }, try_recv));
-  rows.push_back(coroutine_row<S, K>("bounded_owned_permit_destroyed_wakes_sender", "ok", full_by_permit, send,
-                                     [](S*, K& k) { k.permit.reset(); }));
+  rows.push_back(coroutine_row<S, K>(
+      "bounded_try_recv_wakes_reserve", "ok", full, [](S& w, stop_token) { return w.tx->reserve(); },
+      try_recv));
+  rows.push_back(coroutine_row<S, K>(
+      "bounded_try_recv_wakes_reserve_owned", "ok", full,
+      [](S& w, stop_token) { return w.tx->reserve_owned(); }, try_recv));
+  rows.push_back(coroutine_row<S, K>("bounded_owned_permit_destroyed_wakes_sender", "ok", full_by_permit,
+                                     send, [](S*, K& k) { k.permit.reset(); }));
   rows.push_back(coroutine_row<S, K>("bounded_receiver_destroyed_wakes_sender", "disconnected", full, send,
                                      [](S*, K& k) { k.rx.reset(); }));
   rows.push_back(coroutine_row<S, K>("bounded_receiver_close_wakes_sender", "disconnected", full, send,
                                      [](S*, K& k) { k.rx->close(); }));
-  rows.push_back(coroutine_row<S, K>("bounded_stop_sender", "cancelled", full,
-                                     [](S& w, stop_token t) { return w.tx->send(2, t); }, request_stop{}));
-  rows.push_back(thread_row<S, K>("bounded_try_recv_blocked_sender_thread", "ok", full,
-                                  [](S& w, stop_token t) { return w.tx->send_blocking(2, t); }, try_recv));
+  rows.push_back(coroutine_row<S, K>(
+      "bounded_stop_sender", "cancelled", full, [](S& w, stop_token t) { return w.tx->send(2, t); },
+      request_stop{}));
+  rows.push_back(thread_row<S, K>(
+      "bounded_try_recv_blocked_sender_thread", "ok", full,
+      [](S& w, stop_token t) { return w.tx->send_blocking(2, t); }, try_recv));
 }
 
 std::vector<row> all_rows() {

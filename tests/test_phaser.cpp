@@ -2695,7 +2695,9 @@ TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileCloseNotifies) {
 TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileTheFinalArrivalNotifies) {
   asyncband_test::waiter_destroys_while_the_waker_returns(
       [] { return std::make_unique<arriving_world>(); }, [](arriving_world& w) { (void)w.p.arrive(); },
-      [](arriving_world& w) { EXPECT_EQ(*w.ph->wait_blocking(asyncband::phase_id{}), asyncband::phase_id{1}); });
+      [](arriving_world& w) {
+        EXPECT_EQ(*w.ph->wait_blocking(asyncband::phase_id{}), asyncband::phase_id{1});
+      });
 }
 
 // The same for a wait whose own arrival completes the phase (issue 11): every wait form must be

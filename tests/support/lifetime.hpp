@@ -18,16 +18,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <asyncband/detail/awaitable_traits.hpp>
 #include <asyncband/detail/waiter.hpp>
 #include <asyncband/result.hpp>
-#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <condition_variable>
 #include <coroutine>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <latch>
@@ -53,8 +53,8 @@ class watchdog {
     thread_ = std::thread([this, limit] {
       std::unique_lock lock(mutex_);
       if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-        std::fprintf(stderr, "lifetime row '%s': not finished after %lld s (a hang); aborting\n", name_.c_str(),
-                     static_cast<long long>(limit.count()));
+        std::fprintf(stderr, "lifetime row '%s': not finished after %lld s (a hang); aborting\n",
+                     name_.c_str(), static_cast<long long>(limit.count()));
         std::fflush(stderr);
         std::abort();
       }
@@ -255,7 +255,8 @@ row coroutine_row(std::string name, const char* expected, Setup setup, Wait wait
             setup(*world, waker);
             World* const raw = world.get();
             waiter_record rec;
-            const inline_coroutine co = destroying_waiter<World>(std::move(world), wait, waker.stop.get_token(), rec);
+            const inline_coroutine co =
+                destroying_waiter<World>(std::move(world), wait, waker.stop.get_token(), rec);
             ASSERT_EQ(rec.started, 1);
             // Completed at once: the World is gone already and the row tests nothing.
             ASSERT_EQ(rec.resumed, 0) << "the wait completed without suspending: fix the row's setup";
@@ -280,11 +281,13 @@ row pass_on_row(std::string name, Setup setup, WaitA wait_a, WaitB wait_b, Compl
             waiter_record b;
             std::stop_source stop_a;
             const inline_coroutine co_a = bystander_waiter(raw, wait_a, stop_a.get_token(), a);
-            const inline_coroutine co_b = destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
+            const inline_coroutine co_b =
+                destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
             ASSERT_EQ(a.started + b.started, 2);
             ASSERT_EQ(a.resumed + b.resumed, 0) << "a wait completed without suspending: fix the row's setup";
             {
-              const thread_hook hook(asyncband::detail::test_point::claimed_for_wake, [&] { stop_a.request_stop(); });
+              const thread_hook hook(asyncband::detail::test_point::claimed_for_wake,
+                                     [&] { stop_a.request_stop(); });
               complete(raw, waker);
             }
             EXPECT_EQ(a.resumed, 1);
@@ -315,7 +318,8 @@ row crowd_row(std::string name, int bystanders, const char* bystander_outcome, S
             std::vector<inline_coroutine> co_a;
             for (auto& rec : a) co_a.push_back(bystander_waiter(raw, wait_a, stop_a.get_token(), rec));
             waiter_record b;
-            const inline_coroutine co_b = destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
+            const inline_coroutine co_b =
+                destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
             for (const auto& rec : a) ASSERT_EQ(rec.resumed, 0) << "a wait completed without suspending";
             ASSERT_EQ(b.resumed, 0) << "a wait completed without suspending: fix the row's setup";
             complete(raw, waker, stop_a);
@@ -352,7 +356,8 @@ row thread_row(std::string name, const char* expected, Setup setup, Wait wait, C
                                   w = std::move(world)]() mutable {
                 if (!queues_a_node) parked.count_down();
                 {
-                  const thread_hook hook(asyncband::detail::test_point::before_arm, [&parked] { parked.count_down(); });
+                  const thread_hook hook(asyncband::detail::test_point::before_arm,
+                                         [&parked] { parked.count_down(); });
                   const auto result = wait(*w, std::move(token));
                   outcome = outcome_of(result);
                 }
