@@ -758,10 +758,10 @@ TEST_P(lifetime, WaiterResumedInlineDestroysEverything) {
   r.body();
 }
 
-INSTANTIATE_TEST_SUITE_P(rows, lifetime, testing::ValuesIn(all_rows()),
+INSTANTIATE_TEST_SUITE_P(test_lifetime, lifetime, testing::ValuesIn(all_rows()),
                          [](const testing::TestParamInfo<row>& info) { return info.param.name; });
 
-TEST(lifetime_table, RowNamesAreUnique) {
+TEST(test_lifetime_table, RowNamesAreUnique) {
   std::vector<std::string> names;
   for (const row& r : all_rows()) names.push_back(r.name);
   std::sort(names.begin(), names.end());

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <ostream>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -233,6 +234,11 @@ struct row {
   std::string name;
   std::function<void()> body;
 };
+
+/// GoogleTest prints a parameter by its name (instead of its bytes, in test listings).
+inline void PrintTo(const row& r, std::ostream* os) {
+  *os << r.name;
+}
 
 /// After the completing operation: the waiter resumed once, inline on this thread, with the
 /// expected outcome, and destroyed everything. A waiter that never resumed is destroyed here
