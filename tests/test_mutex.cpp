@@ -28,6 +28,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "support/last_one_out.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -1180,6 +1181,39 @@ TEST(MutexStress, PoolTasksAndPlainThreadsExcludeEachOther) {
   RecordProperty("cancelled", static_cast<int>(st.cancelled.load()));
   RecordProperty("timed_out", static_cast<int>(st.timed_out.load()));
   RecordProperty("try_failed", static_cast<int>(st.try_failed.load()));
+}
+
+// Last one out for the waker's own guard (found by the lifetime harness, tests/test_lifetime.cpp):
+// the lock holder's guard is among what a waiter resumed inline by the unlock may destroy. unlock()
+// wrote the guard after releasing, and move assignment unlocked first and then wrote the guard
+// (heap-use-after-free under ASan; the assignment also fails the harness's late-write check).
+
+struct mutex_guard_in_world {
+  asyncband::mutex<int> m;
+  std::optional<asyncband::mutex_guard<int>> held;  // in the World: a late write shows
+};
+struct another_mutex : asyncband_test::lifetime::waker_base {
+  asyncband::mutex<int> other;
+};
+
+TEST(MutexLastOneOut, UnlockIsTheGuardsLastAccess) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<mutex_guard_in_world, another_mutex>(
+      "unlock", "ok",
+      [](mutex_guard_in_world& w, another_mutex&) { w.held.emplace(std::move(*w.m.try_lock())); },
+      [](mutex_guard_in_world& w, std::stop_token) { return w.m.lock(); },
+      [](mutex_guard_in_world* w, another_mutex&) { w->held->unlock(); })
+      .body();
+}
+
+TEST(MutexLastOneOut, MoveAssignmentUnlocksAsItsLastAccess) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<mutex_guard_in_world, another_mutex>(
+      "move_assigned", "ok",
+      [](mutex_guard_in_world& w, another_mutex&) { w.held.emplace(std::move(*w.m.try_lock())); },
+      [](mutex_guard_in_world& w, std::stop_token) { return w.m.lock(); },
+      [](mutex_guard_in_world* w, another_mutex& k) { *w->held = std::move(*k.other.try_lock()); })
+      .body();
 }
 
 }  // namespace

@@ -68,8 +68,13 @@ class [[nodiscard]] mutex_guard {
   mutex_guard(mutex_guard&& other) noexcept
       : permit_(std::move(other.permit_)), mutex_(std::exchange(other.mutex_, nullptr)) {}
   mutex_guard& operator=(mutex_guard&& other) noexcept {
-    permit_ = std::move(other.permit_);  // unlocks what this guard held first
-    mutex_ = std::exchange(other.mutex_, nullptr);
+    if (this != &other) {
+      // What this guard held is unlocked last, from a local: the unlock may resume a waiter
+      // inline that destroys this guard at once (last one out).
+      const mutex_guard departing(std::move(*this));
+      permit_ = std::move(other.permit_);
+      mutex_ = std::exchange(other.mutex_, nullptr);
+    }
     return *this;
   }
   mutex_guard(const mutex_guard&) = delete;
@@ -85,8 +90,8 @@ class [[nodiscard]] mutex_guard {
 
   /// Unlocks now; the guard gives no access afterwards.
   void unlock() noexcept {
-    permit_.release();
     mutex_ = nullptr;
+    permit_.release();  // last: a waiter it resumes inline may destroy this guard
   }
 
   /// A guard of part of the value: `f(T&)` returns a reference into it. If f throws, this guard
