@@ -32,6 +32,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "support/last_one_out.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -1366,6 +1367,29 @@ TEST(SemaphoreStress, PoolTasksAndPlainThreadsNeverHoldMoreThanThePermits) {
   RecordProperty("cancelled", st.cancelled.load());
   RecordProperty("timed_out", st.timed_out.load());
   RecordProperty("refused", st.refused.load());
+}
+
+// Last one out for the waker's own permit (found by the lifetime harness, tests/test_lifetime.cpp):
+// move assignment released the old permits and then wrote the permit, which a waiter resumed
+// inline by that release may already have destroyed (heap-use-after-free under ASan; the
+// harness's late-write check fails without it).
+
+struct permit_in_world {
+  asyncband::semaphore s{1};
+  std::optional<asyncband::semaphore_permit> held;  // in the World: a late write shows
+};
+struct another_semaphore : asyncband_test::lifetime::waker_base {
+  asyncband::semaphore other{1};
+};
+
+TEST(SemaphoreLastOneOut, PermitMoveAssignmentReleasesAsItsLastAccess) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<permit_in_world, another_semaphore>(
+      "move_assigned", "ok",
+      [](permit_in_world& w, another_semaphore&) { w.held.emplace(std::move(*w.s.try_acquire())); },
+      [](permit_in_world& w, std::stop_token) { return w.s.acquire(); },
+      [](permit_in_world* w, another_semaphore& k) { *w->held = std::move(*k.other.try_acquire()); })
+      .body();
 }
 
 }  // namespace

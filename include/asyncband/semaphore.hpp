@@ -57,7 +57,9 @@ class [[nodiscard]] semaphore_permit {
       : semaphore_(std::exchange(other.semaphore_, nullptr)), count_(std::exchange(other.count_, 0)) {}
   semaphore_permit& operator=(semaphore_permit&& other) noexcept {
     if (this != &other) {
-      release();
+      // The old permits are released last, from a local: the release may resume a waiter inline
+      // that destroys this permit at once (last one out).
+      const semaphore_permit departing(std::move(*this));
       semaphore_ = std::exchange(other.semaphore_, nullptr);
       count_ = std::exchange(other.count_, 0);
     }
