@@ -33,6 +33,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "support/count_scope.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -1599,6 +1600,27 @@ TEST(OneshotStress, EveryValueIsReceivedHandedBackOrDestroyedExactlyOnce) {
   RecordProperty("handed_back", handed_back);
   RecordProperty("destroyed_by_receiver", destroyed_by_receiver);
   RecordProperty("cancellations", cancellations);
+}
+
+// Last one out for the sender (found by the lifetime harness, tests/test_lifetime.cpp): move
+// assignment dropped the old sender, waking the receiver inline, and then wrote the sender, which
+// that receiver may already have destroyed (caught by the harness's late-write check; ASan).
+
+struct oneshot_pair {
+  std::pair<asyncband::oneshot::sender<int>, asyncband::oneshot::receiver<int>> ch =
+      asyncband::oneshot::channel<int>();
+};
+struct another_oneshot : asyncband_test::lifetime::waker_base {
+  oneshot_pair other;
+};
+
+TEST(OneshotLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<oneshot_pair, another_oneshot>(
+      "move_assigned", "closed", no_setup{},
+      [](oneshot_pair& w, std::stop_token) { return w.ch.second.recv(); },
+      [](oneshot_pair* w, another_oneshot& k) { w->ch.first = std::move(k.other.ch.first); })
+      .body();
 }
 
 }  // namespace

@@ -186,7 +186,7 @@ class [[nodiscard]] sender {
   sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
-      reset();
+      const sender departing(std::move(*this));  // goes last: it may wake the receiver inline
       state_ = std::exchange(other.state_, nullptr);
     }
     return *this;
