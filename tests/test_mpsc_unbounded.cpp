@@ -39,6 +39,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "support/last_one_out.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -1725,4 +1726,27 @@ TEST(UnboundedThrowingPayload, AMoveThatThrowsInTheReceiveLeavesTheValueForTheNe
   auto second = rx.recv_blocking();
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->id, 2);
+}
+
+// Last one out for the sender (found by the lifetime harness, tests/test_lifetime.cpp): move
+// assignment dropped the last producer, waking the receiver inline, and then wrote the sender,
+// which that receiver may already have destroyed (caught by the harness's late-write check; ASan).
+
+namespace {
+struct unbounded_pair {
+  std::pair<asyncband::mpsc::unbounded_sender<int>, asyncband::mpsc::unbounded_receiver<int>> ch =
+      asyncband::mpsc::unbounded<int>();
+};
+struct another_unbounded : asyncband_test::lifetime::waker_base {
+  unbounded_pair other;
+};
+}  // namespace
+
+TEST(UnboundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<unbounded_pair, another_unbounded>(
+      "move_assigned", "closed", no_setup{},
+      [](unbounded_pair& w, std::stop_token) { return w.ch.second.recv(); },
+      [](unbounded_pair* w, another_unbounded& k) { w->ch.first = std::move(k.other.ch.first); })
+      .body();
 }

@@ -200,7 +200,7 @@ class unbounded_sender {
   }
   unbounded_sender& operator=(unbounded_sender&& other) noexcept {
     if (this != &other) {
-      reset();
+      const unbounded_sender departing(std::move(*this));  // goes last: it may wake the receiver inline
       state_ = std::exchange(other.state_, nullptr);
     }
     return *this;
