@@ -49,6 +49,7 @@
 #include "asyncband/semaphore.hpp"
 #include "support/count_scope.hpp"
 #include "support/last_one_out.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -3485,6 +3486,27 @@ TEST(MpscBoundedStress, SoakOfCloseAndCancelRacesDeliversOrHandsBackEveryValueEx
       "%d handed back, %d receives cancelled) in %lld ms\n",
       channels_run, stops, closes, receivers_gone, received, handed_back, receive_cancels,
       static_cast<long long>(elapsed.count()));
+}
+
+// Last one out for the sender (found by the lifetime harness, tests/test_lifetime.cpp): move
+// assignment dropped the last producer, waking the receiver inline, and then wrote the sender,
+// which that receiver may already have destroyed (caught by the harness's late-write check; ASan).
+
+struct bounded_pair {
+  std::pair<asyncband::mpsc::sender<int>, asyncband::mpsc::receiver<int>> ch =
+      asyncband::mpsc::bounded<int>(1);
+};
+struct another_bounded : asyncband_test::lifetime::waker_base {
+  bounded_pair other;
+};
+
+TEST(BoundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
+  using namespace asyncband_test::lifetime;
+  coroutine_row<bounded_pair, another_bounded>(
+      "move_assigned", "closed", no_setup{},
+      [](bounded_pair& w, std::stop_token) { return w.ch.second.recv(); },
+      [](bounded_pair* w, another_bounded& k) { w->ch.first = std::move(k.other.ch.first); })
+      .body();
 }
 
 }  // namespace

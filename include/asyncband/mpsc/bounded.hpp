@@ -443,7 +443,7 @@ class sender {
   }
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
-      reset();
+      const sender departing(std::move(*this));  // goes last: it may wake the receiver inline
       state_ = std::exchange(other.state_, nullptr);
     }
     return *this;
