@@ -345,6 +345,13 @@ struct sem_world {
 struct sem_one {
   asyncband::semaphore s{1};
 };
+struct sem_permit_in_world {
+  asyncband::semaphore s{1};
+  std::optional<asyncband::semaphore_permit> held;  // in the World: a late write shows
+};
+struct sem_elsewhere : waker_base {
+  asyncband::semaphore other{1};
+};
 struct sem_waker : waker_base {
   std::unique_ptr<asyncband::semaphore_permit> permit;
 };
@@ -383,6 +390,12 @@ void add_semaphore_rows(std::vector<row>& rows) {
       "semaphore_release_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));
 
+  rows.push_back(coroutine_row<sem_permit_in_world, sem_elsewhere>(
+      "semaphore_permit_move_assigned_destroyed_by_waiter", "ok",
+      [](sem_permit_in_world& w, sem_elsewhere&) { w.held.emplace(std::move(*w.s.try_acquire())); },
+      [](sem_permit_in_world& w, stop_token) { return w.s.acquire(); },
+      [](sem_permit_in_world* w, sem_elsewhere& k) { *w->held = std::move(*k.other.try_acquire()); }));
+
   using O = sem_one;
   const auto hold = [](O& w, sem_waker& k) { k.permit = boxed(*w.s.try_acquire()); };
   rows.push_back(coroutine_row<O, sem_waker>(
@@ -402,6 +415,13 @@ struct mutex_held {  // for the stop row: nobody releases it, so its holder is p
 };
 struct mutex_waker : waker_base {
   std::unique_ptr<asyncband::mutex_guard<int>> guard;
+};
+struct mutex_guard_in_world {
+  asyncband::mutex<int> m;
+  std::optional<asyncband::mutex_guard<int>> held;  // in the World: a late write shows
+};
+struct mutex_elsewhere : waker_base {
+  asyncband::mutex<int> other;
 };
 struct owned_mutex_world {
   std::shared_ptr<asyncband::mutex<int>> m = std::make_shared<asyncband::mutex<int>>();
@@ -436,6 +456,20 @@ void add_mutex_rows(std::vector<row>& rows) {
   rows.push_back(thread_row<W, mutex_waker>(
       "mutex_unlock_blocked_thread", "ok", hold, [](W& w, stop_token t) { return w.m.lock_blocking(t); },
       unlock));
+
+  // The waker's own guard is among what the waiter may destroy: unlock() and assignment give
+  // the lock up as their last action.
+  using H = mutex_guard_in_world;
+  const auto hold_in_world = [](H& w, mutex_elsewhere& /*unused*/) {
+    w.held.emplace(std::move(*w.m.try_lock()));
+  };
+  rows.push_back(coroutine_row<H, mutex_elsewhere>(
+      "mutex_unlock_guard_destroyed_by_waiter", "ok", hold_in_world,
+      [](H& w, stop_token) { return w.m.lock(); }, [](H* w, mutex_elsewhere&) { w->held->unlock(); }));
+  rows.push_back(coroutine_row<H, mutex_elsewhere>(
+      "mutex_guard_move_assigned_destroyed_by_waiter", "ok", hold_in_world,
+      [](H& w, stop_token) { return w.m.lock(); },
+      [](H* w, mutex_elsewhere& k) { *w->held = std::move(*k.other.try_lock()); }));
 
   using O = owned_mutex_world;
   rows.push_back(coroutine_row<O, owned_mutex_waker>(
@@ -580,6 +614,10 @@ struct oneshot_world {
   std::pair<asyncband::oneshot::sender<int>, asyncband::oneshot::receiver<int>> ch =
       asyncband::oneshot::channel<int>();
 };
+struct oneshot_elsewhere : waker_base {
+  std::pair<asyncband::oneshot::sender<int>, asyncband::oneshot::receiver<int>> other =
+      asyncband::oneshot::channel<int>();
+};
 struct oneshot_waker : waker_base {
   std::unique_ptr<asyncband::oneshot::sender<int>> tx;
 };
@@ -596,6 +634,9 @@ void add_oneshot_rows(std::vector<row>& rows) {
       "oneshot_sender_destroyed", "closed",
       [](W& w, oneshot_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
       [](W*, oneshot_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, oneshot_elsewhere>(
+      "oneshot_sender_move_assigned", "closed", no_setup{}, recv,
+      [](W* w, oneshot_elsewhere& k) { w->ch.first = std::move(k.other.first); }));
   rows.push_back(coroutine_row<W, no_waker>("oneshot_receiver_close", "closed", no_setup{}, recv,
                                             [](W* w, no_waker&) { w->ch.second.close(); }));
   rows.push_back(
@@ -607,6 +648,10 @@ void add_oneshot_rows(std::vector<row>& rows) {
 
 struct unbounded_world {
   std::pair<asyncband::mpsc::unbounded_sender<int>, asyncband::mpsc::unbounded_receiver<int>> ch =
+      asyncband::mpsc::unbounded<int>();
+};
+struct unbounded_elsewhere : waker_base {
+  std::pair<asyncband::mpsc::unbounded_sender<int>, asyncband::mpsc::unbounded_receiver<int>> other =
       asyncband::mpsc::unbounded<int>();
 };
 struct unbounded_waker : waker_base {
@@ -625,6 +670,9 @@ void add_unbounded_rows(std::vector<row>& rows) {
       "unbounded_sender_destroyed", "closed",
       [](W& w, unbounded_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
       [](W*, unbounded_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, unbounded_elsewhere>(
+      "unbounded_sender_move_assigned", "closed", no_setup{}, recv,
+      [](W* w, unbounded_elsewhere& k) { w->ch.first = std::move(k.other.first); }));
   rows.push_back(coroutine_row<W, no_waker>("unbounded_receiver_close", "closed", no_setup{}, recv,
                                             [](W* w, no_waker&) { w->ch.second.close(); }));
   rows.push_back(coroutine_row<W, no_waker>("unbounded_stop", "cancelled", no_setup{}, recv_cancellable,
@@ -641,6 +689,10 @@ struct bounded_world {
 };
 struct bounded_with_permit : bounded_world {
   std::optional<asyncband::mpsc::permit<int>> permit = ch.first.try_reserve().value();
+};
+struct bounded_elsewhere : waker_base {
+  std::pair<asyncband::mpsc::sender<int>, asyncband::mpsc::receiver<int>> other =
+      asyncband::mpsc::bounded<int>(1);
 };
 struct bounded_rx_waker : waker_base {
   std::unique_ptr<asyncband::mpsc::sender<int>> tx;
@@ -683,6 +735,9 @@ void add_bounded_rows(std::vector<row>& rows) {
       "bounded_sender_destroyed_wakes_receiver", "closed",
       [](W& w, bounded_rx_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, recv,
       [](W*, bounded_rx_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, bounded_elsewhere>(
+      "bounded_sender_move_assigned_wakes_receiver", "closed", no_setup{}, recv,
+      [](W* w, bounded_elsewhere& k) { w->ch.first = std::move(k.other.first); }));
   rows.push_back(coroutine_row<W, no_waker>("bounded_receiver_close_wakes_receiver", "closed", no_setup{},
                                             recv, [](W* w, no_waker&) { w->ch.second.close(); }));
   rows.push_back(coroutine_row<W, no_waker>("bounded_stop_receiver", "cancelled", no_setup{},
