@@ -66,6 +66,39 @@ class scheduler_ref {
   post_fn post_ = nullptr;
 };
 
+/// A thread's "about to block" hook. asyncband calls it on a thread right before it blocks
+/// that thread (block_on, every *_blocking and *_timeout wait, a phaser's wait_blocking), after
+/// the wait is published and only if the thread really is about to sleep. A scheduler that keeps
+/// ready coroutines that only this thread will run (a per-worker LIFO slot) installs it on its
+/// workers to hand them to its other threads: a blocked worker would otherwise sit on a
+/// coroutine that its wait may depend on. It must not throw, block, or wait on asyncband.
+struct blocking_hook {
+  /// Called with `context`; none when null.
+  void (*fn)(void* context) noexcept = nullptr;
+  /// The scheduler's per-thread state, say.
+  void* context = nullptr;
+};
+
+namespace detail {
+/// The calling thread's blocking hook (one per thread; none by default).
+inline constinit thread_local blocking_hook this_thread_blocking_hook{};
+
+/// The core, right before it blocks the calling thread: one thread-local load when no hook is
+/// set. Waits that complete without blocking never call it.
+inline void before_blocking() noexcept {
+  const blocking_hook hook = this_thread_blocking_hook;
+  if (hook.fn != nullptr) hook.fn(hook.context);
+}
+}  // namespace detail
+
+/// Installs `hook` as the calling thread's blocking hook and returns the one it replaces, for
+/// the caller to reinstall when it stops serving this thread.
+inline blocking_hook set_blocking_hook(blocking_hook hook) noexcept {
+  const blocking_hook previous = detail::this_thread_blocking_hook;
+  detail::this_thread_blocking_hook = hook;
+  return previous;
+}
+
 /// The hook: a promise whose coroutines resume on a scheduler of its choosing.
 template <class P>
 concept scheduler_aware_promise = requires(const P& p) {
