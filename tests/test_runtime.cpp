@@ -3,14 +3,22 @@
 
 #include <asyncband/block_on.hpp>
 #include <asyncband/manual_reset_event.hpp>
+#include <asyncband/phaser.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/runtime/when_all.hpp>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -127,6 +135,20 @@ TEST(ThreadPool, WaitersWokenTogetherResumeOnThePool) {
   block_on(when_all(std::move(waiters)));
   setter.join();
   EXPECT_EQ(on_pool.load(), 8);
+}
+
+// The k-th worker start failing (std::thread's constructor throwing) must not terminate (the
+// workers already started would be destroyed joinable): they are stopped and joined, and the
+// error reaches the caller.
+TEST(ThreadPool, AFailedWorkerStartJoinsTheStartedWorkersAndRethrows) {
+  auto& countdown = asyncband::runtime::detail::fail_worker_start_countdown;
+  for (std::size_t k = 1; k <= 4; ++k) {
+    countdown = k;
+    EXPECT_THROW(thread_pool pool(4), std::system_error) << "start " << k << " failing";
+    EXPECT_EQ(countdown, 0U);
+  }
+  thread_pool pool(2);  // the seam is spent: a pool starts again
+  EXPECT_EQ(pool.thread_count(), 2U);
 }
 
 TEST(TestScheduler, FifoOrderWithoutSeed) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -14,6 +15,16 @@
 #include "task.hpp"
 
 namespace asyncband::runtime {
+
+#ifdef ASYNCBAND_TESTING
+namespace detail {
+/// Test seam (tests define ASYNCBAND_TESTING): while non-zero, counts down at every worker start
+/// a thread_pool constructor makes on this thread, and the start that brings it to zero throws
+/// std::system_error instead, as std::thread's constructor does when the system has no thread
+/// left. Set it to k to fail the k-th start from now.
+inline thread_local std::size_t fail_worker_start_countdown = 0;
+}  // namespace detail
+#endif
 
 /// A fixed set of worker threads sharing one FIFO of ready coroutines, plus a one-entry "next"
 /// slot per worker.
@@ -30,22 +41,25 @@ namespace asyncband::runtime {
 /// only when no coroutine will be scheduled on it any more.
 class thread_pool {
  public:
+  /// Starts `threads` workers (one if 0). If starting one throws (std::system_error: the system
+  /// has no thread left), the workers already started are stopped and joined, and the exception
+  /// propagates.
   explicit thread_pool(std::size_t threads = std::thread::hardware_concurrency()) {
+    // Every member a worker touches is constructed before this body starts the first one;
+    // workers_, which the body fills, is read by no worker.
     if (threads == 0) threads = 1;
     workers_.reserve(threads);
-    for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    try {
+      for (std::size_t i = 0; i < threads; ++i) workers_.push_back(start_worker());
+    } catch (...) {
+      stop_and_join();  // a joinable std::thread destroyed with workers_ would terminate
+      throw;
+    }
   }
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
 
-  ~thread_pool() {
-    {
-      const std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    ready_cv_.notify_all();
-    for (auto& t : workers_) t.join();
-  }
+  ~thread_pool() { stop_and_join(); }
 
   /// The scheduler concept: queue h to be resumed on a worker.
   void schedule(std::coroutine_handle<> h) noexcept {
@@ -72,6 +86,26 @@ class thread_pool {
 
  private:
   static constexpr unsigned slot_budget = 64;
+
+  /// Lets the workers finish what is queued, then joins them.
+  void stop_and_join() noexcept {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    ready_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  std::thread start_worker() {
+#ifdef ASYNCBAND_TESTING
+    if (detail::fail_worker_start_countdown != 0 && --detail::fail_worker_start_countdown == 0) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread_pool: worker start failed (test seam)");
+    }
+#endif
+    return std::thread([this] { work(); });
+  }
 
   /// The pool's shared FIFO as a scheduler of its own.
   struct shared_fifo {
