@@ -11,6 +11,9 @@
 // every wake-up posted there (so N waiters woken together run in parallel on a pool, and the
 // waking call returns without running any of them). Any other promise, or an empty
 // scheduler_ref, resumes the coroutine inline on the thread that wakes it.
+//
+// It also holds the blocking hook (set_blocking_hook), through which a scheduler hears that
+// asyncband is about to block one of its threads.
 #pragma once
 
 #include <concepts>
@@ -67,11 +70,13 @@ class scheduler_ref {
 };
 
 /// A thread's "about to block" hook. asyncband calls it on a thread right before it blocks
-/// that thread (block_on, every *_blocking and *_timeout wait, a phaser's wait_blocking), after
-/// the wait is published and only if the thread really is about to sleep. A scheduler that keeps
-/// ready coroutines that only this thread will run (a per-worker LIFO slot) installs it on its
-/// workers to hand them to its other threads: a blocked worker would otherwise sit on a
-/// coroutine that its wait may depend on. It must not throw, block, or wait on asyncband.
+/// that thread (block_on, every *_blocking and *_timeout wait, a phaser's wait_blocking), once
+/// only another thread can end the wait. A wait that completes at once does not call it; a timed
+/// one may call it twice (before it sleeps, and again once its deadline has passed). A
+/// scheduler that keeps ready coroutines that only this thread will run (a per-worker LIFO slot)
+/// installs it on its workers to hand them to its other threads: a blocked worker would
+/// otherwise sit on a coroutine that its wait may depend on. It must not throw, block, or wait
+/// on asyncband.
 struct blocking_hook {
   /// Called with `context`; none when null.
   void (*fn)(void* context) noexcept = nullptr;
