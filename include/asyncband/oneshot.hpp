@@ -76,11 +76,14 @@ class state {
     ::new (static_cast<void*>(storage_)) T(std::forward<U>(value));
   }
   T& slot() noexcept { return *std::launder(reinterpret_cast<T*>(storage_)); }
-  T take() {
-    T out = std::move(slot());
-    slot().~T();
-    set(value_taken);
-    return out;
+  /// Moves the value into a receive's outcome (result<T> or try_recv_result<T>), built in place.
+  /// If that move throws, the value stays stored and receivable.
+  template <class Outcome>
+  Outcome take() {
+    return asyncband::detail::take_into<Outcome>(slot(), [this]() noexcept {
+      slot().~T();
+      set(value_taken);
+    });
   }
 
   /// Resolves the receiver's waits: with the value if one was published, closed otherwise.
@@ -144,7 +147,8 @@ class recv_wait : public asyncband::detail::waiter {
     return state_->queue().complete_or_enqueue(*this, [this] { return ready(state_->bits()); });
   }
   bool cancel(wait_status why) noexcept { return state_->queue().cancel(*this, why); }
-  T take() { return state_->take(); }
+  /// The outcome itself, built in place: finish_wait returns it without another move.
+  result<T> take() { return state_->template take<result<T>>(); }
 
  private:
   bool ready(std::uint8_t b) noexcept {
@@ -278,7 +282,7 @@ class [[nodiscard]] receiver
     using st = detail::state<T>;
     switch (st::availability_of(this->live()->bits())) {
       case st::availability::value:
-        return this->state_->take();
+        return this->state_->template take<try_recv_result<T>>();
       case st::availability::none:
         return recv_status::disconnected;
       case st::availability::pending:

@@ -25,7 +25,8 @@ namespace asyncband::mpsc::detail {
 ///   bool value_waiting_locked()  under the receiver's lock while it sleeps: a value is at the
 ///                                head, past published empty cells
 ///   bool finished()              nothing can be published any more (read before the ring)
-///   result<T> take_head()        takes the head's value (precondition: head_has_value())
+///   result<T> take_head()        takes the head's value (precondition: head_has_value()), moved
+///                                once, into the result built in place (detail::take_into)
 ///   bool announce_sleep()        under the receiver's lock, after `receiver_sleeping_` is set:
 ///                                true if a value may be at the head or on its way (see below)
 ///   void await_outstanding_write()  after announce_sleep() said so: waits (briefly) for a write
@@ -188,6 +189,7 @@ class recv_wait : public asyncband::detail::waiter {
   bool try_ready() noexcept { return state_->receive_ready(status); }
   bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
   bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
+  /// The outcome itself, built in place from the head's cell: finish_wait returns it as is.
   result<T> take() { return state_->take_head(); }
 
  private:

@@ -3,14 +3,34 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <stop_token>
+#include <type_traits>
 #include <utility>
 
 #include "../result.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
+
+/// Moves the value at `source` (a channel's cell) straight into the outcome of a receive
+/// (result<T> or try_recv_result<T>), constructed in place and returned as a prvalue, so that
+/// the caller's chain of returns elides every further move. Only once that one move succeeded
+/// does `release()` run (destroying the moved-from value and freeing the cell): if the move
+/// throws, the value stays where it is, for the next receive.
+template <class Outcome, class T, class Release>
+Outcome take_into(T& source, Release release) {
+  // Runs after the return value is constructed; skipped if that construction threw.
+  struct release_on_success {
+    Release& release;
+    int unwinding;
+    ~release_on_success() {
+      if (std::is_nothrow_move_constructible_v<T> || std::uncaught_exceptions() == unwinding) release();
+    }
+  } const guard{release, std::is_nothrow_move_constructible_v<T> ? 0 : std::uncaught_exceptions()};
+  return Outcome(std::in_place, std::move(source));
+}
 
 /// The receiving half of a channel (oneshot, MPSC). `Wait` is the channel's receive node, built
 /// from a `State*`; destroying or overwriting the handle calls `State::receiver_leaves()` once.

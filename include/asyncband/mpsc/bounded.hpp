@@ -233,26 +233,28 @@ class bounded_state : public channel_core<bounded_state<T>> {
   result<T> take_head() {
     skip_empty();
     if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
-    return pop();
+    return pop<result<T>>();
   }
 
-  /// Precondition: head_has_value(). Takes the head's value; the cell and the unit go on.
-  /// If moving the value out throws, it stays where it is, for the next receive.
-  T pop() {
+  /// Precondition: head_has_value(). Moves the head's value once, into `Outcome` built in
+  /// place; only then do the cell and the unit go on. If that move throws, the value stays
+  /// where it is, for the next receive.
+  template <class Outcome>
+  Outcome pop() {
     cell<T>& c = at(head_);
-    T out = std::move(c.value());
-    c.value().~T();
-    hand_on(c);
-    return out;
+    return asyncband::detail::take_into<Outcome>(c.value(), [this, &c]() noexcept {
+      c.value().~T();
+      hand_on(c);
+    });
   }
 
   /// try_recv: a value, empty, or disconnected.
   try_recv_result<T> try_pop() {
     skip_empty();
-    if (head_has_value()) return pop();
+    if (head_has_value()) return pop<try_recv_result<T>>();
     if (!finished()) return recv_status::empty;
     skip_empty();
-    if (head_has_value()) return pop();
+    if (head_has_value()) return pop<try_recv_result<T>>();
     return recv_status::disconnected;
   }
 

@@ -99,23 +99,25 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   }
   result<T> take_head() {
     if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
-    return pop();
+    return pop<result<T>>();
   }
 
-  /// Precondition: head_has_value().
-  /// If moving the value out throws, it stays where it is, for the next receive.
-  T pop() {
+  /// Precondition: head_has_value(). Moves the value once, into `Outcome` built in place, and
+  /// only then frees its node: if that move throws, the value stays where it is, for the next
+  /// receive.
+  template <class Outcome>
+  Outcome pop() {
     node<T>* const next = next_of_head();
-    T out = std::move(next->value());
-    next->value().~T();
-    move_head_to(next);
-    return out;
+    return asyncband::detail::take_into<Outcome>(next->value(), [this, next]() noexcept {
+      next->value().~T();
+      move_head_to(next);
+    });
   }
 
   try_recv_result<T> try_pop() {
-    if (head_has_value()) return pop();
+    if (head_has_value()) return pop<try_recv_result<T>>();
     if (!finished()) return recv_status::empty;
-    if (head_has_value()) return pop();
+    if (head_has_value()) return pop<try_recv_result<T>>();
     return recv_status::disconnected;
   }
 
