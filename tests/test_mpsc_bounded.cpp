@@ -51,6 +51,7 @@
 #include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
+#include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 #include "support/wait_contract.hpp"
@@ -3576,4 +3577,21 @@ TEST(MpscBoundedThrowing, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
   EXPECT_EQ(again.payload, 7);
   EXPECT_EQ(again.moves, 1);
   EXPECT_TRUE(tx.try_reserve(1).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a second receive while one is pending could leave a coroutine asleep for
+// good, or take the value the first was woken for. Now it throws std::logic_error, and the
+// pending one completes.
+
+TEST(MpscBoundedMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
+  auto c = mpsc::bounded<int>(2);  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_coroutine_receives(c.second,
+                                                     [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); });
+}
+
+TEST(MpscBoundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
+  auto c = mpsc::bounded<int>(2);  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_thread_receives(c.second,
+                                                  [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); });
 }

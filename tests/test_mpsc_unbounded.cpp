@@ -41,6 +41,7 @@
 #include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
+#include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 
@@ -1807,4 +1808,21 @@ TEST(UnboundedThrowingPayload, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
   EXPECT_EQ(again.kind, received::value);
   EXPECT_EQ(again.payload, 7);
   EXPECT_EQ(again.moves, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a second receive while one is pending could leave a coroutine asleep for
+// good, or take the value the first was woken for. Now it throws std::logic_error, and the
+// pending one completes.
+
+TEST(UnboundedMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
+  auto c = unbounded<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_coroutine_receives(c.second,
+                                                     [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
+}
+
+TEST(UnboundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
+  auto c = unbounded<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_thread_receives(c.second,
+                                                  [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
 }

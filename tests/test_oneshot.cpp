@@ -35,6 +35,7 @@
 #include "support/count_scope.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/probe.hpp"
+#include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 #include "support/wait_contract.hpp"
@@ -1653,4 +1654,20 @@ TEST(OneshotThrowingPayload, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
   EXPECT_EQ(again.payload, 7);
   EXPECT_EQ(again.moves, 1);
   EXPECT_TRUE(rx.is_terminated());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a second receive while one is pending woke both with the one value (both
+// took it: destroyed twice). Now it throws std::logic_error, and the pending one completes.
+
+TEST(OneshotMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
+  auto c = oneshot::channel<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_coroutine_receives(c.second,
+                                                     [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
+}
+
+TEST(OneshotMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
+  auto c = oneshot::channel<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_thread_receives(c.second,
+                                                  [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
 }

@@ -251,12 +251,14 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// try_recv: a value, empty, or disconnected.
   try_recv_result<T> try_pop() {
     skip_empty();
-    if (head_has_value()) return pop<try_recv_result<T>>();
+    if (head_has_value()) return checked_pop();
     if (!finished()) return recv_status::empty;
     skip_empty();
-    if (head_has_value()) return pop<try_recv_result<T>>();
+    if (head_has_value()) return checked_pop();
     return recv_status::disconnected;
   }
+
+  asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
 
   /// The receiver closes the channel (also when it goes): no new sends or reservations;
   /// queued senders end disconnected. Permits already held may still send.
@@ -284,7 +286,14 @@ class bounded_state : public channel_core<bounded_state<T>> {
  private:
   friend class receiver<T>;
 
+  /// try_recv's take: not while a receive is pending (the value is that receive's).
+  try_recv_result<T> checked_pop() {
+    receiving_.check();
+    return pop<try_recv_result<T>>();
+  }
+
   cell<T>& at(place i) const noexcept { return cells_[i & mask_]; }
+
   /// Place i's value (or its emptiness) is written: the receiver's cursor has not passed it.
   [[nodiscard]] bool published(place i) const noexcept {
     return at(i).seq.load(std::memory_order_acquire) == static_cast<place>(i + 1);
@@ -346,6 +355,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   alignas(64) semaphore capacity_;
   alignas(64) place head_;  // the receiver's cursor
   place outstanding_ = 0;   // the receiver's: the write announce_sleep() found in progress
+  asyncband::detail::receive_in_progress receiving_;  // the receiver's
 };
 
 /// The capacity acquisitions of a channel: fallible (closed = disconnected).
@@ -667,7 +677,14 @@ class [[nodiscard]] owned_permit {
 /// - close(): no new sends or reservations (they report disconnected; senders waiting for
 ///   capacity are woken with it); values already accepted, and sends of permits held at the
 ///   time, are still received.
-/// - One receive at a time: the receiver is used by one thread or coroutine at a time.
+/// - One receive at a time: a receive (a recv() awaiter, from its creation to its destruction,
+///   or a blocking receive) excludes any other. Another recv(), recv_blocking() or recv_timeout()
+///   meanwhile throws std::logic_error and leaves the pending receive undisturbed; so does a
+///   try_recv() that would take a value (the pending receive's), else it reports as usual.
+///   The receiver must outlive its receives (their awaiters included).
+/// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
+///   channel into the result; if that move throws, the exception propagates and the value stays
+///   in the channel, for the next receive.
 /// - A receive whose next value is being constructed by another thread waits for that move
 ///   construction (spinning, then yielding; a stop request or deadline is looked at after it)
 ///   rather than sleeping: this saves every send a fence. So T's move constructor must not
