@@ -3595,3 +3595,49 @@ TEST(MpscBoundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompl
   a_second_receive_throws_while_a_thread_receives(c.second,
                                                   [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); });
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a plain permit outliving its channel (every sender and the receiver gone
+// while it holds a unit) gave its unit back into freed memory. A debug build asserts when the
+// channel goes. An owned permit keeps the channel alive, so it cannot outlive it.
+
+TEST(MpscBoundedMisuseDeathTest, APlainPermitOutlivingItsChannelIsCaughtInDebugBuilds) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "a debug-build assertion";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        std::optional<mpsc::permit<int>> held;
+        {
+          auto c = mpsc::bounded<int>(2);
+          auto p = c.first.try_reserve();
+          held.emplace(std::move(*p));
+        }  // every sender and the receiver go while `held` has a unit
+      },
+      "permit outlived its channel");
+#endif
+}
+
+// The check counts the units the ring still holds: values sent and never received, a place a
+// throwing send left empty, and permits used up or given back, are no false alarm.
+TEST(MpscBoundedMisuse, UnitsInTheRingOrBackAreNoPermitOutlivingItsChannel) {
+  const count_scope counts;
+  {
+    auto c = mpsc::bounded<counted>(3);
+    auto p = c.first.try_reserve(2);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->send(counted(1)).ok());
+    { const auto given_back = std::move(*p); }
+    EXPECT_TRUE(c.first.try_send(counted(2)).ok());
+    EXPECT_THROW((void)c.first.try_send(counted(3, 1)), payload_error);  // an empty place
+  }
+  {
+    auto c = mpsc::bounded<int>(2);
+    auto p = c.first.try_reserve_owned();
+    ASSERT_TRUE(p.ok());
+    auto owned = std::move(*p);
+    { const auto gone = std::move(c); }
+    EXPECT_TRUE(owned.send(1).disconnected());  // the owned permit kept the channel alive
+  }
+}

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
@@ -126,6 +127,10 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// Values never received are destroyed here, exactly once.
   ~bounded_state() {
     const place end = capacity_.next_ticket();
+    assert(every_unit_is_back(end) &&
+           "asyncband::mpsc::permit outlived its channel: every sender and the receiver are gone while a "
+           "permit<T> still holds units of capacity (keep a sender alive while it is held, or use an "
+           "owned_permit)");
     for (place i = head_; i != end; ++i) {
       cell<T>& c = at(i);
       if (!c.skip) c.value().~T();
@@ -293,6 +298,14 @@ class bounded_state : public channel_core<bounded_state<T>> {
   }
 
   cell<T>& at(place i) const noexcept { return cells_[i & mask_]; }
+
+  /// The debug check of the destructor: every unit of capacity is back (the receiver's going
+  /// closed the semaphore, which counts them from then on), or held by a place still in the
+  /// ring. A unit missing is a plain permit's, which outlived every sender (its contract) and
+  /// would give it back into freed memory.
+  [[nodiscard]] bool every_unit_is_back(place end) const noexcept {
+    return capacity_.closed_count() + static_cast<place>(end - head_) == logical_capacity_;
+  }
 
   /// Place i's value (or its emptiness) is written: the receiver's cursor has not passed it.
   [[nodiscard]] bool published(place i) const noexcept {
@@ -593,7 +606,9 @@ class sender {
 /// Units of capacity reserved for later sends, without a place in the order yet: other values
 /// flow while it is held, and each send() takes its place when it is made. Destroying it
 /// returns the unused units. Move-only; it must not outlive the sender that reserved it (use an
-/// owned_permit for that).
+/// owned_permit for that). A debug build asserts ("permit outlived its channel") when the
+/// channel goes (every sender and the receiver gone) while a plain permit still holds units;
+/// NDEBUG builds pay nothing for the check.
 template <class T>
 class [[nodiscard]] permit {
  public:
