@@ -54,7 +54,8 @@ void every_other_receive_throws(Receiver& rx, asyncband::runtime::test_scheduler
   s.spawn(second_receive(rx, false, refused));
   s.spawn(second_receive(rx, true, refused));
   s.run();
-  EXPECT_EQ(refused, 2);
+  // Before the forms that would block for good if accepted (so that the test fails, not hangs).
+  ASSERT_EQ(refused, 2) << "a second receive in a coroutine was accepted";
   EXPECT_THROW((void)asyncband::block_on(rx.recv()), std::logic_error);
   EXPECT_THROW((void)rx.recv_blocking(), std::logic_error);
   EXPECT_THROW((void)rx.recv_blocking(std::stop_token{}), std::logic_error);
@@ -73,13 +74,13 @@ void a_second_receive_throws_while_a_coroutine_receives(Receiver& rx, Send send)
   s.spawn(detail::first_receive(rx, first));
   s.run();
   ASSERT_FALSE(first) << "the first receive must be pending";
-  detail::every_other_receive_throws(rx, s);
+  ASSERT_NO_FATAL_FAILURE(detail::every_other_receive_throws(rx, s));
   EXPECT_FALSE(first) << "the pending receive was disturbed";
   EXPECT_TRUE(rx.try_recv().empty()) << "a try_recv that takes nothing is harmless";
   send(5);
   ASSERT_FALSE(first) << "woken, on its scheduler, not resumed yet";
   asyncband::runtime::test_scheduler others;  // not s: that would resume the first one now
-  detail::every_other_receive_throws(rx, others);
+  ASSERT_NO_FATAL_FAILURE(detail::every_other_receive_throws(rx, others));
   EXPECT_THROW((void)rx.try_recv(), std::logic_error) << "it would take the woken receive's value";
   s.run();
   ASSERT_TRUE(first) << "the pending receive never completed";
