@@ -48,9 +48,11 @@
 #include "asyncband/runtime/when_all.hpp"
 #include "asyncband/semaphore.hpp"
 #include "support/count_scope.hpp"
+#include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
+#include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 #include "support/wait_contract.hpp"
@@ -3510,3 +3512,158 @@ TEST(BoundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, bug 4: a throwing move on the receive side lost the message. The receive moved the
+// value into a local, handed the cell on, then moved it again into the result (block_on added
+// two more moves), so a throw from any but the first move lost it. Now every receive form moves
+// the value exactly once, into the outcome constructed in place, and hands the cell and its
+// unit on only after.
+
+namespace {
+
+/// A full channel of five; the n-th move from now on throws: the n-th receive throws (one move
+/// each), its value and its unit stay, and the retry and the rest receive everything in order.
+void receive_five_with_the_nth_move_throwing(receive_form form, int n, bool closed_first) {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = mpsc::bounded<fuse_payload>(5);
+  for (int v = 1; v <= 5; ++v) ASSERT_TRUE(tx.try_send(fuse_payload(v)).ok());
+  if (closed_first) rx.close();
+  fuse_payload::arm(n);
+  std::vector<int> got;
+  int throws = 0;
+  for (int attempt = 0; attempt < 10 && got.size() < 5; ++attempt) {
+    const std::size_t len_before = rx.len();
+    if (len_before == 0) {  // rather than wait for good
+      ADD_FAILURE() << "a value was lost, attempt " << attempt;
+      break;
+    }
+    const received r = receive_by(form, rx);
+    EXPECT_EQ(r.moves, 1) << "one move, from the ring into the outcome";
+    if (r.kind == received::threw) {
+      ++throws;
+      EXPECT_EQ(static_cast<int>(got.size()) + 1, n) << "the n-th move is the n-th receive's";
+      EXPECT_EQ(rx.len(), len_before) << "the value stays in the channel";
+      if (!closed_first) {  // the units of the values received are back, not its own
+        EXPECT_TRUE(tx.try_reserve(5 - rx.len() + 1).full()) << "its unit stays taken";
+      }
+    } else if (r.kind == received::value) {
+      got.push_back(r.payload);
+      EXPECT_EQ(rx.len(), len_before - 1);
+    } else {
+      ADD_FAILURE() << "no value, attempt " << attempt;
+      break;
+    }
+  }
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(throws, 1);
+  EXPECT_EQ(rx.len(), 0U);
+  if (closed_first) {
+    EXPECT_TRUE(rx.try_recv().disconnected()) << "every unit is back: nothing can come";
+  } else {
+    EXPECT_TRUE(rx.try_recv().empty());
+    EXPECT_TRUE(tx.try_reserve(5).ok()) << "every unit is back";
+    ASSERT_TRUE(tx.try_send(fuse_payload(6)).ok());  // the channel goes on
+    EXPECT_EQ(receive_by(form, rx).payload, 6);
+    { const auto gone = std::move(tx); }
+  }
+  EXPECT_TRUE(rx.recv_blocking().closed());
+}
+
+}  // namespace
+
+TEST(MpscBoundedThrowing, EveryReceiveFormMovesOnceAndTheNthMoveThrowingLosesNothing) {
+  for (const bool closed_first : {false, true}) {
+    for (const receive_form form : every_receive_form) {
+      for (int n = 1; n <= 4; ++n) {
+        SCOPED_TRACE(testing::Message() << "form " << static_cast<int>(form) << ", move " << n
+                                        << (closed_first ? ", closed first" : ""));
+        receive_five_with_the_nth_move_throwing(form, n, closed_first);
+      }
+    }
+  }
+}
+
+// A receive that waited for the value: the move on its resumption throws; the value stays.
+TEST(MpscBoundedThrowing, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = mpsc::bounded<fuse_payload>(1);
+  test_scheduler s;
+  received first;
+  s.spawn(receive_in_task(rx, first));
+  s.run();
+  ASSERT_TRUE(tx.try_send(fuse_payload(7)).ok());
+  fuse_payload::arm(1);
+  s.run();
+  EXPECT_EQ(first.kind, received::threw);
+  EXPECT_EQ(rx.len(), 1U);
+  EXPECT_TRUE(tx.try_send(fuse_payload(0)).full());
+  const received again = receive_by(receive_form::await, rx);
+  EXPECT_EQ(again.kind, received::value);
+  EXPECT_EQ(again.payload, 7);
+  EXPECT_EQ(again.moves, 1);
+  EXPECT_TRUE(tx.try_reserve(1).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a second receive while one is pending could leave a coroutine asleep for
+// good, or take the value the first was woken for. Now it throws std::logic_error, and the
+// pending one completes.
+
+TEST(MpscBoundedMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
+  auto c = mpsc::bounded<int>(2);  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_coroutine_receives(c.second,
+                                                     [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); });
+}
+
+TEST(MpscBoundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
+  auto c = mpsc::bounded<int>(2);  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_thread_receives(c.second,
+                                                  [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a plain permit outliving its channel (every sender and the receiver gone
+// while it holds a unit) gave its unit back into freed memory. A debug build asserts when the
+// channel goes. An owned permit keeps the channel alive, so it cannot outlive it.
+
+TEST(MpscBoundedMisuseDeathTest, APlainPermitOutlivingItsChannelIsCaughtInDebugBuilds) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "a debug-build assertion";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        std::optional<mpsc::permit<int>> held;
+        {
+          auto c = mpsc::bounded<int>(2);
+          auto p = c.first.try_reserve();
+          held.emplace(std::move(*p));
+        }  // every sender and the receiver go while `held` has a unit
+      },
+      "permit outlived its channel");
+#endif
+}
+
+// The check counts the units the ring still holds: values sent and never received, a place a
+// throwing send left empty, and permits used up or given back, are no false alarm.
+TEST(MpscBoundedMisuse, UnitsInTheRingOrBackAreNoPermitOutlivingItsChannel) {
+  const count_scope counts;
+  {
+    auto c = mpsc::bounded<counted>(3);
+    auto p = c.first.try_reserve(2);
+    ASSERT_TRUE(p.ok());
+    EXPECT_TRUE(p->send(counted(1)).ok());
+    { const auto given_back = std::move(*p); }
+    EXPECT_TRUE(c.first.try_send(counted(2)).ok());
+    EXPECT_THROW((void)c.first.try_send(counted(3, 1)), payload_error);  // an empty place
+  }
+  {
+    auto c = mpsc::bounded<int>(2);
+    auto p = c.first.try_reserve_owned();
+    ASSERT_TRUE(p.ok());
+    auto owned = std::move(*p);
+    { const auto gone = std::move(c); }
+    EXPECT_TRUE(owned.send(1).disconnected());  // the owned permit kept the channel alive
+  }
+}

@@ -38,9 +38,11 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
+#include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 
@@ -1749,4 +1751,106 @@ TEST(UnboundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
       [](unbounded_pair& w, std::stop_token) { return w.ch.second.recv(); },
       [](unbounded_pair* w, another_unbounded& k) { w->ch.first = std::move(k.other.ch.first); })
       .body();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, bug 4: a throwing move on the receive side lost the message. The receive moved the
+// value into a local, freed the node, then moved it again into the result (block_on added two
+// more moves), so a throw from any but the first move lost it. Now every receive form moves the
+// value exactly once, into the outcome constructed in place, and frees the node only after.
+
+namespace {
+
+/// Five values; the n-th move from now on throws: the n-th receive throws (one move each), its
+/// value stays, and the retry and the rest receive everything in order, then the end.
+void receive_five_with_the_nth_move_throwing(receive_form form, int n, bool closed_first) {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = unbounded<fuse_payload>();
+  for (int v = 1; v <= 5; ++v) ASSERT_TRUE(tx.send(fuse_payload(v)).ok());
+  if (closed_first) rx.close();
+  fuse_payload::arm(n);
+  std::vector<int> got;
+  int throws = 0;
+  for (int attempt = 0; attempt < 10 && got.size() < 5; ++attempt) {
+    const std::size_t len_before = rx.len();
+    if (len_before == 0) {  // rather than wait for good
+      ADD_FAILURE() << "a value was lost, attempt " << attempt;
+      break;
+    }
+    const received r = receive_by(form, rx);
+    EXPECT_EQ(r.moves, 1) << "one move, from the channel into the outcome";
+    if (r.kind == received::threw) {
+      ++throws;
+      EXPECT_EQ(static_cast<int>(got.size()) + 1, n) << "the n-th move is the n-th receive's";
+      EXPECT_EQ(rx.len(), len_before) << "the value stays in the channel";
+    } else if (r.kind == received::value) {
+      got.push_back(r.payload);
+      EXPECT_EQ(rx.len(), len_before - 1);
+    } else {
+      ADD_FAILURE() << "no value, attempt " << attempt;
+      break;
+    }
+  }
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(throws, 1);
+  EXPECT_EQ(rx.len(), 0U);
+  if (closed_first) {
+    EXPECT_TRUE(rx.try_recv().disconnected());
+  } else {
+    EXPECT_TRUE(rx.try_recv().empty());
+    ASSERT_TRUE(tx.send(fuse_payload(6)).ok());  // the channel goes on
+    EXPECT_EQ(receive_by(form, rx).payload, 6);
+    { const auto gone = std::move(tx); }
+  }
+  EXPECT_TRUE(rx.recv_blocking().closed());
+}
+
+}  // namespace
+
+TEST(UnboundedThrowingPayload, EveryReceiveFormMovesOnceAndTheNthMoveThrowingLosesNothing) {
+  for (const bool closed_first : {false, true}) {
+    for (const receive_form form : every_receive_form) {
+      for (int n = 1; n <= 4; ++n) {
+        SCOPED_TRACE(testing::Message() << "form " << static_cast<int>(form) << ", move " << n
+                                        << (closed_first ? ", closed first" : ""));
+        receive_five_with_the_nth_move_throwing(form, n, closed_first);
+      }
+    }
+  }
+}
+
+// A receive that waited for the value: the move on its resumption throws; the value stays.
+TEST(UnboundedThrowingPayload, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = unbounded<fuse_payload>();
+  test_scheduler s;
+  received first;
+  s.spawn(receive_in_task(rx, first));
+  s.run();
+  ASSERT_TRUE(tx.send(fuse_payload(7)).ok());
+  fuse_payload::arm(1);
+  s.run();
+  EXPECT_EQ(first.kind, received::threw);
+  EXPECT_EQ(rx.len(), 1U);
+  const received again = receive_by(receive_form::await, rx);
+  EXPECT_EQ(again.kind, received::value);
+  EXPECT_EQ(again.payload, 7);
+  EXPECT_EQ(again.moves, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a second receive while one is pending could leave a coroutine asleep for
+// good, or take the value the first was woken for. Now it throws std::logic_error, and the
+// pending one completes.
+
+TEST(UnboundedMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
+  auto c = unbounded<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_coroutine_receives(c.second,
+                                                     [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
+}
+
+TEST(UnboundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
+  auto c = unbounded<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_thread_receives(c.second,
+                                                  [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
 }

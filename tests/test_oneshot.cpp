@@ -33,8 +33,10 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "support/count_scope.hpp"
+#include "support/fuse_payload.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
+#include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 #include "support/wait_contract.hpp"
@@ -1624,3 +1626,70 @@ TEST(OneshotLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, bug 4: a throwing move on the receive side lost the message. The receive moved the
+// value into a local and marked it taken, then moved it again into the result (block_on added
+// two more moves), so a throw from any but the first move lost it. Now every receive form moves
+// the value exactly once, into the outcome constructed in place, and marks it taken only after.
+
+TEST(OneshotThrowingPayload, EveryReceiveFormMovesOnceAndTheNthMoveThrowingLosesNothing) {
+  for (const receive_form form : every_receive_form) {
+    for (int n = 1; n <= 4; ++n) {
+      SCOPED_TRACE(testing::Message() << "form " << static_cast<int>(form) << ", move " << n);
+      const fuse_payload_scope scope;
+      auto [tx, rx] = oneshot::channel<fuse_payload>();
+      ASSERT_TRUE(tx.send(fuse_payload(42)).ok());
+      fuse_payload::arm(n);
+      received r = receive_by(form, rx);
+      EXPECT_EQ(r.moves, 1) << "one move, from the channel into the outcome";
+      if (n == 1) {
+        EXPECT_EQ(r.kind, received::threw);
+        EXPECT_TRUE(rx.ready()) << "the value stays";
+        EXPECT_FALSE(rx.is_terminated());
+        r = receive_by(form, rx);
+        EXPECT_EQ(r.moves, 1);
+      }
+      EXPECT_EQ(r.kind, received::value);
+      EXPECT_EQ(r.payload, 42);
+      EXPECT_TRUE(rx.is_terminated());
+      EXPECT_TRUE(rx.recv_blocking().closed());
+    }
+  }
+}
+
+// A receive that waited for the value: the move on its resumption throws; the value stays.
+TEST(OneshotThrowingPayload, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = oneshot::channel<fuse_payload>();
+  test_scheduler s;
+  received first;
+  s.spawn(receive_in_task(rx, first));
+  s.run();
+  ASSERT_TRUE(tx.send(fuse_payload(7)).ok());
+  fuse_payload::arm(1);
+  s.run();
+  EXPECT_EQ(first.kind, received::threw);
+  EXPECT_TRUE(rx.ready());
+  const received again = receive_by(receive_form::await, rx);
+  EXPECT_EQ(again.kind, received::value);
+  EXPECT_EQ(again.payload, 7);
+  EXPECT_EQ(again.moves, 1);
+  EXPECT_TRUE(rx.is_terminated());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 11, misuse: a second receive while one is pending woke both with the one value (both
+// took it: destroyed twice). Now it throws std::logic_error, and the pending one completes.
+
+TEST(OneshotMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
+  auto c = oneshot::channel<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_coroutine_receives(c.second,
+                                                     [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
+}
+
+TEST(OneshotMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
+  auto c = oneshot::channel<int>();  // no structured bindings: clang 14 cannot capture them
+  a_second_receive_throws_while_a_thread_receives(c.second,
+                                                  [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
+}

@@ -3,14 +3,22 @@
 
 #include <asyncband/block_on.hpp>
 #include <asyncband/manual_reset_event.hpp>
+#include <asyncband/phaser.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/runtime/when_all.hpp>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -127,6 +135,134 @@ TEST(ThreadPool, WaitersWokenTogetherResumeOnThePool) {
   block_on(when_all(std::move(waiters)));
   setter.join();
   EXPECT_EQ(on_pool.load(), 8);
+}
+
+// The k-th worker start failing (std::thread's constructor throwing) must not terminate (the
+// workers already started would be destroyed joinable): they are stopped and joined, and the
+// error reaches the caller.
+TEST(ThreadPool, AFailedWorkerStartJoinsTheStartedWorkersAndRethrows) {
+  auto& countdown = asyncband::runtime::detail::fail_worker_start_countdown;
+  for (std::size_t k = 1; k <= 4; ++k) {
+    countdown = k;
+    EXPECT_THROW(thread_pool pool(4), std::system_error) << "start " << k << " failing";
+    EXPECT_EQ(countdown, 0U);
+  }
+  thread_pool pool(2);  // the seam is spent: a pool starts again
+  EXPECT_EQ(pool.thread_count(), 2U);
+}
+
+/// Runs `body`, and reports a hang and aborts if it has not returned long after it should have:
+/// the tests below pin deadlocks, which would otherwise show only as ctest's timeout. The bound
+/// is not a timing assertion; the body needs milliseconds.
+template <class Body>
+void with_watchdog(const char* what, Body body) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  std::thread dog([&] {
+    std::unique_lock lock(m);
+    if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished; })) {
+      std::fprintf(stderr, "watchdog: hang in %s\n", what);
+      std::abort();
+    }
+  });
+  body();
+  {
+    const std::lock_guard lock(m);
+    finished = true;
+  }
+  cv.notify_one();
+  dog.join();
+}
+
+/// A fire-and-forget coroutine that starts at once on the calling thread, resumes on `pool`
+/// once a wake-up ends its wait (its promise names the pool as its scheduler), and frees its
+/// frame at the end. Starting it inline makes sure it is waiting before anyone can wake it.
+struct started_here_resumed_on_pool {
+  struct promise_type {
+    asyncband::scheduler_ref scheduler;
+    template <class... Args>
+    explicit promise_type(thread_pool& pool, Args&... /*unused*/) noexcept : scheduler(pool.ref()) {}
+    [[nodiscard]] asyncband::scheduler_ref asyncband_scheduler() const noexcept { return scheduler; }
+    started_here_resumed_on_pool get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+/// Waits for `wake`, then runs `then` on the pool.
+started_here_resumed_on_pool run_when_woken(thread_pool& /*pool*/, asyncband::manual_reset_event& wake,
+                                            std::function<void()>& then) {
+  co_await wake.wait();
+  then();
+}
+
+/// On a worker: wakes the coroutine waiting for `wake` (it goes to this worker's next slot),
+/// then blocks this worker in `block` until that coroutine has run.
+task<void> wake_then_block(thread_pool& pool, asyncband::manual_reset_event& wake,
+                           std::function<void()>& block) {
+  co_await pool.schedule();
+  wake.set();
+  block();
+}
+
+/// The scenario of the LIFO-slot deadlock on a 2-worker pool: worker A wakes a coroutine (into
+/// A's next slot) and then blocks in `block` on something only that coroutine does (`unblock`).
+/// The other worker, idle, must run it. Returns whether it ran on a thread other than A's.
+bool blocked_worker_leaves_its_slot(const char* what, const std::function<void()>& unblock,
+                                    const std::function<void()>& block_until_unblocked) {
+  asyncband::manual_reset_event wake;
+  std::thread::id woken_on;
+  std::thread::id blocked_on;
+  std::function<void()> then = [&] {
+    woken_on = std::this_thread::get_id();
+    unblock();
+  };
+  std::function<void()> block = [&] {
+    blocked_on = std::this_thread::get_id();
+    block_until_unblocked();
+  };
+  thread_pool pool(2);  // declared last: joined before what its coroutines use is destroyed
+  run_when_woken(pool, wake, then);
+  with_watchdog(what, [&] { block_on(wake_then_block(pool, wake, block)); });
+  return woken_on != blocked_on;
+}
+
+TEST(ThreadPool, AWorkerBlockingInBlockOnLeavesItsNextSlotToAnIdleWorker) {
+  asyncband::manual_reset_event done;
+  EXPECT_TRUE(blocked_worker_leaves_its_slot(
+      "block_on", [&] { done.set(); }, [&] { block_on(done.wait()); }));
+}
+
+TEST(ThreadPool, AWorkerInAWaitBlockingLeavesItsNextSlotToAnIdleWorker) {
+  asyncband::manual_reset_event done;
+  EXPECT_TRUE(blocked_worker_leaves_its_slot(
+      "wait_blocking", [&] { done.set(); }, [&] { done.wait_blocking(); }));
+}
+
+// The timeout is far beyond the watchdog's bound: the wait ends by the set, not by the clock.
+TEST(ThreadPool, AWorkerInATimedWaitLeavesItsNextSlotToAnIdleWorker) {
+  asyncband::manual_reset_event done;
+  asyncband::wait_status outcome = asyncband::wait_status::cancelled;
+  EXPECT_TRUE(blocked_worker_leaves_its_slot(
+      "wait_timeout", [&] { done.set(); },
+      [&] { outcome = done.wait_timeout(std::chrono::hours(1)).status(); }));
+  EXPECT_EQ(outcome, asyncband::wait_status::ok);
+}
+
+// The phaser's observer wait_blocking(observed) sleeps on the phaser's broadcast word, not on a
+// parker of its own.
+TEST(ThreadPool, AWorkerInAPhaserObserverWaitLeavesItsNextSlotToAnIdleWorker) {
+  const auto ph = asyncband::phaser::create();
+  auto member = ph->enroll().value();
+  const asyncband::phase_id first = ph->phase();
+  asyncband::wait_status outcome = asyncband::wait_status::cancelled;
+  EXPECT_TRUE(blocked_worker_leaves_its_slot(
+      "phaser::wait_blocking", [&] { (void)member.arrive(); },
+      [&] { outcome = ph->wait_blocking(first).status(); }));
+  EXPECT_EQ(outcome, asyncband::wait_status::ok);
 }
 
 TEST(TestScheduler, FifoOrderWithoutSeed) {

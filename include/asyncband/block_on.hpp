@@ -59,28 +59,24 @@ class block_on_driver {
   std::coroutine_handle<promise_type> handle_;
 };
 
-// An awaiter is awaited in place, as a named lvalue (awaiters need not be movable, and g++ 12
-// copies a glvalue awaiter returned from a call); anything else is forwarded, so that
-// rvalue-only `operator co_await` overloads apply.
-template <class Awaitable>
-inline constexpr bool is_awaiter = requires(Awaitable& a) { a.await_ready(); };
-
-template <class Awaitable, class T>
-block_on_driver drive(Awaitable& awaitable, yielded<T>& out) {
-  if constexpr (is_awaiter<Awaitable>) {
-    out.set(co_await awaitable);
-  } else {
-    out.set(co_await static_cast<Awaitable&&>(awaitable));
+/// What the driver awaits: the caller's awaiter, suspension forwarded, resumption left out.
+/// block_on calls the awaiter's await_resume itself, on the calling thread once the driver has
+/// finished, and returns what it yields as it is: a prvalue goes to block_on's caller with no
+/// move at all (a channel's receive moves its value exactly once, from the channel).
+template <class Awaiter>
+struct suspension_of {
+  Awaiter* awaiter;
+  bool await_ready() { return awaiter->await_ready(); }
+  template <class Promise>
+  decltype(auto) await_suspend(std::coroutine_handle<Promise> h) {
+    return awaiter->await_suspend(h);
   }
-}
+  void await_resume() noexcept {}
+};
 
-template <class Awaitable>
-block_on_driver drive_void(Awaitable& awaitable) {
-  if constexpr (is_awaiter<Awaitable>) {
-    co_await awaitable;
-  } else {
-    co_await static_cast<Awaitable&&>(awaitable);
-  }
+template <class Awaiter>
+block_on_driver drive(Awaiter& awaiter) {
+  co_await suspension_of<Awaiter>{&awaiter};
 }
 
 }  // namespace detail
@@ -88,18 +84,18 @@ block_on_driver drive_void(Awaitable& awaitable) {
 /// Blocks the calling thread until `awaitable` completes and returns what `co_await` yields
 /// (rethrowing what it threw). The awaited code runs on this thread until it first suspends;
 /// after that, wake-ups resume it inline on the waking thread (or on the scheduler a task type
-/// moves it to). Never call it from a thread that a wake-up of `awaitable` depends on, such
+/// moves it to), and what it yields is taken (its awaiter's await_resume) on this thread once it
+/// has completed. Never call it from a thread that a wake-up of `awaitable` depends on, such
 /// as the only worker of the pool the awaitable waits for.
 template <class Awaitable>
 decltype(auto) block_on(Awaitable&& awaitable) {
-  using T = detail::await_result_t<Awaitable>;
-  if constexpr (std::is_void_v<T>) {
-    detail::drive_void<Awaitable>(awaitable).run_to_completion();
-  } else {
-    detail::yielded<T> out;
-    detail::drive<Awaitable, T>(awaitable, out).run_to_completion();
-    return out.take();
-  }
+  // The awaiter stays where it is: an awaitable that is its own awaiter is used in place (it
+  // need not be movable); one with operator co_await has its awaiter made here, in this frame.
+  decltype(auto) awaiter = detail::get_awaiter(static_cast<Awaitable&&>(awaitable));
+  using awaiter_type = std::remove_reference_t<decltype(awaiter)>;
+  detail::block_on_driver driver = detail::drive<awaiter_type>(awaiter);
+  driver.run_to_completion();
+  return awaiter.await_resume();
 }
 
 }  // namespace asyncband

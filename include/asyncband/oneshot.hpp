@@ -76,12 +76,18 @@ class state {
     ::new (static_cast<void*>(storage_)) T(std::forward<U>(value));
   }
   T& slot() noexcept { return *std::launder(reinterpret_cast<T*>(storage_)); }
-  T take() {
-    T out = std::move(slot());
-    slot().~T();
-    set(value_taken);
-    return out;
+  /// Moves the value into a receive's outcome (result<T> or try_recv_result<T>), built in place.
+  /// If that move throws, the value stays stored and receivable.
+  template <class Outcome>
+  Outcome take() {
+    return asyncband::detail::take_into<Outcome>(slot(), [this]() noexcept {
+      slot().~T();
+      set(value_taken);
+    });
   }
+
+  /// One receive at a time (see receiving_end).
+  asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
 
   /// Resolves the receiver's waits: with the value if one was published, closed otherwise.
   /// What a receive finds: the value, nothing yet, or nothing ever (taken, the sender went
@@ -125,6 +131,7 @@ class state {
 
  private:
   std::atomic<std::uint8_t> bits_{0};
+  asyncband::detail::receive_in_progress receiving_;
   alignas(T) unsigned char storage_[sizeof(T)];
   asyncband::detail::wait_queue queue_;
 };
@@ -137,14 +144,19 @@ class recv_wait : public asyncband::detail::waiter {
   static constexpr bool transferable = false;  // the value stays in the channel until taken
   static constexpr bool fallible = true;
 
-  explicit recv_wait(state<T>* s) noexcept : state_(s) {}
+  /// Throws std::logic_error if another receive is in progress (one receive at a time).
+  explicit recv_wait(state<T>* s) : state_(s) { s->receiving().begin(); }
+  recv_wait(const recv_wait&) = delete;
+  recv_wait& operator=(const recv_wait&) = delete;
+  ~recv_wait() { state_->receiving().end(); }
 
   bool try_ready() noexcept { return ready(state_->bits()); }
   bool enqueue() noexcept {
     return state_->queue().complete_or_enqueue(*this, [this] { return ready(state_->bits()); });
   }
   bool cancel(wait_status why) noexcept { return state_->queue().cancel(*this, why); }
-  T take() { return state_->take(); }
+  /// The outcome itself, built in place: finish_wait returns it without another move.
+  result<T> take() { return state_->template take<result<T>>(); }
 
  private:
   bool ready(std::uint8_t b) noexcept {
@@ -265,8 +277,14 @@ class [[nodiscard]] sender {
 ///   value waits for the next attempt.
 /// - close() makes later sends fail (they hand their value back) and ends a pending receive
 ///   closed; a value already sent, or being sent, can still be received.
-/// - One receive at a time: the receiver is used by one thread or coroutine at a time, and must
-///   outlive its pending receive.
+/// - One receive at a time: a receive (a recv() awaiter, from its creation to its destruction,
+///   or a blocking receive) excludes any other. Another recv(), recv_blocking() or recv_timeout()
+///   meanwhile throws std::logic_error and leaves the pending receive undisturbed; so does a
+///   try_recv() that would take a value (the pending receive's), else it reports as usual.
+///   The receiver must outlive its receives (their awaiters included).
+/// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
+///   channel into the result; if that move throws, the exception propagates and the value stays
+///   in the channel, for the next receive.
 template <class T>
 class [[nodiscard]] receiver
     : public asyncband::detail::receiving_end<detail::state<T>, detail::recv_wait<T>> {
@@ -274,11 +292,14 @@ class [[nodiscard]] receiver
   // recv() yields the value or closed; recv(stop), recv_blocking, recv_timeout: receiving_end.
 
   /// Takes the value if it is there: ok, empty (it may still come) or disconnected (it never will).
+  /// Throws std::logic_error if it would take the value while a receive is pending (one receive
+  /// at a time: the value is the pending receive's).
   try_recv_result<T> try_recv() {
     using st = detail::state<T>;
     switch (st::availability_of(this->live()->bits())) {
       case st::availability::value:
-        return this->state_->take();
+        this->state_->receiving().check();
+        return this->state_->template take<try_recv_result<T>>();
       case st::availability::none:
         return recv_status::disconnected;
       case st::availability::pending:

@@ -42,10 +42,16 @@ class [[nodiscard]] result {
  public:
   using value_type = T;
 
-  result(T value) : value_(std::move(value)) {}     // NOLINT(google-explicit-constructor): ok results convert
-  result(wait_status failure) : status_(failure) {  // NOLINT(google-explicit-constructor)
-    assert(failure != wait_status::ok);
-  }
+  // NOLINTBEGIN(google-explicit-constructor): ok results convert
+  result(T&& value) : value_(std::move(value)) {}
+  result(const T& value) : value_(value) {}
+  result(wait_status failure) : status_(failure) { assert(failure != wait_status::ok); }
+  // NOLINTEND(google-explicit-constructor)
+  /// An ok result whose value is constructed in place from `args` (a receive moves its value
+  /// straight from the channel into the result: one move, nothing in between that could throw).
+  template <class... Args>
+  explicit result(std::in_place_t /*unused*/, Args&&... args)
+      : value_(std::in_place, std::forward<Args>(args)...) {}
 
   [[nodiscard]] wait_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == wait_status::ok; }
@@ -189,10 +195,15 @@ enum class recv_status : unsigned char {
 template <class T>
 class [[nodiscard]] try_recv_result {
  public:
-  try_recv_result(T value) : value_(std::move(value)) {}     // NOLINT(google-explicit-constructor)
-  try_recv_result(recv_status failure) : status_(failure) {  // NOLINT(google-explicit-constructor)
-    assert(failure != recv_status::ok);
-  }
+  // NOLINTBEGIN(google-explicit-constructor)
+  try_recv_result(T&& value) : value_(std::move(value)) {}
+  try_recv_result(const T& value) : value_(value) {}
+  try_recv_result(recv_status failure) : status_(failure) { assert(failure != recv_status::ok); }
+  // NOLINTEND(google-explicit-constructor)
+  /// A value constructed in place from `args` (see result).
+  template <class... Args>
+  explicit try_recv_result(std::in_place_t /*unused*/, Args&&... args)
+      : value_(std::in_place, std::forward<Args>(args)...) {}
 
   [[nodiscard]] recv_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == recv_status::ok; }

@@ -11,6 +11,9 @@
 // every wake-up posted there (so N waiters woken together run in parallel on a pool, and the
 // waking call returns without running any of them). Any other promise, or an empty
 // scheduler_ref, resumes the coroutine inline on the thread that wakes it.
+//
+// It also holds the blocking hook (set_blocking_hook), through which a scheduler hears that
+// asyncband is about to block one of its threads.
 #pragma once
 
 #include <concepts>
@@ -65,6 +68,41 @@ class scheduler_ref {
   void* self_ = nullptr;
   post_fn post_ = nullptr;
 };
+
+/// A thread's "about to block" hook. asyncband calls it on a thread right before it blocks
+/// that thread (block_on, every *_blocking and *_timeout wait, a phaser's wait_blocking), once
+/// only another thread can end the wait. A wait that completes at once does not call it; a timed
+/// one may call it twice (before it sleeps, and again once its deadline has passed). A
+/// scheduler that keeps ready coroutines that only this thread will run (a per-worker LIFO slot)
+/// installs it on its workers to hand them to its other threads: a blocked worker would
+/// otherwise sit on a coroutine that its wait may depend on. It must not throw, block, or wait
+/// on asyncband.
+struct blocking_hook {
+  /// Called with `context`; none when null.
+  void (*fn)(void* context) noexcept = nullptr;
+  /// The scheduler's per-thread state, say.
+  void* context = nullptr;
+};
+
+namespace detail {
+/// The calling thread's blocking hook (one per thread; none by default).
+inline constinit thread_local blocking_hook this_thread_blocking_hook{};
+
+/// The core, right before it blocks the calling thread: one thread-local load when no hook is
+/// set. Waits that complete without blocking never call it.
+inline void before_blocking() noexcept {
+  const blocking_hook hook = this_thread_blocking_hook;
+  if (hook.fn != nullptr) hook.fn(hook.context);
+}
+}  // namespace detail
+
+/// Installs `hook` as the calling thread's blocking hook and returns the one it replaces, for
+/// the caller to reinstall when it stops serving this thread.
+inline blocking_hook set_blocking_hook(blocking_hook hook) noexcept {
+  const blocking_hook previous = detail::this_thread_blocking_hook;
+  detail::this_thread_blocking_hook = hook;
+  return previous;
+}
 
 /// The hook: a promise whose coroutines resume on a scheduler of its choosing.
 template <class P>

@@ -1,13 +1,12 @@
 // asyncband/detail/awaitable_traits.hpp: what `co_await x` yields, computed without awaiting.
 #pragma once
 
-#include <memory>
-#include <optional>
-#include <type_traits>
 #include <utility>
 
 namespace asyncband::detail {
 
+/// The awaiter `co_await a` would use (without an await_transform): what operator co_await
+/// returns, or `a` itself (as a reference: an awaiter need not be movable).
 template <class A>
 decltype(auto) get_awaiter(A&& a) {
   if constexpr (requires { std::forward<A>(a).operator co_await(); }) {
@@ -19,32 +18,8 @@ decltype(auto) get_awaiter(A&& a) {
   }
 }
 
+/// What `co_await a` yields.
 template <class A>
 using await_result_t = decltype(get_awaiter(std::declval<A>()).await_resume());
-
-/// Holds what an awaitable yielded, references included (`co_await` results for void are not
-/// stored: callers branch on std::is_void_v).
-template <class T>
-class yielded {
- public:
-  void set(T&& v) {
-    if constexpr (std::is_reference_v<T>) {
-      ptr_ = std::addressof(v);
-    } else {
-      value_.emplace(std::move(v));
-    }
-  }
-  T take() {
-    if constexpr (std::is_reference_v<T>) {
-      return static_cast<T>(*ptr_);
-    } else {
-      return std::move(*value_);
-    }
-  }
-
- private:
-  std::optional<std::remove_cvref_t<T>> value_;
-  std::add_pointer_t<std::remove_reference_t<T>> ptr_ = nullptr;
-};
 
 }  // namespace asyncband::detail

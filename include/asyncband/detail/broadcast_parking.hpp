@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "../scheduler.hpp"
+
 namespace asyncband::detail {
 
 /// The blocking twin of a wait that a state change always ends for everybody (a phaser's
@@ -23,7 +25,11 @@ class broadcast_parking {
   [[nodiscard]] std::uint32_t key() const noexcept { return epoch_.load(std::memory_order_acquire); }
 
   /// Returns once the word differs from `key` (after a short spin, as std::atomic::wait does).
-  void sleep(std::uint32_t key) const noexcept { epoch_.wait(key, std::memory_order_acquire); }
+  void sleep(std::uint32_t key) const noexcept {
+    if (epoch_.load(std::memory_order_acquire) != key) return;
+    before_blocking();
+    epoch_.wait(key, std::memory_order_acquire);
+  }
 
   /// After the state change, by whoever made it (under the primitive's lock, so that changes
   /// are counted in order).

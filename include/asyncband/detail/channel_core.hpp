@@ -25,7 +25,10 @@ namespace asyncband::mpsc::detail {
 ///   bool value_waiting_locked()  under the receiver's lock while it sleeps: a value is at the
 ///                                head, past published empty cells
 ///   bool finished()              nothing can be published any more (read before the ring)
-///   result<T> take_head()        takes the head's value (precondition: head_has_value())
+///   result<T> take_head()        takes the head's value (precondition: head_has_value()), moved
+///                                once, into the result built in place (detail::take_into)
+///   receive_in_progress& receiving()  the receiver's word for "a receive is in progress", on a
+///                                line of the receiver's (each receive writes it twice)
 ///   bool announce_sleep()        under the receiver's lock, after `receiver_sleeping_` is set:
 ///                                true if a value may be at the head or on its way (see below)
 ///   void await_outstanding_write()  after announce_sleep() said so: waits (briefly) for a write
@@ -183,11 +186,16 @@ class recv_wait : public asyncband::detail::waiter {
   static constexpr bool transferable = false;
   static constexpr bool fallible = true;
 
-  explicit recv_wait(State* s) noexcept : state_(s) {}
+  /// Throws std::logic_error if another receive is in progress (one receive at a time).
+  explicit recv_wait(State* s) : state_(s) { s->receiving().begin(); }
+  recv_wait(const recv_wait&) = delete;
+  recv_wait& operator=(const recv_wait&) = delete;
+  ~recv_wait() { state_->receiving().end(); }
 
   bool try_ready() noexcept { return state_->receive_ready(status); }
   bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
   bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
+  /// The outcome itself, built in place from the head's cell: finish_wait returns it as is.
   result<T> take() { return state_->take_head(); }
 
  private:
@@ -200,6 +208,8 @@ template <class State, class T>
 class receiver_handle : public asyncband::detail::receiving_end<State, recv_wait<State, T>> {
  public:
   /// A value now: ok, empty, or disconnected.
+  /// Throws std::logic_error if it would take a value while a receive is pending (one receive
+  /// at a time: that value is the pending receive's).
   try_recv_result<T> try_recv() { return this->live()->try_pop(); }
 
   /// No new sends; what was accepted still drains.

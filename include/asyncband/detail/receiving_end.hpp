@@ -2,15 +2,65 @@
 // the shared state, with every receive form of one wait node.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <stop_token>
+#include <type_traits>
 #include <utility>
 
 #include "../result.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
+
+/// Moves the value at `source` (a channel's cell) straight into the outcome of a receive
+/// (result<T> or try_recv_result<T>), constructed in place and returned as a prvalue, so that
+/// the caller's chain of returns elides every further move. Only once that one move succeeded
+/// does `release()` run (destroying the moved-from value and freeing the cell): if the move
+/// throws, the value stays where it is, for the next receive.
+template <class Outcome, class T, class Release>
+Outcome take_into(T& source, Release release) {
+  // Runs after the return value is constructed; skipped if that construction threw.
+  struct release_on_success {
+    Release& release;
+    int unwinding;
+    ~release_on_success() {
+      if (std::is_nothrow_move_constructible_v<T> || std::uncaught_exceptions() == unwinding) release();
+    }
+  } const guard{release, std::is_nothrow_move_constructible_v<T> ? 0 : std::uncaught_exceptions()};
+  return Outcome(std::in_place, std::move(source));
+}
+
+/// The receiver's word saying that one of its receives is in progress: a receive node holds it
+/// from its construction (in recv(), recv_blocking()...) to its destruction. Another receive
+/// meanwhile (a second recv from another coroutine or thread, or a try_recv that would take a
+/// value) is a misuse: one receive at a time. Left alone it would take the value the pending
+/// receive was woken for, or be woken with it too, or sleep for good; so it throws
+/// std::logic_error before touching the channel, and the pending receive goes on undisturbed. Relaxed: a
+/// receiver passed from one thread to another is passed with a happens-before; concurrent misuse from two
+/// threads is caught as soon as the hardware shows it, without a locked instruction per receive.
+class receive_in_progress {
+ public:
+  /// A receive starts. Throws std::logic_error if one is pending.
+  void begin() {
+    check();
+    busy_.store(true, std::memory_order_relaxed);
+  }
+  /// The receive (its node) is over.
+  void end() noexcept { busy_.store(false, std::memory_order_relaxed); }
+  /// A receive that does not wait (try_recv), about to take a value: throws std::logic_error if
+  /// a receive is pending.
+  void check() const {
+    if (busy_.load(std::memory_order_relaxed)) [[unlikely]]
+      throw std::logic_error(
+          "asyncband receiver: another receive while one is pending (one receive at a time)");
+  }
+
+ private:
+  std::atomic<bool> busy_{false};
+};
 
 /// The receiving half of a channel (oneshot, MPSC). `Wait` is the channel's receive node, built
 /// from a `State*`; destroying or overwriting the handle calls `State::receiver_leaves()` once.

@@ -70,6 +70,8 @@ inline void at_test_point(test_point) noexcept {}
 class parker {
  public:
   void park() noexcept {
+    if (released_.load(std::memory_order_acquire) != 0) return;
+    before_blocking();
     while (released_.load(std::memory_order_acquire) == 0) released_.wait(0, std::memory_order_acquire);
   }
   void unpark() noexcept {
@@ -89,12 +91,14 @@ class parker {
 class timed_parker {
  public:
   void park() {
+    before_blocking();  // outside the lock: the hook may take a scheduler's lock and wake a thread
     std::unique_lock lock(mutex_);
     released_cv_.wait(lock, [this] { return released_; });
   }
   /// Returns false if the deadline passed first.
   template <class Clock, class Duration>
   bool park_until(const std::chrono::time_point<Clock, Duration>& deadline) {
+    before_blocking();
     std::unique_lock lock(mutex_);
     return released_cv_.wait_until(lock, deadline, [this] { return released_; });
   }

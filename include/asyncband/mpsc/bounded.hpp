@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <bit>
+#include <cassert>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
@@ -126,6 +127,10 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// Values never received are destroyed here, exactly once.
   ~bounded_state() {
     const place end = capacity_.next_ticket();
+    assert(every_unit_is_back(end) &&
+           "asyncband::mpsc::permit outlived its channel: every sender and the receiver are gone while a "
+           "permit<T> still holds units of capacity (keep a sender alive while it is held, or use an "
+           "owned_permit)");
     for (place i = head_; i != end; ++i) {
       cell<T>& c = at(i);
       if (!c.skip) c.value().~T();
@@ -233,28 +238,32 @@ class bounded_state : public channel_core<bounded_state<T>> {
   result<T> take_head() {
     skip_empty();
     if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
-    return pop();
+    return pop<result<T>>();
   }
 
-  /// Precondition: head_has_value(). Takes the head's value; the cell and the unit go on.
-  /// If moving the value out throws, it stays where it is, for the next receive.
-  T pop() {
+  /// Precondition: head_has_value(). Moves the head's value once, into `Outcome` built in
+  /// place; only then do the cell and the unit go on. If that move throws, the value stays
+  /// where it is, for the next receive.
+  template <class Outcome>
+  Outcome pop() {
     cell<T>& c = at(head_);
-    T out = std::move(c.value());
-    c.value().~T();
-    hand_on(c);
-    return out;
+    return asyncband::detail::take_into<Outcome>(c.value(), [this, &c]() noexcept {
+      c.value().~T();
+      hand_on(c);
+    });
   }
 
   /// try_recv: a value, empty, or disconnected.
   try_recv_result<T> try_pop() {
     skip_empty();
-    if (head_has_value()) return pop();
+    if (head_has_value()) return checked_pop();
     if (!finished()) return recv_status::empty;
     skip_empty();
-    if (head_has_value()) return pop();
+    if (head_has_value()) return checked_pop();
     return recv_status::disconnected;
   }
+
+  asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
 
   /// The receiver closes the channel (also when it goes): no new sends or reservations;
   /// queued senders end disconnected. Permits already held may still send.
@@ -282,7 +291,22 @@ class bounded_state : public channel_core<bounded_state<T>> {
  private:
   friend class receiver<T>;
 
+  /// try_recv's take: not while a receive is pending (the value is that receive's).
+  try_recv_result<T> checked_pop() {
+    receiving_.check();
+    return pop<try_recv_result<T>>();
+  }
+
   cell<T>& at(place i) const noexcept { return cells_[i & mask_]; }
+
+  /// The debug check of the destructor: every unit of capacity is back (the receiver's going
+  /// closed the semaphore, which counts them from then on), or held by a place still in the
+  /// ring. A unit missing is a plain permit's, which outlived every sender (its contract) and
+  /// would give it back into freed memory.
+  [[nodiscard]] bool every_unit_is_back(place end) const noexcept {
+    return capacity_.closed_count() + static_cast<place>(end - head_) == logical_capacity_;
+  }
+
   /// Place i's value (or its emptiness) is written: the receiver's cursor has not passed it.
   [[nodiscard]] bool published(place i) const noexcept {
     return at(i).seq.load(std::memory_order_acquire) == static_cast<place>(i + 1);
@@ -344,6 +368,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   alignas(64) semaphore capacity_;
   alignas(64) place head_;  // the receiver's cursor
   place outstanding_ = 0;   // the receiver's: the write announce_sleep() found in progress
+  asyncband::detail::receive_in_progress receiving_;  // the receiver's
 };
 
 /// The capacity acquisitions of a channel: fallible (closed = disconnected).
@@ -581,7 +606,9 @@ class sender {
 /// Units of capacity reserved for later sends, without a place in the order yet: other values
 /// flow while it is held, and each send() takes its place when it is made. Destroying it
 /// returns the unused units. Move-only; it must not outlive the sender that reserved it (use an
-/// owned_permit for that).
+/// owned_permit for that). A debug build asserts ("permit outlived its channel") when the
+/// channel goes (every sender and the receiver gone) while a plain permit still holds units;
+/// NDEBUG builds pay nothing for the check.
 template <class T>
 class [[nodiscard]] permit {
  public:
@@ -665,7 +692,14 @@ class [[nodiscard]] owned_permit {
 /// - close(): no new sends or reservations (they report disconnected; senders waiting for
 ///   capacity are woken with it); values already accepted, and sends of permits held at the
 ///   time, are still received.
-/// - One receive at a time: the receiver is used by one thread or coroutine at a time.
+/// - One receive at a time: a receive (a recv() awaiter, from its creation to its destruction,
+///   or a blocking receive) excludes any other. Another recv(), recv_blocking() or recv_timeout()
+///   meanwhile throws std::logic_error and leaves the pending receive undisturbed; so does a
+///   try_recv() that would take a value (the pending receive's), else it reports as usual.
+///   The receiver must outlive its receives (their awaiters included).
+/// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
+///   channel into the result; if that move throws, the exception propagates and the value stays
+///   in the channel, for the next receive.
 /// - A receive whose next value is being constructed by another thread waits for that move
 ///   construction (spinning, then yielding; a stop request or deadline is looked at after it)
 ///   rather than sleeping: this saves every send a fence. So T's move constructor must not

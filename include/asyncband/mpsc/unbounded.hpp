@@ -99,25 +99,29 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   }
   result<T> take_head() {
     if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
-    return pop();
+    return pop<result<T>>();
   }
 
-  /// Precondition: head_has_value().
-  /// If moving the value out throws, it stays where it is, for the next receive.
-  T pop() {
+  /// Precondition: head_has_value(). Moves the value once, into `Outcome` built in place, and
+  /// only then frees its node: if that move throws, the value stays where it is, for the next
+  /// receive.
+  template <class Outcome>
+  Outcome pop() {
     node<T>* const next = next_of_head();
-    T out = std::move(next->value());
-    next->value().~T();
-    move_head_to(next);
-    return out;
+    return asyncband::detail::take_into<Outcome>(next->value(), [this, next]() noexcept {
+      next->value().~T();
+      move_head_to(next);
+    });
   }
 
   try_recv_result<T> try_pop() {
-    if (head_has_value()) return pop();
+    if (head_has_value()) return checked_pop();
     if (!finished()) return recv_status::empty;
-    if (head_has_value()) return pop();
+    if (head_has_value()) return checked_pop();
     return recv_status::disconnected;
   }
+
+  asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
 
   [[nodiscard]] std::size_t len() const noexcept { return pending_.load(std::memory_order_acquire); }
 
@@ -136,6 +140,12 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   }
 
  private:
+  /// try_recv's take: not while a receive is pending (the value is that receive's).
+  try_recv_result<T> checked_pop() {
+    receiving_.check();
+    return pop<try_recv_result<T>>();
+  }
+
   [[nodiscard]] node<T>* next_of_head() const noexcept { return head_->next.load(std::memory_order_acquire); }
 
   void move_head_to(node<T>* next) noexcept {
@@ -159,7 +169,8 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   }
 
   node<T> stub_;
-  node<T>* head_;  // the receiver's
+  node<T>* head_;                                     // the receiver's
+  asyncband::detail::receive_in_progress receiving_;  // the receiver's
   alignas(64) std::atomic<node<T>*> tail_;
   alignas(64) std::atomic<std::size_t> pending_{0};
 };
@@ -237,7 +248,14 @@ class unbounded_sender {
 ///   channel is closed) and every accepted value has been received. Cancel-safe: a cancelled
 ///   or destroyed receive takes nothing.
 /// - close(): later sends hand their value back; values already accepted are still received.
-/// - One receive at a time.
+/// - One receive at a time: a receive (a recv() awaiter, from its creation to its destruction,
+///   or a blocking receive) excludes any other. Another recv(), recv_blocking() or recv_timeout()
+///   meanwhile throws std::logic_error and leaves the pending receive undisturbed; so does a
+///   try_recv() that would take a value (the pending receive's), else it reports as usual.
+///   The receiver must outlive its receives (their awaiters included).
+/// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
+///   channel into the result; if that move throws, the exception propagates and the value stays
+///   in the channel, for the next receive.
 template <class T>
 class [[nodiscard]] unbounded_receiver : public detail::receiver_handle<detail::unbounded_state<T>, T> {
   // Every receive form comes from receiver_handle.
