@@ -99,8 +99,12 @@ std::vector<task<void>> start_two_round_participants(test_scheduler& s, barrier&
 // ---------------------------------------------------------------------------------------------
 // Construction and counters
 
-TEST(Barrier, ZeroParticipantsIsTreatedAsOne) {
-  barrier b(0);
+TEST(Barrier, ZeroParticipantsThrows) {
+  EXPECT_THROW((void)barrier(0), std::invalid_argument);
+}
+
+TEST(Barrier, OneParticipantCompletesEveryGenerationAlone) {
+  barrier b(1);
   EXPECT_EQ(b.participants(), 1);
   EXPECT_EQ(b.generation(), 0U);
   EXPECT_TRUE(b.wait_blocking().is_leader());
