@@ -1399,4 +1399,34 @@ TEST(Condvar, BlockingAndCoroutineWaitWhileAgreeOnAStopAlreadyRequested) {
   EXPECT_FALSE(m.is_locked());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+// Awaiting a condvar wait again used to register without the mutex held and wait forever.
+TEST(CondvarMisuse, AwaitingAWaitAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  int_mutex m(0);
+  condvar cv;
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    guard_t g = co_await m.lock();
+    auto waiting = cv.wait(std::move(g));
+    g = co_await waiting;  // suspends until notified
+    try {
+      g = co_await waiting;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+    EXPECT_TRUE(g.owns_lock());
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  cv.notify_one();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_FALSE(m.is_locked());
+}
+
 }  // namespace

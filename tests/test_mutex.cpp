@@ -1182,4 +1182,34 @@ TEST(MutexStress, PoolTasksAndPlainThreadsExcludeEachOther) {
   RecordProperty("try_failed", static_cast<int>(st.try_failed.load()));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+// lock()'s awaiter empties its source when it suspends; awaiting it again used to call through
+// a null mutex pointer.
+TEST(MutexMisuse, AwaitingALockAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  mutex<int> m(0);
+  auto held = m.try_lock();
+  ASSERT_TRUE(held.has_value());
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto locking = m.lock();
+    { const auto g = co_await locking; }  // suspends until the test unlocks
+    try {
+      const auto g = co_await locking;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  held.reset();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_FALSE(m.is_locked());
+}
+
 }  // namespace

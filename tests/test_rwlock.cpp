@@ -1106,4 +1106,32 @@ TEST(RwlockStress, ReadersAndWritersOnPoolTasksAndPlainThreadsKeepTheInvariant) 
   RecordProperty("failed", static_cast<int>(st.failed.load()));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+TEST(RwlockMisuse, AwaitingAWriteLockAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  rwlock<int> rw(0);
+  auto reading = rw.try_read();
+  ASSERT_TRUE(reading.has_value());
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto locking = rw.write();
+    { const auto g = co_await locking; }  // suspends until the test stops reading
+    try {
+      const auto g = co_await locking;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  reading.reset();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_TRUE(rw.try_write().has_value());
+}
+
 }  // namespace

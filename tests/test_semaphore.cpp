@@ -1368,4 +1368,32 @@ TEST(SemaphoreStress, PoolTasksAndPlainThreadsNeverHoldMoreThanThePermits) {
   RecordProperty("refused", st.refused.load());
 }
 
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+// The acquisition awaiter builds its wait in await_suspend; awaiting it again used to call
+// through its null semaphore pointer.
+TEST(SemaphoreMisuse, AwaitingAnAcquisitionAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  asyncband::semaphore sem(0);
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto acquisition = sem.acquire();
+    { const auto permit = co_await acquisition; }  // suspends until released
+    try {
+      const auto permit = co_await acquisition;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  sem.release(1);
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_EQ(sem.available(), 1U);
+}
+
 }  // namespace

@@ -219,8 +219,11 @@ class [[nodiscard]] condvar::waiting {
     return true;
   }
 
+  /// Throws std::logic_error if this awaiter suspended before (it registered: notified_ is set).
   template <class Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (notified_) [[unlikely]]
+      detail::throw_awaited_again();
     self_ = detail::resume_target(h, scheduler_of(h));
     return wait_for_notification();
   }

@@ -493,7 +493,13 @@ class [[nodiscard]] acquire_awaiter {
     if (semaphore_ == nullptr) wait_.~wait_type();
   }
 
-  bool await_ready() noexcept { return count_ == 0 || semaphore_->try_take(count_); }
+  /// Throws std::logic_error if this awaiter suspended before (the null semaphore_ says so; a
+  /// test folded away when the awaiter was just built from a semaphore's `this`).
+  bool await_ready() {
+    if (semaphore_ == nullptr) [[unlikely]]
+      throw_awaited_again();
+    return count_ == 0 || semaphore_->try_take(count_);
+  }
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
@@ -536,7 +542,13 @@ class [[nodiscard]] source_awaiter {
     if (!source_) wait_.~wait_type();
   }
 
-  bool await_ready() noexcept { return source_.semaphore_ref().try_take(source_.count()); }
+  /// Throws std::logic_error if this awaiter suspended before (an empty source says so; a test
+  /// folded away when the source was just built from a mutex's or rwlock's `this`).
+  bool await_ready() {
+    if (!source_) [[unlikely]]
+      throw_awaited_again();
+    return source_.semaphore_ref().try_take(source_.count());
+  }
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
