@@ -23,6 +23,7 @@
 #include <latch>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -36,6 +37,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -1427,6 +1429,24 @@ TEST(CondvarMisuse, AwaitingAWaitAgainAfterItSuspendedThrowsLogicError) {
   EXPECT_TRUE(t.done());
   EXPECT_EQ(threw, 1);
   EXPECT_FALSE(m.is_locked());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(CondvarDeathTest, DestroyingACondvarWithAPendingWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  struct mutex_and_condvar {
+    int_mutex m{0};
+    condvar cv;  // destroyed first
+  };
+  const auto wait_on = [](mutex_and_condvar& both) -> task<void> {
+    guard_t g = co_await both.m.lock();
+    g = co_await both.cv.wait(std::move(g));
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<mutex_and_condvar>(), wait_on),
+               "asyncband::condvar destroyed with waiters");
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -1210,6 +1211,20 @@ TEST(MutexMisuse, AwaitingALockAgainAfterItSuspendedThrowsLogicError) {
   EXPECT_TRUE(t.done());
   EXPECT_EQ(threw, 1);
   EXPECT_FALSE(m.is_locked());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(MutexDeathTest, DestroyingAMutexWithAPendingLockAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](mutex<int>& m) -> task<void> {
+    const auto held = m.try_lock();
+    const auto g = co_await m.lock();  // waits for itself
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<mutex<int>>(0), wait_on),
+               "asyncband::mutex destroyed with waiters");
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -2616,4 +2617,15 @@ TEST(PhaserLifetime, AWaiterResumedInlineByTheFinalArrivalMayDestroyTheArrivingH
   ASSERT_TRUE(arrived.ok());
   EXPECT_EQ(arrived->value(), 0U);
   EXPECT_EQ(ph->participants(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+// An observer does not keep the phaser alive; with nobody registered its phase never completes.
+TEST(PhaserDeathTest, DestroyingAPhaserWithAPendingObserverWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](phaser& ph) -> task<void> { (void)co_await ph.wait(phase_id(0)); };
+  EXPECT_DEATH(destroy_while_waiting(phaser::create(), wait_on), "asyncband::phaser destroyed with waiters");
 }

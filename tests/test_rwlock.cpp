@@ -28,6 +28,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -1132,6 +1133,20 @@ TEST(RwlockMisuse, AwaitingAWriteLockAgainAfterItSuspendedThrowsLogicError) {
   EXPECT_TRUE(t.done());
   EXPECT_EQ(threw, 1);
   EXPECT_TRUE(rw.try_write().has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(RwlockDeathTest, DestroyingAnRwlockWithAPendingLockAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](rwlock<int>& rw) -> task<void> {
+    const auto reading = rw.try_read();
+    const auto g = co_await rw.write();  // waits for its own read
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<rwlock<int>>(0), wait_on),
+               "asyncband::rwlock destroyed with waiters");
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -1394,6 +1395,19 @@ TEST(SemaphoreMisuse, AwaitingAnAcquisitionAgainAfterItSuspendedThrowsLogicError
   EXPECT_TRUE(t.done());
   EXPECT_EQ(threw, 1);
   EXPECT_EQ(sem.available(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(SemaphoreDeathTest, DestroyingASemaphoreWithAPendingAcquisitionAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](asyncband::semaphore& s) -> task<void> {
+    const auto permit = co_await s.acquire();
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<asyncband::semaphore>(0), wait_on),
+               "asyncband::semaphore destroyed with waiters");
 }
 
 }  // namespace

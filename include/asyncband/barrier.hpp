@@ -1,6 +1,7 @@
 // asyncband/barrier.hpp
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -49,6 +50,8 @@ class barrier : public detail::wait_functions<barrier> {
       : participants_(checked(participants)), remaining_(participants_) {}
   barrier(const barrier&) = delete;
   barrier& operator=(const barrier&) = delete;
+  /// Debug builds assert that no wait is pending.
+  ~barrier() { assert(queue_.no_waiters_left() && "asyncband::barrier destroyed with waiters"); }
 
   [[nodiscard]] std::ptrdiff_t participants() const noexcept { return participants_; }
 

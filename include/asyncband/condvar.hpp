@@ -1,6 +1,7 @@
 // asyncband/condvar.hpp
 #pragma once
 
+#include <cassert>
 #include <coroutine>
 #include <exception>
 #include <optional>
@@ -59,6 +60,8 @@ class condvar {
   condvar() noexcept = default;
   condvar(const condvar&) = delete;
   condvar& operator=(const condvar&) = delete;
+  /// Debug builds assert that no wait is registered (one re-locking waits on the mutex).
+  ~condvar() { assert(queue_.no_waiters_left() && "asyncband::condvar destroyed with waiters"); }
 
   /// Wakes the oldest registered waiter, if any.
   void notify_one() noexcept {

@@ -1,6 +1,7 @@
 // asyncband/mutex.hpp
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -184,6 +185,8 @@ class mutex {
   explicit mutex(std::in_place_t /*unused*/, Args&&... args) : value_(std::forward<Args>(args)...) {}
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
+  /// Debug builds assert that no lock is pending (before the semaphore's check, to name the mutex).
+  ~mutex() { assert(semaphore_.no_waiters_left() && "asyncband::mutex destroyed with waiters"); }
 
   /// `co_await m.lock()` yields a mutex_guard<T>.
   [[nodiscard]] auto lock() noexcept { return detail::source_awaiter<lock_source>(lock_source{this}); }

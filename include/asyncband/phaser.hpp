@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -104,7 +105,9 @@ class phaser : public std::enable_shared_from_this<phaser> {
   phaser(key /*unused*/, phase_id start) noexcept : phase_(start.value()) {}
   phaser(const phaser&) = delete;
   phaser& operator=(const phaser&) = delete;
-  ~phaser() = default;
+  /// Debug builds assert that no observer wait with a node is pending (a participant's wait
+  /// keeps the phaser alive; a plain thread's untimed wait has no node to find).
+  ~phaser() { assert(queue_.no_waiters_left() && "asyncband::phaser destroyed with waiters"); }
 
   /// The current phase (lock-free).
   [[nodiscard]] phase_id phase() const noexcept { return phase_id(phase_.load(std::memory_order_acquire)); }

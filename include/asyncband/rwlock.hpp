@@ -1,6 +1,7 @@
 // asyncband/rwlock.hpp
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -159,6 +160,8 @@ class rwlock {
       : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::forward<Args>(args)...) {}
   rwlock(const rwlock&) = delete;
   rwlock& operator=(const rwlock&) = delete;
+  /// Debug builds assert that no read or write lock is pending.
+  ~rwlock() { assert(semaphore_.no_waiters_left() && "asyncband::rwlock destroyed with waiters"); }
 
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 

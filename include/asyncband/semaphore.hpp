@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -25,6 +26,10 @@ class bounded_state;
 }  // namespace mpsc::detail
 
 class semaphore;
+template <class T>
+class mutex;
+template <class T>
+class rwlock;
 
 namespace detail {
 class semaphore_waiter;
@@ -144,6 +149,10 @@ class semaphore {
   friend class detail::source_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
+  template <class T>
+  friend class mutex;  // their destructors' debug check
+  template <class T>
+  friend class rwlock;
 
   using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 
@@ -158,6 +167,8 @@ class semaphore {
       : idle_(0), state_(encode(checked(permits)) | (std::uint64_t{first_ticket} << 32)) {}
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
+  /// Debug builds assert that no acquisition is pending.
+  ~semaphore() { assert(no_waiters_left() && "asyncband::semaphore destroyed with waiters"); }
 
   /// `co_await s.acquire(n)` yields a permit for n. Throws std::invalid_argument if n > max().
   [[nodiscard]] auto acquire(std::size_t n = 1);
@@ -225,6 +236,9 @@ class semaphore {
   }
 
  private:
+  /// For the debug check of an owner's destructor (see wait_queue::no_waiters_left).
+  [[nodiscard]] bool no_waiters_left() noexcept { return queue_.no_waiters_left(); }
+
   // state_: bit 0 is `contended`, set while anybody is queued or a deficit is outstanding; bits
   // 1-31 are the available count; bits 32-63 are a ticket counter, which only a channel uses
   // (bounded_state: a send takes its unit of capacity and its place in the ring in one CAS).

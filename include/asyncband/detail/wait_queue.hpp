@@ -30,6 +30,15 @@ class wait_queue {
     while (pins_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   }
 
+  /// For an owner's destructor, inside assert() only (so release builds pay nothing): false if
+  /// a waiter is still queued, a misuse whose waiter would resume into freed memory, or never.
+  /// A waker still pinned may be about to claim the last waiters (one that saw its wait complete
+  /// may destroy the primitive before that claim, "last one out"): then the queue passes.
+  [[nodiscard]] bool no_waiters_left() noexcept {
+    const std::lock_guard lock(mutex_);
+    return waiters_.empty() || pins_.load(std::memory_order_acquire) != 0;
+  }
+
   /// Before a state change that may let a waiter complete lock-free (the change itself must be
   /// a release operation, so a waiter that sees it also sees the pin).
   void pin() noexcept { pins_.fetch_add(1, std::memory_order_relaxed); }
