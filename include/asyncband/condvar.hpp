@@ -77,22 +77,22 @@ class condvar {
 
   /// `guard = co_await cv.wait(std::move(guard));` Precondition: guard.owns_lock().
   template <class T>
-  [[nodiscard]] auto wait(mutex_guard<T> guard) {
+  auto wait(mutex_guard<T> guard) {
     return waiting<T, false, detail::wait_once>(*this, std::move(guard), {}, {});
   }
   /// Yields result<mutex_guard<T>>: ok (mutex held), or cancelled (mutex not held).
   template <class T>
-  [[nodiscard]] auto wait(mutex_guard<T> guard, std::stop_token stop) {
+  auto wait(mutex_guard<T> guard, std::stop_token stop) {
     return waiting<T, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
   }
   /// Waits while `keep_waiting(value)` is true; yields the guard.
   template <class T, class Predicate>
-  [[nodiscard]] auto wait_while(mutex_guard<T> guard, Predicate keep_waiting) {
+  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting) {
     return waiting<T, false, Predicate>(*this, std::move(guard), std::move(keep_waiting), {});
   }
   /// Yields result<mutex_guard<T>>: ok (mutex held, keep_waiting false), or cancelled.
   template <class T, class Predicate>
-  [[nodiscard]] auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
+  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
     return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -193,7 +193,7 @@ class condvar {
 /// The awaiter of a condvar wait: two waits in a row (the notification, then the mutex), driven
 /// from callbacks so that the coroutine suspends once. Lives in the awaiting frame.
 template <class T, bool Cancellable, class Predicate>
-class [[nodiscard]] condvar::waiting {
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] condvar::waiting {
   using notified_wait = detail::pending_wait<notify_node, Cancellable>;
   using relock_wait = detail::pending_wait<relock_node, Cancellable>;
   using yield_type = yield_t<Cancellable, T>;

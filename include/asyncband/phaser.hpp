@@ -125,9 +125,9 @@ class phaser : public std::enable_shared_from_this<phaser> {
 
   /// Observer: waits until the phase differs from `observed`; yields result<phase_id>: the
   /// phase then current (ok), or closed if the phaser closed while still in `observed`.
-  [[nodiscard]] auto wait(phase_id observed) noexcept;
+  auto wait(phase_id observed) noexcept;
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  [[nodiscard]] auto wait(phase_id observed, std::stop_token stop) noexcept;
+  auto wait(phase_id observed, std::stop_token stop) noexcept;
   /// The blocking twins of wait(observed).
   inline result<phase_id> wait_blocking(phase_id observed);
   inline result<phase_id> wait_blocking(phase_id observed, std::stop_token stop);
@@ -272,9 +272,9 @@ class [[nodiscard]] phaser_participant {
   /// Reports the completion of its latest arrival's phase if no wait has yet (without arriving);
   /// otherwise arrives if it has not in the current phase, and waits for that phase to complete.
   /// Yields result<phase_id>: the phase the completion started, or closed.
-  [[nodiscard]] auto wait();
+  auto wait();
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  [[nodiscard]] auto wait(std::stop_token stop);
+  auto wait(std::stop_token stop);
   /// The blocking twins of wait().
   inline result<phase_id> wait_blocking();
   inline result<phase_id> wait_blocking(std::stop_token stop);

@@ -166,11 +166,11 @@ class rwlock {
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
-  [[nodiscard]] auto read() noexcept {
+  auto read() noexcept {
     return detail::source_awaiter<side_source<false>>(side_source<false>{this});
   }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
-  [[nodiscard]] auto read(std::stop_token stop) noexcept {
+  auto read(std::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
   }
   rwlock_read_guard<T> read_blocking() { return read_forms::block(&semaphore_, 1, make_read{&value_}); }
@@ -185,11 +185,11 @@ class rwlock {
   [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }
 
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
-  [[nodiscard]] auto write() noexcept {
+  auto write() noexcept {
     return detail::source_awaiter<side_source<true>>(side_source<true>{this});
   }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
-  [[nodiscard]] auto write(std::stop_token stop) noexcept {
+  auto write(std::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
   rwlock_write_guard<T> write_blocking() {

@@ -171,9 +171,9 @@ class semaphore {
   ~semaphore() { assert(no_waiters_left() && "asyncband::semaphore destroyed with waiters"); }
 
   /// `co_await s.acquire(n)` yields a permit for n. Throws std::invalid_argument if n > max().
-  [[nodiscard]] auto acquire(std::size_t n = 1);
+  auto acquire(std::size_t n = 1);
   /// Yields result<semaphore_permit>: ok, or cancelled.
-  [[nodiscard]] auto acquire(std::size_t n, std::stop_token stop);
+  auto acquire(std::size_t n, std::stop_token stop);
   semaphore_permit acquire_blocking(std::size_t n = 1);
   result<semaphore_permit> acquire_blocking(std::size_t n, std::stop_token stop);
   template <class Rep, class Period>
@@ -491,7 +491,7 @@ class semaphore_acquire : public semaphore_waiter {
 /// drains the store buffer), so this is what makes `co_await m.lock()` as cheap as a try_lock.
 /// `semaphore_ == nullptr` marks the constructed wait.
 template <class Make, bool Fallible>
-class [[nodiscard]] acquire_awaiter {
+class [[nodiscard("co_await it: a lock or acquisition does nothing until it is awaited")]] acquire_awaiter {
   using wait_type = pending_wait<semaphore_acquire<Make, Fallible>, false>;
 
  public:
@@ -542,7 +542,7 @@ class [[nodiscard]] acquire_awaiter {
 /// a pointer wrapper with `explicit operator bool`, `semaphore_ref()`, `count()` and `maker()`; an
 /// empty Source marks the constructed wait.
 template <class Source>
-class [[nodiscard]] source_awaiter {
+class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] source_awaiter {
   using node_type = semaphore_acquire<decltype(std::declval<const Source&>().maker())>;
   using wait_type = pending_wait<node_type, false>;
 

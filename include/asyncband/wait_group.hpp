@@ -107,8 +107,8 @@ class wait_group : public detail::wait_functions<wait_group> {
   }
 
   // The wait forms leave first; see the class contract.
-  [[nodiscard]] auto wait() noexcept { return (leave(), wait_functions::wait()); }
-  [[nodiscard]] auto wait(std::stop_token stop) noexcept {
+  auto wait() noexcept { return (leave(), wait_functions::wait()); }
+  auto wait(std::stop_token stop) noexcept {
     return (leave(), wait_functions::wait(std::move(stop)));
   }
   auto wait_blocking() { return (leave(), wait_functions::wait_blocking()); }

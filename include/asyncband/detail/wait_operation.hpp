@@ -268,8 +268,10 @@ class pending_wait {
 };
 
 /// The awaiter of every waiting operation; lives in the awaiting coroutine's frame.
+/// The awaiters carry [[nodiscard]] with a reason (a forgotten co_await starts no wait); the
+/// functions returning them do not repeat a plain [[nodiscard]], which would hide it under g++.
 template <wait_node Node, bool Cancellable>
-class [[nodiscard]] wait_awaiter {
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait_awaiter {
  public:
   template <class... Args>
   explicit wait_awaiter(std::stop_token token, Args&&... args)
