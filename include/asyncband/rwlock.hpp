@@ -166,9 +166,7 @@ class rwlock {
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
-  auto read() noexcept {
-    return detail::source_awaiter<side_source<false>>(side_source<false>{this});
-  }
+  auto read() noexcept { return detail::source_awaiter<side_source<false>>(side_source<false>{this}); }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
   auto read(std::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
@@ -185,9 +183,7 @@ class rwlock {
   [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }
 
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
-  auto write() noexcept {
-    return detail::source_awaiter<side_source<true>>(side_source<true>{this});
-  }
+  auto write() noexcept { return detail::source_awaiter<side_source<true>>(side_source<true>{this}); }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
   auto write(std::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});

@@ -108,9 +108,7 @@ class wait_group : public detail::wait_functions<wait_group> {
 
   // The wait forms leave first; see the class contract.
   auto wait() noexcept { return (leave(), wait_functions::wait()); }
-  auto wait(std::stop_token stop) noexcept {
-    return (leave(), wait_functions::wait(std::move(stop)));
-  }
+  auto wait(std::stop_token stop) noexcept { return (leave(), wait_functions::wait(std::move(stop))); }
   auto wait_blocking() { return (leave(), wait_functions::wait_blocking()); }
   auto wait_blocking(std::stop_token stop) {
     return (leave(), wait_functions::wait_blocking(std::move(stop)));
