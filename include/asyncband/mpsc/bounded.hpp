@@ -377,7 +377,7 @@ using capacity_forms = asyncband::detail::acquire_forms<asyncband::detail::permi
 /// A send in a coroutine: takes a unit of capacity (awaiting it if the channel is full), then
 /// publishes. The value waits in the awaiter, and comes back if the send fails.
 template <class T, class Acquire>
-class [[nodiscard]] send_awaiter {
+class [[nodiscard("co_await it: the value is not sent until the send is awaited")]] send_awaiter {
  public:
   template <class... Args>
   send_awaiter(bounded_state<T>* s, T&& value, Args&&... acquisition)
