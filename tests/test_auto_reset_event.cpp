@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <semaphore>
@@ -22,6 +23,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -568,6 +570,17 @@ TEST(AutoResetEventLifetime, TheWaiterMayDestroyTheEventWhileNotifyReturns) {
   waiter_destroys_while_the_waker_returns([] { return std::make_unique<auto_reset_event>(); }, notify_one,
                                           [](auto_reset_event& ev) { ev.wait_blocking(); },
                                           asyncband_test::waker_path::last_access);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(AutoResetEventDeathTest, DestroyingTheEventWithAPendingWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](auto_reset_event& ev) -> task<void> { co_await ev.wait(); };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<auto_reset_event>(), wait_on),
+               "asyncband::auto_reset_event destroyed with waiters");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -25,6 +26,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 
@@ -99,8 +101,12 @@ std::vector<task<void>> start_two_round_participants(test_scheduler& s, barrier&
 // ---------------------------------------------------------------------------------------------
 // Construction and counters
 
-TEST(Barrier, ZeroParticipantsIsTreatedAsOne) {
-  barrier b(0);
+TEST(Barrier, ZeroParticipantsThrows) {
+  EXPECT_THROW((void)barrier(0), std::invalid_argument);
+}
+
+TEST(Barrier, OneParticipantCompletesEveryGenerationAlone) {
+  barrier b(1);
   EXPECT_EQ(b.participants(), 1);
   EXPECT_EQ(b.generation(), 0U);
   EXPECT_TRUE(b.wait_blocking().is_leader());
@@ -795,6 +801,17 @@ TEST(BarrierStress, TwoThreadsOnASingleParticipantBarrierEachLeadTheirOwnGenerat
   other.join();
   EXPECT_EQ(leaders.load(), 2 * kWaits);
   EXPECT_EQ(b.generation(), static_cast<std::uint64_t>(2 * kWaits));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(BarrierDeathTest, DestroyingABarrierWithAPendingWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](barrier& b) -> task<void> { (void)co_await b.wait(); };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<barrier>(2), wait_on),
+               "asyncband::barrier destroyed with waiters");
 }
 
 }  // namespace

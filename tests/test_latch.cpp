@@ -20,6 +20,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -415,6 +416,17 @@ TEST(LatchLifetime, AWaiterResumedInlineByTheFinalArrivalMayDestroyTheLatch) {
     EXPECT_EQ(owner, nullptr);
     EXPECT_TRUE(waiter.done());
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(LatchDeathTest, DestroyingALatchWithAPendingWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](latch& l) -> task<void> { co_await l.wait(); };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<latch>(1), wait_on),
+               "asyncband::latch destroyed with waiters");
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -306,6 +307,17 @@ TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
 TEST(ManualResetEventLifetime, TheWaiterMayDestroyTheEventWhileSetReturns) {
   waiter_destroys_while_the_waker_returns([] { return std::make_unique<manual_reset_event>(); }, set,
                                           [](manual_reset_event& ev) { ev.wait_blocking(); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(ManualResetEventDeathTest, DestroyingTheEventWithAPendingWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](manual_reset_event& ev) -> task<void> { co_await ev.wait(); };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<manual_reset_event>(), wait_on),
+               "asyncband::manual_reset_event destroyed with waiters");
 }
 
 }  // namespace

@@ -3667,3 +3667,43 @@ TEST(MpscBoundedMisuse, UnitsInTheRingOrBackAreNoPermitOutlivingItsChannel) {
     EXPECT_TRUE(owned.send(1).disconnected());  // the owned permit kept the channel alive
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: a send awaiter is awaited once (issue 11). Its value is gone after the first await,
+// so a second one throws std::logic_error instead of sending a moved-from value or touching a
+// wait that has ended.
+
+namespace {
+
+TEST(MpscBoundedMisuse, AwaitingASendAgainThrowsLogicErrorWhetherItSentAtOnceOrSuspended) {
+  test_scheduler s;
+  auto c = mpsc::bounded<int>(1);  // no structured bindings: clang 14 cannot capture them
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto ready = c.first.send(1);  // capacity at hand: sends in await_ready
+    EXPECT_TRUE((co_await ready).ok());
+    try {
+      (void)co_await ready;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+    auto waiting = c.first.send(2);  // full: suspends until the receiver takes 1
+    EXPECT_TRUE((co_await waiting).ok());
+    try {
+      (void)co_await waiting;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  EXPECT_EQ(c.second.try_recv().value(), 1);
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 2);
+  EXPECT_EQ(c.second.try_recv().value(), 2);
+  EXPECT_TRUE(c.second.try_recv().empty());
+}
+
+}  // namespace

@@ -27,6 +27,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
@@ -1214,6 +1215,50 @@ TEST(MutexLastOneOut, MoveAssignmentUnlocksAsItsLastAccess) {
       [](mutex_guard_in_world& w, std::stop_token) { return w.m.lock(); },
       [](mutex_guard_in_world* w, another_mutex& k) { *w->held = std::move(*k.other.try_lock()); })
       .body();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+// lock()'s awaiter empties its source when it suspends; awaiting it again used to call through
+// a null mutex pointer.
+TEST(MutexMisuse, AwaitingALockAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  mutex<int> m(0);
+  auto held = m.try_lock();
+  ASSERT_TRUE(held.has_value());
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto locking = m.lock();
+    { const auto g = co_await locking; }  // suspends until the test unlocks
+    try {
+      const auto g = co_await locking;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  held.reset();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_FALSE(m.is_locked());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(MutexDeathTest, DestroyingAMutexWithAPendingLockAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](mutex<int>& m) -> task<void> {
+    const auto held = m.try_lock();
+    const auto g = co_await m.lock();  // waits for itself
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<mutex<int>>(0), wait_on),
+               "asyncband::mutex destroyed with waiters");
 }
 
 }  // namespace

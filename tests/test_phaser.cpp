@@ -34,6 +34,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
@@ -2767,3 +2768,14 @@ INSTANTIATE_TEST_SUITE_P(EveryForm, PhaserFinalWaitLifetime,
                          ::testing::Values(final_wait_form::co_await_plain, final_wait_form::co_await_stop,
                                            final_wait_form::blocking, final_wait_form::blocking_stop,
                                            final_wait_form::timeout));
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+// An observer does not keep the phaser alive; with nobody registered its phase never completes.
+TEST(PhaserDeathTest, DestroyingAPhaserWithAPendingObserverWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](phaser& ph) -> task<void> { (void)co_await ph.wait(phase_id(0)); };
+  EXPECT_DEATH(destroy_while_waiting(phaser::create(), wait_on), "asyncband::phaser destroyed with waiters");
+}

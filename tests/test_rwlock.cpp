@@ -28,6 +28,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -1104,6 +1105,48 @@ TEST(RwlockStress, ReadersAndWritersOnPoolTasksAndPlainThreadsKeepTheInvariant) 
   RecordProperty("writes", static_cast<int>(st.writes.load()));
   RecordProperty("reads", static_cast<int>(st.reads.load()));
   RecordProperty("failed", static_cast<int>(st.failed.load()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+TEST(RwlockMisuse, AwaitingAWriteLockAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  rwlock<int> rw(0);
+  auto reading = rw.try_read();
+  ASSERT_TRUE(reading.has_value());
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto locking = rw.write();
+    { const auto g = co_await locking; }  // suspends until the test stops reading
+    try {
+      const auto g = co_await locking;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  reading.reset();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_TRUE(rw.try_write().has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(RwlockDeathTest, DestroyingAnRwlockWithAPendingLockAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](rwlock<int>& rw) -> task<void> {
+    const auto reading = rw.try_read();
+    const auto g = co_await rw.write();  // waits for its own read
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<rwlock<int>>(0), wait_on),
+               "asyncband::rwlock destroyed with waiters");
 }
 
 }  // namespace

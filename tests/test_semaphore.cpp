@@ -31,6 +31,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
@@ -1390,6 +1391,47 @@ TEST(SemaphoreLastOneOut, PermitMoveAssignmentReleasesAsItsLastAccess) {
       [](permit_in_world& w, std::stop_token) { return w.s.acquire(); },
       [](permit_in_world* w, another_semaphore& k) { *w->held = std::move(*k.other.try_acquire()); })
       .body();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+// The acquisition awaiter builds its wait in await_suspend; awaiting it again used to call
+// through its null semaphore pointer.
+TEST(SemaphoreMisuse, AwaitingAnAcquisitionAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  asyncband::semaphore sem(0);
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto acquisition = sem.acquire();
+    { const auto permit = co_await acquisition; }  // suspends until released
+    try {
+      const auto permit = co_await acquisition;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  sem.release(1);
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_EQ(sem.available(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+TEST(SemaphoreDeathTest, DestroyingASemaphoreWithAPendingAcquisitionAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](asyncband::semaphore& s) -> task<void> {
+    const auto permit = co_await s.acquire();
+  };
+  EXPECT_DEATH(destroy_while_waiting(std::make_unique<asyncband::semaphore>(0), wait_on),
+               "asyncband::semaphore destroyed with waiters");
 }
 
 }  // namespace

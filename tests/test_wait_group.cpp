@@ -26,6 +26,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "support/destroyed_with_waiters.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -981,6 +982,24 @@ TEST(WaitGroupLifetime, AMoveAssignmentLeavesAsItsLastAccess) {
   target = wait_group();  // the old membership's departure destroys `target`'s owner inline
   EXPECT_EQ(seen.resumed, 1);
   EXPECT_EQ(holder, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
+
+// Every member leaves when destroyed, so the shared state outlives its waits in any program that
+// destroys its handles; a member added behind the handles' back stands for one that never left.
+TEST(WaitGroupDeathTest, DestroyingTheStateWithAPendingWaitAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto wait_on = [](wait_group& g) -> task<void> { co_await g.wait(); };
+  const auto with_a_member_that_never_leaves = [] {
+    auto g = std::make_unique<wait_group>();
+    asyncband::detail::wait_group_test_access::add_members(*g, 1);
+    return g;
+  };
+  EXPECT_DEATH(destroy_while_waiting(with_a_member_that_never_leaves(), wait_on),
+               "asyncband::wait_group destroyed with waiters");
 }
 
 }  // namespace

@@ -473,4 +473,46 @@ TEST(Destroy, ACoroutineResumedInlineMayDestroyALaterMemberOfItsBatch) {
   EXPECT_EQ(b_probe.resumed, 0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Misuse: an awaiter is awaited once
+
+// Awaiting a wait awaiter again after it suspended used to publish its finished node a second
+// time: linked in the queue after the awaiter died (a use-after-free, even at -O0).
+TEST(WaiterCoreMisuse, AwaitingAnAwaiterAgainAfterItSuspendedThrowsLogicError) {
+  test_scheduler s;
+  asyncband::manual_reset_event ev;
+  int threw = 0;
+  auto body = [&]() -> task<void> {
+    auto w = ev.wait();
+    co_await w;  // suspends until set
+    ev.reset();
+    try {
+      co_await w;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  EXPECT_FALSE(t.done());
+  ev.set();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+}
+
+// The check is on the suspension path only: awaiting again an awaiter that never suspended is a
+// new attempt, as harmless as a fresh wait.
+TEST(WaiterCoreMisuse, AwaitingAgainAnAwaiterThatNeverSuspendedIsAFreshAttempt) {
+  asyncband::manual_reset_event ev(true);
+  auto body = [&]() -> task<int> {
+    auto w = ev.wait();
+    co_await w;
+    co_await w;
+    co_return 2;
+  };
+  EXPECT_EQ(asyncband::block_on(body()), 2);
+}
+
 }  // namespace

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 
 #include "detail/wait_functions.hpp"
@@ -37,6 +38,10 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   explicit auto_reset_event(bool initially_set) noexcept : state_(initially_set ? permit : 0U) {}
   auto_reset_event(const auto_reset_event&) = delete;
   auto_reset_event& operator=(const auto_reset_event&) = delete;
+  /// Debug builds assert that no wait is pending.
+  ~auto_reset_event() {
+    assert(queue_.no_waiters_left() && "asyncband::auto_reset_event destroyed with waiters");
+  }
 
   /// Wakes the head waiter with a permit, or stores one permit if nobody waits.
   void notify_one() noexcept {

@@ -1,6 +1,7 @@
 // asyncband/barrier.hpp
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -32,7 +33,8 @@ struct barrier_wait_result {
 ///   confused with, or counted in, a later generation.
 /// - Synchronization: every arrival of a generation happens-before the return of every wait of
 ///   that generation.
-/// - n = 0 is treated as 1. A negative n, or one above max(), throws std::invalid_argument.
+/// - n must be at least 1: zero or a negative n throws std::invalid_argument (a barrier that
+///   nobody can complete is a mistake, as a zero-capacity channel is).
 /// - The barrier must outlive every pending wait.
 class barrier : public detail::wait_functions<barrier> {
   class wait_node;
@@ -48,6 +50,8 @@ class barrier : public detail::wait_functions<barrier> {
       : participants_(checked(participants)), remaining_(participants_) {}
   barrier(const barrier&) = delete;
   barrier& operator=(const barrier&) = delete;
+  /// Debug builds assert that no wait is pending.
+  ~barrier() { assert(queue_.no_waiters_left() && "asyncband::barrier destroyed with waiters"); }
 
   [[nodiscard]] std::ptrdiff_t participants() const noexcept { return participants_; }
 
@@ -100,7 +104,8 @@ class barrier : public detail::wait_functions<barrier> {
 
   static std::ptrdiff_t checked(std::ptrdiff_t n) {
     if (n < 0) throw std::invalid_argument("asyncband::barrier: negative participant count");
-    return n == 0 ? 1 : n;
+    if (n == 0) throw std::invalid_argument("asyncband::barrier: zero participants");
+    return n;
   }
 
   detail::wait_queue& queue() noexcept { return queue_; }

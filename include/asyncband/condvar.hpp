@@ -1,7 +1,9 @@
 // asyncband/condvar.hpp
 #pragma once
 
+#include <cassert>
 #include <coroutine>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <stop_token>
@@ -33,17 +35,19 @@ struct wait_once {};
 /// - Synchronization: a notify_one()/notify_all() call happens-before the return of a wait it
 ///   woke; the mutex orders everything else.
 /// - Cancellation (stop token), at either stage: the wait returns cancelled and does NOT hold
-///   the mutex. A notify_one() already delivered to it is passed to another registered waiter,
-///   also when the stop comes while it re-locks; a mutex hand-off it had received passes on.
-///   Destroying a suspended waiting coroutine does the same.
+///   the mutex. A notify_one() already delivered to it is passed to the oldest waiter still
+///   registered *before that notify_one()*, if any (else it is dropped, as a notification with
+///   nobody to wake is), also when the stop comes while it re-locks; a mutex hand-off it had
+///   received passes on. Destroying a suspended waiting coroutine does the same.
 /// - wait_while(guard, keep_waiting): returns at once if keep_waiting(value) is false; otherwise
 ///   waits, and re-checks after each wake-up with the mutex held, until it is false. The first
 ///   check runs in the awaiting coroutine; later ones run on the thread that completed the
 ///   re-lock (the unlocker's, or the notifier's when the mutex was free), after every internal
 ///   lock is released: keep it a cheap check. If it throws, the wait
 ///   rethrows in the coroutine and the mutex is unlocked.
-/// - Spurious wake-ups do not happen: a plain wait returns after a notification (or a
-///   cancellation) only.
+/// - Spurious wake-ups do not happen: a plain wait returns after a notification made after it
+///   registered (or a cancellation) only; a passed-on notify_one never reaches a waiter that
+///   registered after the original notify_one().
 /// - The condvar must outlive its pending waits.
 class condvar {
   class notify_node;
@@ -59,37 +63,33 @@ class condvar {
   condvar() noexcept = default;
   condvar(const condvar&) = delete;
   condvar& operator=(const condvar&) = delete;
+  /// Debug builds assert that no wait is registered (one re-locking waits on the mutex).
+  ~condvar() { assert(queue_.no_waiters_left() && "asyncband::condvar destroyed with waiters"); }
 
   /// Wakes the oldest registered waiter, if any.
-  void notify_one() noexcept {
-    queue_.wake([](detail::wait_list& waiters, detail::wake_batch& batch) {
-      if (waiters.empty()) return;
-      static_cast<notify_node&>(*waiters.front()).by_notify_one = true;
-      waiters.claim_front(batch);
-    });
-  }
+  void notify_one() noexcept { hand_notify_one(now); }
 
   /// Wakes every registered waiter.
   void notify_all() noexcept { queue_.wake_all(); }
 
   /// `guard = co_await cv.wait(std::move(guard));` Precondition: guard.owns_lock().
   template <class T>
-  [[nodiscard]] auto wait(mutex_guard<T> guard) {
+  auto wait(mutex_guard<T> guard) {
     return waiting<T, false, detail::wait_once>(*this, std::move(guard), {}, {});
   }
   /// Yields result<mutex_guard<T>>: ok (mutex held), or cancelled (mutex not held).
   template <class T>
-  [[nodiscard]] auto wait(mutex_guard<T> guard, std::stop_token stop) {
+  auto wait(mutex_guard<T> guard, std::stop_token stop) {
     return waiting<T, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
   }
   /// Waits while `keep_waiting(value)` is true; yields the guard.
   template <class T, class Predicate>
-  [[nodiscard]] auto wait_while(mutex_guard<T> guard, Predicate keep_waiting) {
+  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting) {
     return waiting<T, false, Predicate>(*this, std::move(guard), std::move(keep_waiting), {});
   }
   /// Yields result<mutex_guard<T>>: ok (mutex held, keep_waiting false), or cancelled.
   template <class T, class Predicate>
-  [[nodiscard]] auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
+  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
     return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -113,8 +113,9 @@ class condvar {
 
  private:
   /// A registration waiting for a notification. A notify_one is a grant: delivered to a waiter
-  /// that will not use it (cancelled, destroyed), it goes to the next waiter. A notify_all woke
-  /// everybody registered then; passing it on would wake somebody registered after it.
+  /// that will not use it (cancelled, destroyed), it goes to the next waiter registered before
+  /// that notify_one, if any. A notify_all woke everybody registered then; passing it on would
+  /// wake somebody registered after it.
   class notify_node : public detail::queued_waiter<condvar> {
    public:
     using value_type = void;
@@ -123,19 +124,45 @@ class condvar {
 
     static bool try_ready() noexcept { return false; }
     bool enqueue() noexcept {
-      return owner().queue_.complete_or_enqueue(*this, [] { return false; });
+      return owner().queue_.complete_or_enqueue(*this, [this] {
+        registration = ++owner().registrations_;
+        return false;
+      });
     }
     void take() noexcept {}
-    void give_back() noexcept { owner().pass_on(by_notify_one); }
+    void give_back() noexcept { owner().pass_on(notify_bound); }
 
-    bool by_notify_one = false;  // written by the claiming notifier, under the lock
+    // Both under the condvar's lock: the registration's number (set by enqueue), and, written
+    // by a notify_one that claims this waiter, that notify_one's bound: the registrations made
+    // before it. 0 for a notify_all (registrations are numbered from 1), which is not passed on.
+    std::uint64_t registration = 0;
+    std::uint64_t notify_bound = 0;
   };
 
   detail::wait_queue& queue() noexcept { return queue_; }
 
-  /// A waiter that consumed a notification and will not return with it passes a notify_one on.
-  void pass_on(bool by_notify_one) noexcept {
-    if (by_notify_one) notify_one();
+  /// hand_notify_one's bound for a new notify_one: every registration so far.
+  static constexpr std::uint64_t now = 0;
+
+  /// A notify_one for the waiters registered before `bound` (`now`: all of them): claims the
+  /// oldest if it registered before, and records the bound in it, for a pass-on. Registrations
+  /// are numbered in queue order, so if the oldest registered later, all did: nobody is owed it.
+  void hand_notify_one(std::uint64_t bound) noexcept {
+    queue_.wake([this, bound](detail::wait_list& waiters, detail::wake_batch& batch) {
+      if (waiters.empty()) return;
+      auto& oldest = static_cast<notify_node&>(*waiters.front());
+      const std::uint64_t limit = bound == now ? registrations_ + 1 : bound;
+      if (oldest.registration >= limit) return;
+      oldest.notify_bound = limit;
+      waiters.claim_front(batch);
+    });
+  }
+
+  /// A waiter that consumed a notify_one (bound != 0) and will not return with it passes it on,
+  /// to a waiter registered before that notify_one only: to one registered after, it would be a
+  /// spurious wake-up.
+  void pass_on(std::uint64_t notify_bound) noexcept {
+    if (notify_bound != 0) hand_notify_one(notify_bound);
   }
 
   /// Asks the predicate whether to (go on) waiting. A plain wait waits exactly once.
@@ -185,12 +212,13 @@ class condvar {
   yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, std::stop_token stop);
 
   detail::wait_queue queue_;
+  std::uint64_t registrations_ = 0;  // guarded by queue_.mutex(); 2^64 never wraps in practice
 };
 
 /// The awaiter of a condvar wait: two waits in a row (the notification, then the mutex), driven
 /// from callbacks so that the coroutine suspends once. Lives in the awaiting frame.
 template <class T, bool Cancellable, class Predicate>
-class [[nodiscard]] condvar::waiting {
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] condvar::waiting {
   using notified_wait = detail::pending_wait<notify_node, Cancellable>;
   using relock_wait = detail::pending_wait<relock_node, Cancellable>;
   using yield_type = yield_t<Cancellable, T>;
@@ -209,7 +237,7 @@ class [[nodiscard]] condvar::waiting {
   ~waiting() {
     if (!relock_ || !relock_->pending()) return;
     relock_.reset();  // unlinks, passing on a hand-off it had received
-    condvar_->pass_on(by_notify_one_);
+    condvar_->pass_on(notify_bound_);
   }
 
   bool await_ready() {
@@ -219,8 +247,11 @@ class [[nodiscard]] condvar::waiting {
     return true;
   }
 
+  /// Throws std::logic_error if this awaiter suspended before (it registered: notified_ is set).
   template <class Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (notified_) [[unlikely]]
+      detail::throw_awaited_again();
     self_ = detail::resume_target(h, scheduler_of(h));
     return wait_for_notification();
   }
@@ -254,7 +285,7 @@ class [[nodiscard]] condvar::waiting {
   }
 
   bool after_notification() noexcept {
-    by_notify_one_ = notified_->node().by_notify_one;
+    notify_bound_ = notified_->node().notify_bound;
     if (!notified(*notified_)) return finish(wait_status::cancelled);
     relock_wait& w =
         relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, detail::permit_itself{});
@@ -267,7 +298,7 @@ class [[nodiscard]] condvar::waiting {
     relock_.reset();
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
-        condvar_->pass_on(by_notify_one_);  // the notification this wait consumed goes on
+        condvar_->pass_on(notify_bound_);  // the notification this wait consumed goes on
         return finish(wait_status::cancelled);
       }
       held_ = std::move(*relocked);
@@ -306,7 +337,7 @@ class [[nodiscard]] condvar::waiting {
   std::optional<notified_wait> notified_;
   std::optional<relock_wait> relock_;
   wait_status outcome_ = wait_status::ok;
-  bool by_notify_one_ = false;
+  std::uint64_t notify_bound_ = 0;
   std::exception_ptr error_;
 };
 
@@ -315,7 +346,7 @@ condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate 
                                                 std::stop_token stop) {
   mutex<T>* const m = guard.mutex();
   semaphore_permit held = permit_of(guard);
-  bool by_notify_one = false;
+  std::uint64_t notify_bound = 0;
   for (bool woken = false; keep_waiting(predicate, m->value_, woken); woken = true) {
     {
       detail::pending_wait<notify_node, Cancellable> notified(stop, this);
@@ -324,14 +355,14 @@ condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate 
       const bool pending = notified.publish(detail::resume_target(&detail::parker::unpark_thunk, &park),
                                             [&held]() noexcept { held.release(); });
       if (pending) park.park();
-      by_notify_one = notified.node().by_notify_one;
+      notify_bound = notified.node().notify_bound;
       if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
     }
     auto relocked = detail::block_wait<relock_node, Cancellable>(
         stop, {}, &detail::mutex_access::semaphore_of(*m), 1, detail::permit_itself{});
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
-        pass_on(by_notify_one);
+        pass_on(notify_bound);
         return cancelled<Cancellable, T>();
       }
       held = std::move(*relocked);

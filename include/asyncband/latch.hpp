@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <limits>
 #include <stdexcept>
@@ -35,6 +36,8 @@ class latch : public detail::wait_functions<latch> {
   explicit latch(std::ptrdiff_t count) : state_(checked_initial(count)) {}
   latch(const latch&) = delete;
   latch& operator=(const latch&) = delete;
+  /// Debug builds assert that no wait is pending.
+  ~latch() { assert(queue_.no_waiters_left() && "asyncband::latch destroyed with waiters"); }
 
   /// Decrements the count by one.
   void count_down() { arrive(1); }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -31,6 +32,10 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   explicit manual_reset_event(bool initially_set = false) noexcept : set_(initially_set) {}
   manual_reset_event(const manual_reset_event&) = delete;
   manual_reset_event& operator=(const manual_reset_event&) = delete;
+  /// Debug builds assert that no wait is pending.
+  ~manual_reset_event() {
+    assert(queue_.no_waiters_left() && "asyncband::manual_reset_event destroyed with waiters");
+  }
 
   /// Sets the event and wakes every current waiter.
   void set() noexcept {

@@ -1,6 +1,7 @@
 // asyncband/mutex.hpp
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -189,11 +190,13 @@ class mutex {
   explicit mutex(std::in_place_t /*unused*/, Args&&... args) : value_(std::forward<Args>(args)...) {}
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
+  /// Debug builds assert that no lock is pending (before the semaphore's check, to name the mutex).
+  ~mutex() { assert(semaphore_.no_waiters_left() && "asyncband::mutex destroyed with waiters"); }
 
   /// `co_await m.lock()` yields a mutex_guard<T>.
-  [[nodiscard]] auto lock() noexcept { return detail::source_awaiter<lock_source>(lock_source{this}); }
+  auto lock() noexcept { return detail::source_awaiter<lock_source>(lock_source{this}); }
   /// Yields result<mutex_guard<T>>: ok, or cancelled (then the mutex is not held).
-  [[nodiscard]] auto lock(std::stop_token stop) noexcept {
+  auto lock(std::stop_token stop) noexcept {
     return lock_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_guard{this});
   }
   mutex_guard<T> lock_blocking() { return lock_forms::block(&semaphore_, 1, make_guard{this}); }
@@ -252,14 +255,14 @@ struct mutex_access {
 /// `co_await lock_owned(m)` yields an owned_mutex_guard<T> that keeps `*m` alive.
 /// Precondition: m is not null.
 template <class T>
-[[nodiscard]] auto lock_owned(std::shared_ptr<mutex<T>> m) noexcept {
+auto lock_owned(std::shared_ptr<mutex<T>> m) noexcept {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::await(s, 1,
                                                      detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 /// Yields result<owned_mutex_guard<T>>: ok, or cancelled.
 template <class T>
-[[nodiscard]] auto lock_owned(std::shared_ptr<mutex<T>> m, std::stop_token stop) noexcept {
+auto lock_owned(std::shared_ptr<mutex<T>> m, std::stop_token stop) noexcept {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::await_until_stopped(
       std::move(stop), s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});

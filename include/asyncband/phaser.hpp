@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -104,7 +105,9 @@ class phaser : public std::enable_shared_from_this<phaser> {
   phaser(key /*unused*/, phase_id start) noexcept : phase_(start.value()) {}
   phaser(const phaser&) = delete;
   phaser& operator=(const phaser&) = delete;
-  ~phaser() = default;
+  /// Debug builds assert that no observer wait with a node is pending (a participant's wait
+  /// keeps the phaser alive; a plain thread's untimed wait has no node to find).
+  ~phaser() { assert(queue_.no_waiters_left() && "asyncband::phaser destroyed with waiters"); }
 
   /// The current phase (lock-free).
   [[nodiscard]] phase_id phase() const noexcept { return phase_id(phase_.load(std::memory_order_acquire)); }
@@ -122,9 +125,9 @@ class phaser : public std::enable_shared_from_this<phaser> {
 
   /// Observer: waits until the phase differs from `observed`; yields result<phase_id>: the
   /// phase then current (ok), or closed if the phaser closed while still in `observed`.
-  [[nodiscard]] auto wait(phase_id observed) noexcept;
+  auto wait(phase_id observed) noexcept;
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  [[nodiscard]] auto wait(phase_id observed, std::stop_token stop) noexcept;
+  auto wait(phase_id observed, std::stop_token stop) noexcept;
   /// The blocking twins of wait(observed).
   inline result<phase_id> wait_blocking(phase_id observed);
   inline result<phase_id> wait_blocking(phase_id observed, std::stop_token stop);
@@ -285,9 +288,9 @@ class [[nodiscard]] phaser_participant {
   /// Reports the completion of its latest arrival's phase if no wait has yet (without arriving);
   /// otherwise arrives if it has not in the current phase, and waits for that phase to complete.
   /// Yields result<phase_id>: the phase the completion started, or closed.
-  [[nodiscard]] auto wait();
+  auto wait();
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  [[nodiscard]] auto wait(std::stop_token stop);
+  auto wait(std::stop_token stop);
   /// The blocking twins of wait().
   inline result<phase_id> wait_blocking();
   inline result<phase_id> wait_blocking(std::stop_token stop);

@@ -1,6 +1,7 @@
 // asyncband/rwlock.hpp
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <cstddef>
 #include <optional>
@@ -159,15 +160,15 @@ class rwlock {
       : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::forward<Args>(args)...) {}
   rwlock(const rwlock&) = delete;
   rwlock& operator=(const rwlock&) = delete;
+  /// Debug builds assert that no read or write lock is pending.
+  ~rwlock() { assert(semaphore_.no_waiters_left() && "asyncband::rwlock destroyed with waiters"); }
 
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
-  [[nodiscard]] auto read() noexcept {
-    return detail::source_awaiter<side_source<false>>(side_source<false>{this});
-  }
+  auto read() noexcept { return detail::source_awaiter<side_source<false>>(side_source<false>{this}); }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
-  [[nodiscard]] auto read(std::stop_token stop) noexcept {
+  auto read(std::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
   }
   rwlock_read_guard<T> read_blocking() { return read_forms::block(&semaphore_, 1, make_read{&value_}); }
@@ -182,11 +183,9 @@ class rwlock {
   [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }
 
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
-  [[nodiscard]] auto write() noexcept {
-    return detail::source_awaiter<side_source<true>>(side_source<true>{this});
-  }
+  auto write() noexcept { return detail::source_awaiter<side_source<true>>(side_source<true>{this}); }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
-  [[nodiscard]] auto write(std::stop_token stop) noexcept {
+  auto write(std::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
   rwlock_write_guard<T> write_blocking() {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -25,6 +26,10 @@ class bounded_state;
 }  // namespace mpsc::detail
 
 class semaphore;
+template <class T>
+class mutex;
+template <class T>
+class rwlock;
 
 namespace detail {
 class semaphore_waiter;
@@ -146,6 +151,10 @@ class semaphore {
   friend class detail::source_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
+  template <class T>
+  friend class mutex;  // their destructors' debug check
+  template <class T>
+  friend class rwlock;
 
   using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 
@@ -160,11 +169,13 @@ class semaphore {
       : idle_(0), state_(encode(checked(permits)) | (std::uint64_t{first_ticket} << 32)) {}
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
+  /// Debug builds assert that no acquisition is pending.
+  ~semaphore() { assert(no_waiters_left() && "asyncband::semaphore destroyed with waiters"); }
 
   /// `co_await s.acquire(n)` yields a permit for n. Throws std::invalid_argument if n > max().
-  [[nodiscard]] auto acquire(std::size_t n = 1);
+  auto acquire(std::size_t n = 1);
   /// Yields result<semaphore_permit>: ok, or cancelled.
-  [[nodiscard]] auto acquire(std::size_t n, std::stop_token stop);
+  auto acquire(std::size_t n, std::stop_token stop);
   semaphore_permit acquire_blocking(std::size_t n = 1);
   result<semaphore_permit> acquire_blocking(std::size_t n, std::stop_token stop);
   template <class Rep, class Period>
@@ -227,6 +238,9 @@ class semaphore {
   }
 
  private:
+  /// For the debug check of an owner's destructor (see wait_queue::no_waiters_left).
+  [[nodiscard]] bool no_waiters_left() noexcept { return queue_.no_waiters_left(); }
+
   // state_: bit 0 is `contended`, set while anybody is queued or a deficit is outstanding; bits
   // 1-31 are the available count; bits 32-63 are a ticket counter, which only a channel uses
   // (bounded_state: a send takes its unit of capacity and its place in the ring in one CAS).
@@ -479,7 +493,7 @@ class semaphore_acquire : public semaphore_waiter {
 /// drains the store buffer), so this is what makes `co_await m.lock()` as cheap as a try_lock.
 /// `semaphore_ == nullptr` marks the constructed wait.
 template <class Make, bool Fallible>
-class [[nodiscard]] acquire_awaiter {
+class [[nodiscard("co_await it: a lock or acquisition does nothing until it is awaited")]] acquire_awaiter {
   using wait_type = pending_wait<semaphore_acquire<Make, Fallible>, false>;
 
  public:
@@ -495,7 +509,13 @@ class [[nodiscard]] acquire_awaiter {
     if (semaphore_ == nullptr) wait_.~wait_type();
   }
 
-  bool await_ready() noexcept { return count_ == 0 || semaphore_->try_take(count_); }
+  /// Throws std::logic_error if this awaiter suspended before (the null semaphore_ says so; a
+  /// test folded away when the awaiter was just built from a semaphore's `this`).
+  bool await_ready() {
+    if (semaphore_ == nullptr) [[unlikely]]
+      throw_awaited_again();
+    return count_ == 0 || semaphore_->try_take(count_);
+  }
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
@@ -524,7 +544,7 @@ class [[nodiscard]] acquire_awaiter {
 /// a pointer wrapper with `explicit operator bool`, `semaphore_ref()`, `count()` and `maker()`; an
 /// empty Source marks the constructed wait.
 template <class Source>
-class [[nodiscard]] source_awaiter {
+class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] source_awaiter {
   using node_type = semaphore_acquire<decltype(std::declval<const Source&>().maker())>;
   using wait_type = pending_wait<node_type, false>;
 
@@ -538,7 +558,13 @@ class [[nodiscard]] source_awaiter {
     if (!source_) wait_.~wait_type();
   }
 
-  bool await_ready() noexcept { return source_.semaphore_ref().try_take(source_.count()); }
+  /// Throws std::logic_error if this awaiter suspended before (an empty source says so; a test
+  /// folded away when the source was just built from a mutex's or rwlock's `this`).
+  bool await_ready() {
+    if (!source_) [[unlikely]]
+      throw_awaited_again();
+    return source_.semaphore_ref().try_take(source_.count());
+  }
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {

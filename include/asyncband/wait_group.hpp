@@ -97,6 +97,12 @@ class wait_group : public detail::wait_functions<wait_group> {
 
  private:
   struct state {
+    state() = default;
+    state(const state&) = delete;
+    state& operator=(const state&) = delete;
+    /// Debug builds assert that no wait is pending (the last handle is gone).
+    ~state() { assert(queue.no_waiters_left() && "asyncband::wait_group destroyed with waiters"); }
+
     std::atomic<std::size_t> members{1};
     detail::wait_queue queue;
   };

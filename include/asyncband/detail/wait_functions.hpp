@@ -36,11 +36,11 @@ std::chrono::steady_clock::time_point deadline_after(std::chrono::duration<Rep, 
 template <class Node>
 struct wait_forms {
   template <class... Args>
-  [[nodiscard]] static auto await(Args&&... args) {
+  static auto await(Args&&... args) {
     return wait_awaiter<Node, false>({}, std::forward<Args>(args)...);
   }
   template <class... Args>
-  [[nodiscard]] static auto await_until_stopped(std::stop_token stop, Args&&... args) {
+  static auto await_until_stopped(std::stop_token stop, Args&&... args) {
     return wait_awaiter<Node, true>(std::move(stop), std::forward<Args>(args)...);
   }
   template <class... Args>
@@ -72,10 +72,10 @@ class wait_functions {
   };
 
   /// Waits without a way to cancel. `co_await x.wait();`
-  [[nodiscard]] auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
+  auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
 
   /// Waits until completion or until `stop` is requested; yields result<...>.
-  [[nodiscard]] auto wait(std::stop_token stop) noexcept {
+  auto wait(std::stop_token stop) noexcept {
     return wait_awaiter<typename Owner::wait_node, true>(std::move(stop), self());
   }
 

@@ -26,6 +26,7 @@
 #include <coroutine>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <type_traits>
 #include <utility>
@@ -45,6 +46,15 @@ concept wait_node = std::derived_from<Node, waiter> && requires(Node& n, wait_st
   { n.cancel(why) } noexcept -> std::same_as<bool>;
   n.take();
 };
+
+/// An awaiter is awaited once. Awaiting it again after it suspended would publish a node whose
+/// wait is over (a use-after-free once the awaiter dies), so every awaiter checks where the
+/// check is free (on its suspension path, or on a value its fast path reads anyway) and throws.
+[[noreturn]] [[gnu::cold]] [[gnu::noinline]] inline void throw_awaited_again() {
+  throw std::logic_error(
+      "asyncband: an awaiter was co_awaited again after it suspended; an awaiter is awaited once "
+      "(call the wait function again for a new wait)");
+}
 
 /// Claims `node` with outcome `why` if it is still queued, and resolves it. If a waker claimed
 /// it first, does nothing: that waker resolves it.
@@ -182,6 +192,9 @@ class pending_wait {
   /// Published and not yet resolved: a resolver will still run the target.
   [[nodiscard]] bool pending() const noexcept { return node_.is_suspended_unresolved(); }
 
+  /// Whether it suspended once already: a wait is published at most once.
+  [[nodiscard]] bool was_published() const noexcept { return node_.was_published(); }
+
   /// Before publishing: true if the wait is over without queueing (a stop already requested
   /// ends it cancelled without touching the primitive).
   [[nodiscard]] bool try_complete() noexcept {
@@ -255,16 +268,22 @@ class pending_wait {
 };
 
 /// The awaiter of every waiting operation; lives in the awaiting coroutine's frame.
+/// The awaiters carry [[nodiscard]] with a reason (a forgotten co_await starts no wait); the
+/// functions returning them do not repeat a plain [[nodiscard]], which would hide it under g++.
 template <wait_node Node, bool Cancellable>
-class [[nodiscard]] wait_awaiter {
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait_awaiter {
  public:
   template <class... Args>
   explicit wait_awaiter(std::stop_token token, Args&&... args)
       : wait_(std::move(token), std::forward<Args>(args)...) {}
 
   bool await_ready() noexcept { return wait_.try_complete(); }
+  /// Throws std::logic_error if this awaiter suspended before (it is awaited once). A second
+  /// await that completes at once without suspending is harmless and goes unnoticed.
   template <class Promise>
-  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+  bool await_suspend(std::coroutine_handle<Promise> h) {
+    if (wait_.was_published()) [[unlikely]]
+      throw_awaited_again();
     return wait_.publish(resume_target(h, scheduler_of(h)));
   }
   wait_yield_t<Node, Cancellable> await_resume() { return wait_.finish(); }

@@ -35,6 +35,17 @@ class wait_queue {
     while (pins_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   }
 
+  /// For an owner's destructor, inside assert() only (so release builds pay nothing): false if
+  /// a waiter is still queued, a misuse whose waiter would resume into freed memory, or never.
+  /// A waker still pinned may be about to claim the last waiters, and may hold the lock (one
+  /// that saw its wait complete may destroy the primitive before that claim, "last one out"):
+  /// then the queue passes without taking the lock, which the destructor must not wait for.
+  [[nodiscard]] bool no_waiters_left() noexcept {
+    if (pins_.load(std::memory_order_acquire) != 0) return true;
+    const std::lock_guard lock(mutex_);
+    return waiters_.empty();
+  }
+
   /// Before a state change that may let a waiter complete lock-free (the change itself must be
   /// a release operation, so a waiter that sees it also sees the pin).
   void pin() noexcept { pins_.fetch_add(1, std::memory_order_relaxed); }

@@ -203,6 +203,14 @@ class waiter {
     if ((prev_state & (suspended | abandoned)) == suspended) target.run();
   }
 
+  /// Whether the node was ever armed or resolved, that is published and suspended once: its
+  /// handshake never goes back, so publishing it again (an awaiter co_awaited a second time)
+  /// would queue a node whose wait is over, which nobody unlinks. One relaxed load: only the
+  /// owner of the awaiter asks, on its own thread.
+  [[nodiscard]] bool was_published() const noexcept {
+    return handshake_.load(std::memory_order_relaxed) != 0;
+  }
+
   [[nodiscard]] bool is_resolved() const noexcept {
     return (handshake_.load(std::memory_order_acquire) & resolved) != 0;
   }

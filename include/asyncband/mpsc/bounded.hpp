@@ -377,7 +377,7 @@ using capacity_forms = asyncband::detail::acquire_forms<asyncband::detail::permi
 /// A send in a coroutine: takes a unit of capacity (awaiting it if the channel is full), then
 /// publishes. The value waits in the awaiter, and comes back if the send fails.
 template <class T, class Acquire>
-class [[nodiscard]] send_awaiter {
+class [[nodiscard("co_await it: the value is not sent until the send is awaited")]] send_awaiter {
  public:
   template <class... Args>
   send_awaiter(bounded_state<T>* s, T&& value, Args&&... acquisition)
@@ -387,7 +387,11 @@ class [[nodiscard]] send_awaiter {
 
   /// With capacity at hand and no stop token, the value goes into the ring right here (unit and
   /// place in one CAS). A stop token is looked at first, so that form takes the general path.
-  bool await_ready() noexcept(!sends_when_ready || std::is_nothrow_move_constructible_v<T>) {
+  /// Throws std::logic_error if this awaiter sent or suspended before (awaited twice: its value
+  /// is gone); both flags are known false where the awaiter was just built, so the test folds.
+  bool await_ready() {
+    if (sent_ || suspended_) [[unlikely]]
+      asyncband::detail::throw_awaited_again();
     if constexpr (sends_when_ready) {
       sent_ = !state_->closed() && state_->try_push(value_);
       return sent_;  // else the acquisition's own lock-free attempt would fail the same way
@@ -397,6 +401,7 @@ class [[nodiscard]] send_awaiter {
   }
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    suspended_ = true;  // before the publication: nothing touches the awaiter after it
     return acquire_.await_suspend(h);
   }
   send_result<T> await_resume() {
@@ -412,6 +417,7 @@ class [[nodiscard]] send_awaiter {
   T value_;
   Acquire acquire_;
   bool sent_ = false;
+  bool suspended_ = false;
 };
 
 /// After the capacity wait: publishes with the unit, or hands the value back.
@@ -476,14 +482,14 @@ class sender {
   ~sender() { reset(); }
 
   /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
-  [[nodiscard]] auto send(T value) {
+  auto send(T value) {
     state_type* const s = live();  // before any use of the state
     return detail::send_awaiter<T,
                                 asyncband::detail::acquire_awaiter<asyncband::detail::permit_itself, true>>(
         s, std::move(value), &s->capacity(), 1, asyncband::detail::permit_itself{});
   }
   /// As above; also ends cancelled (with the value) when `stop` is requested first.
-  [[nodiscard]] auto send(T value, std::stop_token stop) {
+  auto send(T value, std::stop_token stop) {
     using acquire = asyncband::detail::wait_awaiter<
         asyncband::detail::semaphore_acquire<asyncband::detail::permit_itself, true>, true>;
     state_type* const s = live();
@@ -522,13 +528,13 @@ class sender {
 
   /// `co_await tx.reserve()` yields result<permit<T>>: a unit of capacity held for a later
   /// send, or closed (disconnected). The permit must not outlive this sender.
-  [[nodiscard]] auto reserve() { return reserve_many(1); }
-  [[nodiscard]] auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
+  auto reserve() { return reserve_many(1); }
+  auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
   /// n units at once (n <= capacity()), for n later sends.
-  [[nodiscard]] auto reserve_many(std::size_t n) {
+  auto reserve_many(std::size_t n) {
     return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
   }
-  [[nodiscard]] auto reserve_many(std::size_t n, std::stop_token stop) {
+  auto reserve_many(std::size_t n, std::stop_token stop) {
     return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                 checked(n), make_permit{state_});
   }
@@ -545,11 +551,11 @@ class sender {
   }
 
   /// As reserve(), but the permit keeps the channel alive and counts as a producer by itself.
-  [[nodiscard]] auto reserve_owned(std::size_t n = 1) {
+  auto reserve_owned(std::size_t n = 1) {
     return capacity_forms_for<make_owned_permit>::await(&live()->capacity(), checked(n),
                                                         make_owned_permit{state_});
   }
-  [[nodiscard]] auto reserve_owned(std::size_t n, std::stop_token stop) {
+  auto reserve_owned(std::size_t n, std::stop_token stop) {
     return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                       checked(n), make_owned_permit{state_});
   }

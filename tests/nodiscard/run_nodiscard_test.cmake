@@ -1,0 +1,89 @@
+# cmake -DCXX_COMPILER=... -DCXX_COMPILER_ID=GNU|Clang -DINCLUDE_DIR=... -DWORK_DIR=... -P run_nodiscard_test.cmake
+#
+# A co_await forgotten on a call that returns an awaiter (`m.lock();`, `tx.send(v);`) starts
+# nothing: the awaiter types are [[nodiscard("co_await it: ...")]]. For every such call, compiles a
+# coroutine that drops it and expects the compile to fail under -Werror with that reason; and
+# first compiles one coroutine that awaits them all, to show the snippets are otherwise valid.
+foreach(var CXX_COMPILER CXX_COMPILER_ID INCLUDE_DIR WORK_DIR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "${var} is required")
+  endif()
+endforeach()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+set(prologue [=[
+#include <asyncband/asyncband.hpp>
+#include <asyncband/runtime/task.hpp>
+#include <stop_token>
+#include <utility>
+
+asyncband::runtime::task<void> body(asyncband::manual_reset_event& e, asyncband::latch& l,
+                                    asyncband::semaphore& s, asyncband::mutex<int>& m,
+                                    asyncband::rwlock<int>& rw, asyncband::condvar& cv,
+                                    asyncband::mpsc::sender<int>& tx, std::stop_token stop) {
+  (void)e; (void)l; (void)s; (void)m; (void)rw; (void)cv; (void)tx; (void)stop;
+]=])
+set(epilogue "  co_return;\n}\n")
+
+# name|statement|whether the message must be the awaiter type's reason
+set(cases
+  "event_wait|e.wait()|1"
+  "event_wait_stop|e.wait(stop)|1"
+  "latch_wait|l.wait()|1"
+  "semaphore_acquire|s.acquire()|1"
+  "mutex_lock|m.lock()|1"
+  "mutex_lock_stop|m.lock(stop)|1"
+  "rwlock_write|rw.write()|1"
+  "condvar_wait|cv.wait(co_await m.lock())|1"
+  "channel_send|tx.send(1)|1"
+  "channel_reserve|tx.reserve()|1")
+
+set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Werror "-I${INCLUDE_DIR}")
+
+function(compile name source out_rc out_log)
+  set(file "${WORK_DIR}/${name}.cpp")
+  file(WRITE "${file}" "${source}")
+  execute_process(COMMAND "${CXX_COMPILER}" ${flags} "${file}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  set(${out_rc} "${rc}" PARENT_SCOPE)
+  set(${out_log} "${out}" PARENT_SCOPE)
+endfunction()
+
+# The control: every call awaited compiles cleanly.
+set(awaited "${prologue}")
+foreach(c IN LISTS cases)
+  string(REPLACE "|" ";" parts "${c}")
+  list(GET parts 1 statement)
+  string(APPEND awaited "  { auto r = co_await ${statement}; (void)r; }\n")
+endforeach()
+string(REPLACE "auto r = co_await e.wait(); (void)r;" "co_await e.wait();" awaited "${awaited}")
+string(REPLACE "auto r = co_await l.wait(); (void)r;" "co_await l.wait();" awaited "${awaited}")
+string(APPEND awaited "${epilogue}")
+compile(all_awaited "${awaited}" rc log)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nodiscard test: the control (every call awaited) does not compile:\n${log}")
+endif()
+
+set(failures "")
+foreach(c IN LISTS cases)
+  string(REPLACE "|" ";" parts "${c}")
+  list(GET parts 0 name)
+  list(GET parts 1 statement)
+  list(GET parts 2 wants_reason)
+  compile(${name} "${prologue}  ${statement};\n${epilogue}" rc log)
+  if(rc EQUAL 0)
+    string(APPEND failures "  ${name}: `${statement};` compiled\n")
+  elseif(NOT log MATCHES "nodiscard")
+    string(APPEND failures "  ${name}: failed, but not for nodiscard:\n${log}\n")
+  elseif(wants_reason AND NOT log MATCHES "co_await it: ")
+    string(APPEND failures "  ${name}: no 'co_await it: ...' reason in:\n${log}\n")
+  else()
+    message(STATUS "nodiscard test: ${name}: rejected as expected")
+  endif()
+endforeach()
+if(failures)
+  message(FATAL_ERROR "nodiscard test: a dropped awaiter was not diagnosed:\n${failures}")
+endif()
+message(STATUS "nodiscard test: OK")
