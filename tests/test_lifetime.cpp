@@ -429,6 +429,17 @@ struct owned_mutex_world {
 struct owned_mutex_waker : waker_base {
   std::unique_ptr<asyncband::owned_mutex_guard<int>> guard;
 };
+struct mapped_guard_in_world {
+  asyncband::mutex<int> m;
+  std::optional<asyncband::mapped_mutex_guard<int>> held;
+};
+struct owned_guard_in_world {
+  std::shared_ptr<asyncband::mutex<int>> m = std::make_shared<asyncband::mutex<int>>();
+  std::optional<asyncband::owned_mutex_guard<int>> held;
+};
+struct owned_mutex_elsewhere : waker_base {
+  std::shared_ptr<asyncband::mutex<int>> other = std::make_shared<asyncband::mutex<int>>();
+};
 
 void add_mutex_rows(std::vector<row>& rows) {
   using W = mutex_world;
@@ -477,6 +488,21 @@ void add_mutex_rows(std::vector<row>& rows) {
       [](O& w, owned_mutex_waker& k) { k.guard = boxed(*asyncband::try_lock_owned(w.m)); },
       [](O& w, stop_token) { return asyncband::lock_owned(w.m); },
       [](O*, owned_mutex_waker& k) { k.guard.reset(); }));
+
+  // Mapped and owned guards, assigned to: the old lock goes last, from a local.
+  using MG = mapped_guard_in_world;
+  const auto whole = [](int& v) -> int& { return v; };
+  rows.push_back(coroutine_row<MG, mutex_elsewhere>(
+      "mutex_mapped_guard_move_assigned_destroyed_by_waiter", "ok",
+      [whole](MG& w, mutex_elsewhere&) { w.held.emplace(std::move(*w.m.try_lock()).map(whole)); },
+      [](MG& w, stop_token) { return w.m.lock(); },
+      [whole](MG* w, mutex_elsewhere& k) { *w->held = std::move(*k.other.try_lock()).map(whole); }));
+  using OG = owned_guard_in_world;
+  rows.push_back(coroutine_row<OG, owned_mutex_elsewhere>(
+      "mutex_owned_guard_move_assigned_destroyed_by_waiter", "ok",
+      [](OG& w, owned_mutex_elsewhere&) { w.held.emplace(std::move(*asyncband::try_lock_owned(w.m))); },
+      [](OG& w, stop_token) { return asyncband::lock_owned(w.m); },
+      [](OG* w, owned_mutex_elsewhere& k) { *w->held = std::move(*asyncband::try_lock_owned(k.other)); }));
 }
 
 struct rwlock_world {
@@ -501,6 +527,23 @@ struct rwlock_elsewhere {
 };
 struct rwlock_owning_waker : rwlock_waker {
   asyncband::rwlock<int> rw;
+};
+struct rwlock_read_guard_in_world {
+  asyncband::rwlock<int> rw;
+  std::optional<asyncband::rwlock_read_guard<int>> held;
+};
+struct rwlock_write_guard_in_world {
+  asyncband::rwlock<int> rw;
+  std::optional<asyncband::rwlock_write_guard<int>> held;
+};
+struct rwlock_other : waker_base {
+  asyncband::rwlock<int> other;
+};
+// downgrade() of a write guard that the waiter destroys (the rwlock is the waker's: the new read
+// guard keeps a share of it).
+struct rwlock_downgraded_in_world {
+  asyncband::rwlock<int>* rw = nullptr;
+  std::optional<asyncband::rwlock_write_guard<int>> held;
 };
 
 void add_rwlock_rows(std::vector<row>& rows) {
@@ -555,6 +598,29 @@ void add_rwlock_rows(std::vector<row>& rows) {
       "rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
       [](W& w, stop_token t) { return w.rw.read_blocking(t); },
       [](W*, rwlock_waker& k) { k.writer->unlock(); }));
+
+  // The waker's own guard is among what the waiter may destroy.
+  using RG = rwlock_read_guard_in_world;
+  rows.push_back(coroutine_row<RG, rwlock_other>(
+      "rwlock_read_guard_move_assigned_destroyed_by_waiter", "ok",
+      [](RG& w, rwlock_other&) { w.held.emplace(std::move(*w.rw.try_read())); },
+      [](RG& w, stop_token) { return w.rw.write(); },
+      [](RG* w, rwlock_other& k) { *w->held = std::move(*k.other.try_read()); }));
+  using WG = rwlock_write_guard_in_world;
+  rows.push_back(coroutine_row<WG, rwlock_other>(
+      "rwlock_write_guard_move_assigned_destroyed_by_waiter", "ok",
+      [](WG& w, rwlock_other&) { w.held.emplace(std::move(*w.rw.try_write())); },
+      [](WG& w, stop_token) { return w.rw.read(); },
+      [](WG* w, rwlock_other& k) { *w->held = std::move(*k.other.try_write()); }));
+  using DG = rwlock_downgraded_in_world;
+  rows.push_back(coroutine_row<DG, rwlock_owning_waker>(
+      "rwlock_downgrade_write_guard_destroyed_by_waiter", "ok",
+      [](DG& w, rwlock_owning_waker& k) {
+        w.rw = &k.rw;
+        w.held.emplace(std::move(*k.rw.try_write()));
+      },
+      [](DG& w, stop_token) { return w.rw->read(); },
+      [](DG* w, rwlock_owning_waker& k) { k.reader = boxed(std::move(*w->held).downgrade()); }));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -706,6 +772,17 @@ struct bounded_tx_waker : waker_base {
   std::unique_ptr<asyncband::mpsc::receiver<int>> rx;
   std::unique_ptr<asyncband::mpsc::owned_permit<int>> permit;
 };
+// A sender waiting for capacity, with the handle the completing side assigns to in the World.
+struct bounded_sender_and_handles {
+  std::optional<asyncband::mpsc::sender<int>> tx;
+  std::optional<asyncband::mpsc::receiver<int>> rx;
+  std::optional<asyncband::mpsc::owned_permit<int>> permit;
+};
+struct bounded_assigning_waker : waker_base {
+  std::pair<asyncband::mpsc::sender<int>, asyncband::mpsc::receiver<int>> other =
+      asyncband::mpsc::bounded<int>(1);
+  std::unique_ptr<asyncband::mpsc::receiver<int>> rx;  // of the waiter's channel, when not in the World
+};
 
 void add_bounded_rows(std::vector<row>& rows) {
   using W = bounded_world;
@@ -788,6 +865,30 @@ void add_bounded_rows(std::vector<row>& rows) {
   rows.push_back(thread_row<S, K>(
       "bounded_try_recv_blocked_sender_thread", "ok", full,
       [](S& w, stop_token t) { return w.tx->send_blocking(2, t); }, try_recv));
+
+  // Assigning to the handle that frees the capacity (an owned permit) or disconnects the channel
+  // (the receiver): the old one goes last, from a local.
+  using A = bounded_sender_and_handles;
+  using AK = bounded_assigning_waker;
+  const auto send_a = [](A& w, stop_token) { return w.tx->send(2); };
+  rows.push_back(coroutine_row<A, AK>(
+      "bounded_owned_permit_move_assigned_wakes_sender", "ok",
+      [](A& w, AK& k) {
+        auto [tx, rx] = asyncband::mpsc::bounded<int>(1);
+        w.tx.emplace(std::move(tx));
+        k.rx = boxed(std::move(rx));
+        w.permit.emplace(w.tx->try_reserve_owned().value());
+      },
+      send_a, [](A* w, AK& k) { *w->permit = k.other.first.try_reserve_owned().value(); }));
+  rows.push_back(coroutine_row<A, AK>(
+      "bounded_receiver_move_assigned_wakes_sender", "disconnected",
+      [](A& w, AK&) {
+        auto [tx, rx] = asyncband::mpsc::bounded<int>(1);
+        w.tx.emplace(std::move(tx));
+        w.rx.emplace(std::move(rx));
+        (void)w.tx->try_send(0);
+      },
+      send_a, [](A* w, AK& k) { *w->rx = std::move(k.other.second); }));
 }
 
 std::vector<row> all_rows() {

@@ -56,10 +56,12 @@ class [[nodiscard]] mapped_mutex_guard {
   template <class>
   friend class mutex_guard;
   mapped_mutex_guard(semaphore_permit&& permit, U* value) noexcept
-      : permit_(std::move(permit)), value_(value) {}
+      : value_(value), permit_(std::move(permit)) {}
 
-  semaphore_permit permit_;
   U* value_;
+  // Declared last: the defaulted move assignment assigns it last, and its own assignment
+  // releases the old lock last (a waiter it resumes inline may destroy this guard at once).
+  semaphore_permit permit_;
 };
 
 /// Exclusive access to a mutex's value; unlocks on destruction. Move-only.
@@ -121,9 +123,13 @@ class [[nodiscard]] owned_mutex_guard {
  public:
   owned_mutex_guard(owned_mutex_guard&&) noexcept = default;
   owned_mutex_guard& operator=(owned_mutex_guard&& other) noexcept {
-    permit_.release();  // while our mutex is certainly alive
-    mutex_ = std::move(other.mutex_);
-    permit_ = std::move(other.permit_);
+    if (this != &other) {
+      // What this guard held is unlocked last, from a local (which also keeps that mutex alive
+      // until then): the unlock may resume a waiter inline that destroys this guard at once.
+      const owned_mutex_guard departing(std::move(*this));
+      mutex_ = std::move(other.mutex_);
+      permit_ = std::move(other.permit_);
+    }
     return *this;
   }
   owned_mutex_guard(const owned_mutex_guard&) = delete;

@@ -54,10 +54,12 @@ class [[nodiscard]] rwlock_read_guard {
   template <class>
   friend class rwlock_write_guard;
   rwlock_read_guard(semaphore_permit&& permit, const T* value) noexcept
-      : permit_(std::move(permit)), value_(value) {}
+      : value_(value), permit_(std::move(permit)) {}
 
-  semaphore_permit permit_;
   const T* value_;
+  // Declared last: the defaulted move assignment assigns it last, and its own assignment
+  // releases the old share last (a waiter it resumes inline may destroy this guard at once).
+  semaphore_permit permit_;
 };
 
 /// Exclusive access to an rwlock's value, or to a part of it (map). Releases on destruction, or
@@ -89,8 +91,11 @@ class [[nodiscard]] rwlock_write_guard {
   /// readers queued behind this writer (up to the next queued writer) are let in.
   /// Precondition: owns_lock().
   rwlock_read_guard<T> downgrade() && noexcept {
-    permit_.release(permit_.count() - 1);
-    return {std::move(permit_), value_};
+    // The whole grant moves to the read guard first: the release may resume a reader inline
+    // that destroys this write guard at once, so nothing of it is touched after the release.
+    rwlock_read_guard<T> read(std::move(permit_), value_);
+    read.permit_.release(read.permit_.count() - 1);
+    return read;
   }
 
  private:
@@ -99,10 +104,10 @@ class [[nodiscard]] rwlock_write_guard {
   template <class>
   friend class rwlock_write_guard;
   rwlock_write_guard(semaphore_permit&& permit, T* value) noexcept
-      : permit_(std::move(permit)), value_(value) {}
+      : value_(value), permit_(std::move(permit)) {}
 
-  semaphore_permit permit_;
   T* value_;
+  semaphore_permit permit_;  // declared last, as in rwlock_read_guard
 };
 
 /// A reader-writer lock that owns the value it protects: any number of readers (up to

@@ -74,8 +74,10 @@ class receiving_end {
   receiving_end(receiving_end&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
   receiving_end& operator=(receiving_end&& other) noexcept {
     if (this != &other) {
-      reset();
-      state_ = std::exchange(other.state_, nullptr);
+      // The old receiver leaves last: leaving may wake senders inline, and one of them may
+      // destroy this handle at once (last one out).
+      State* const leaving = std::exchange(state_, std::exchange(other.state_, nullptr));
+      if (leaving != nullptr) leaving->receiver_leaves();
     }
     return *this;
   }

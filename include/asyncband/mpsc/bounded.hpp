@@ -657,8 +657,10 @@ class [[nodiscard]] owned_permit {
       : permit_(std::move(other.permit_)), owner_(std::exchange(other.owner_, nullptr)) {}
   owned_permit& operator=(owned_permit&& other) noexcept {
     if (this != &other) {
+      // The old units and reference go last, from a local: returning units may resume a sender
+      // inline that destroys this permit at once (last one out).
+      const owned_permit departing(std::move(*this));
       permit_ = std::move(other.permit_);
-      reset();
       owner_ = std::exchange(other.owner_, nullptr);
     }
     return *this;
