@@ -160,7 +160,11 @@ class channel_core {
             waiters.claim_all(batch, wait_status::closed);
           }
         });
-    if (passed != 0) storage().return_units(passed);  // may end a closed channel: wakes again
+    // After resolving, and still safe: every caller holds a reference to the state (a sender, an
+    // owned permit, the last producer before it drops its own; a plain permit through the sender
+    // it must not outlive), so a receiver resumed inline that destroys its handle cannot free the
+    // state under us. May end a closed channel: wakes again.
+    if (passed != 0) storage().return_units(passed);
   }
 
   void mark_closed() noexcept { closed_.store(true, std::memory_order_seq_cst); }
