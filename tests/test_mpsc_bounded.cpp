@@ -3522,87 +3522,29 @@ TEST(BoundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
 
 namespace {
 
-/// A full channel of five; the n-th move from now on throws: the n-th receive throws (one move
-/// each), its value and its unit stay, and the retry and the rest receive everything in order.
-void receive_five_with_the_nth_move_throwing(receive_form form, int n, bool closed_first) {
-  const fuse_payload_scope scope;
-  auto [tx, rx] = mpsc::bounded<fuse_payload>(5);
-  for (int v = 1; v <= 5; ++v) ASSERT_TRUE(tx.try_send(fuse_payload(v)).ok());
-  if (closed_first) rx.close();
-  fuse_payload::arm(n);
-  std::vector<int> got;
-  int throws = 0;
-  for (int attempt = 0; attempt < 10 && got.size() < 5; ++attempt) {
-    const std::size_t len_before = rx.len();
-    if (len_before == 0) {  // rather than wait for good
-      ADD_FAILURE() << "a value was lost, attempt " << attempt;
-      break;
-    }
-    const received r = receive_by(form, rx);
-    EXPECT_EQ(r.moves, 1) << "one move, from the ring into the outcome";
-    if (r.kind == received::threw) {
-      ++throws;
-      EXPECT_EQ(static_cast<int>(got.size()) + 1, n) << "the n-th move is the n-th receive's";
-      EXPECT_EQ(rx.len(), len_before) << "the value stays in the channel";
-      if (!closed_first) {  // the units of the values received are back, not its own
-        EXPECT_TRUE(tx.try_reserve(5 - rx.len() + 1).full()) << "its unit stays taken";
-      }
-    } else if (r.kind == received::value) {
-      got.push_back(r.payload);
-      EXPECT_EQ(rx.len(), len_before - 1);
-    } else {
-      ADD_FAILURE() << "no value, attempt " << attempt;
-      break;
-    }
+/// How the fuse scenarios (support/fuse_payload.hpp) use a bounded channel. A receive that threw
+/// keeps its value's unit: only the units of the values received are back.
+struct bounded_fuse_channel {
+  static auto make(std::size_t capacity) { return mpsc::bounded<fuse_payload>(capacity); }
+  static bool send(mpsc::sender<fuse_payload>& tx, int v) { return tx.try_send(fuse_payload(v)).ok(); }
+  static void expect_value_held(mpsc::sender<fuse_payload>& tx, mpsc::receiver<fuse_payload>& rx) {
+    EXPECT_GE(rx.len(), 1U);
+    EXPECT_TRUE(tx.try_reserve(tx.capacity() - rx.len() + 1).full()) << "its unit stays taken";
   }
-  EXPECT_EQ(got, (std::vector<int>{1, 2, 3, 4, 5}));
-  EXPECT_EQ(throws, 1);
-  EXPECT_EQ(rx.len(), 0U);
-  if (closed_first) {
-    EXPECT_TRUE(rx.try_recv().disconnected()) << "every unit is back: nothing can come";
-  } else {
-    EXPECT_TRUE(rx.try_recv().empty());
-    EXPECT_TRUE(tx.try_reserve(5).ok()) << "every unit is back";
-    ASSERT_TRUE(tx.try_send(fuse_payload(6)).ok());  // the channel goes on
-    EXPECT_EQ(receive_by(form, rx).payload, 6);
-    { const auto gone = std::move(tx); }
+  static void expect_drained(mpsc::sender<fuse_payload>& tx, mpsc::receiver<fuse_payload>& /*unused*/) {
+    EXPECT_TRUE(tx.try_reserve(tx.capacity()).ok()) << "every unit is back";
   }
-  EXPECT_TRUE(rx.recv_blocking().closed());
-}
+};
 
 }  // namespace
 
 TEST(MpscBoundedThrowing, EveryReceiveFormMovesOnceAndTheNthMoveThrowingLosesNothing) {
-  for (const bool closed_first : {false, true}) {
-    for (const receive_form form : every_receive_form) {
-      for (int n = 1; n <= 4; ++n) {
-        SCOPED_TRACE(testing::Message() << "form " << static_cast<int>(form) << ", move " << n
-                                        << (closed_first ? ", closed first" : ""));
-        receive_five_with_the_nth_move_throwing(form, n, closed_first);
-      }
-    }
-  }
+  every_receive_form_with_the_nth_move_throwing<bounded_fuse_channel>();
 }
 
 // A receive that waited for the value: the move on its resumption throws; the value stays.
 TEST(MpscBoundedThrowing, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
-  const fuse_payload_scope scope;
-  auto [tx, rx] = mpsc::bounded<fuse_payload>(1);
-  test_scheduler s;
-  received first;
-  s.spawn(receive_in_task(rx, first));
-  s.run();
-  ASSERT_TRUE(tx.try_send(fuse_payload(7)).ok());
-  fuse_payload::arm(1);
-  s.run();
-  EXPECT_EQ(first.kind, received::threw);
-  EXPECT_EQ(rx.len(), 1U);
-  EXPECT_TRUE(tx.try_send(fuse_payload(0)).full());
-  const received again = receive_by(receive_form::await, rx);
-  EXPECT_EQ(again.kind, received::value);
-  EXPECT_EQ(again.payload, 7);
-  EXPECT_EQ(again.moves, 1);
-  EXPECT_TRUE(tx.try_reserve(1).ok());
+  awaiting_receive_whose_move_throws_leaves_the_value<bounded_fuse_channel>();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1658,24 +1658,26 @@ TEST(OneshotThrowingPayload, EveryReceiveFormMovesOnceAndTheNthMoveThrowingLoses
   }
 }
 
+/// How the fuse scenarios (support/fuse_payload.hpp) use a oneshot channel.
+struct oneshot_fuse_channel {
+  static auto make(std::size_t /*capacity*/) { return oneshot::channel<fuse_payload>(); }
+  template <class Sender>
+  static bool send(Sender& tx, int v) {
+    return tx.send(fuse_payload(v)).ok();
+  }
+  template <class Sender, class Receiver>
+  static void expect_value_held(Sender& /*unused*/, Receiver& rx) {
+    EXPECT_TRUE(rx.ready());
+  }
+  template <class Sender, class Receiver>
+  static void expect_drained(Sender& /*unused*/, Receiver& rx) {
+    EXPECT_TRUE(rx.is_terminated());
+  }
+};
+
 // A receive that waited for the value: the move on its resumption throws; the value stays.
 TEST(OneshotThrowingPayload, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
-  const fuse_payload_scope scope;
-  auto [tx, rx] = oneshot::channel<fuse_payload>();
-  test_scheduler s;
-  received first;
-  s.spawn(receive_in_task(rx, first));
-  s.run();
-  ASSERT_TRUE(tx.send(fuse_payload(7)).ok());
-  fuse_payload::arm(1);
-  s.run();
-  EXPECT_EQ(first.kind, received::threw);
-  EXPECT_TRUE(rx.ready());
-  const received again = receive_by(receive_form::await, rx);
-  EXPECT_EQ(again.kind, received::value);
-  EXPECT_EQ(again.payload, 7);
-  EXPECT_EQ(again.moves, 1);
-  EXPECT_TRUE(rx.is_terminated());
+  awaiting_receive_whose_move_throws_leaves_the_value<oneshot_fuse_channel>();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <utility>
+#include <vector>
 
 namespace asyncband_test {
 
@@ -170,5 +171,96 @@ class fuse_payload_scope {
  private:
   long alive_ = fuse_payload::alive.load();
 };
+
+// ---------------------------------------------------------------------------------------------
+// The scenarios every channel runs. `Channel` says how to use one channel kind and what a
+// receive whose move threw must have left behind there:
+//   static auto make(std::size_t capacity);               // {sender, receiver}
+//   static bool send(Sender&, int value);                 // true if accepted
+//   static void expect_value_held(Sender&, Receiver&);    // right after a receive threw
+//   static void expect_drained(Sender&, Receiver&);       // every value received, channel open
+
+/// A receive that waited for the value: the move on its resumption throws; the value stays, and
+/// the next receive takes it with one move.
+template <class Channel>
+void awaiting_receive_whose_move_throws_leaves_the_value() {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = Channel::make(1);
+  asyncband::runtime::test_scheduler s;
+  received first;
+  s.spawn(receive_in_task(rx, first));
+  s.run();
+  ASSERT_TRUE(Channel::send(tx, 7));
+  fuse_payload::arm(1);
+  s.run();
+  EXPECT_EQ(first.kind, received::threw);
+  Channel::expect_value_held(tx, rx);
+  const received again = receive_by(receive_form::await, rx);
+  EXPECT_EQ(again.kind, received::value);
+  EXPECT_EQ(again.payload, 7);
+  EXPECT_EQ(again.moves, 1);
+  Channel::expect_drained(tx, rx);
+}
+
+/// Five values (the channel closed first, or not); the n-th move throws. Every receive moves
+/// once, the one that threw leaves its value where it was, and all five arrive in order.
+template <class Channel>
+void receive_five_with_the_nth_move_throwing(receive_form form, int n, bool closed_first) {
+  const fuse_payload_scope scope;
+  auto [tx, rx] = Channel::make(5);
+  for (int v = 1; v <= 5; ++v) ASSERT_TRUE(Channel::send(tx, v));
+  if (closed_first) rx.close();
+  fuse_payload::arm(n);
+  std::vector<int> got;
+  int throws = 0;
+  for (int attempt = 0; attempt < 10 && got.size() < 5; ++attempt) {
+    const std::size_t len_before = rx.len();
+    if (len_before == 0) {  // rather than wait for good
+      ADD_FAILURE() << "a value was lost, attempt " << attempt;
+      break;
+    }
+    const received r = receive_by(form, rx);
+    EXPECT_EQ(r.moves, 1) << "one move, from the channel into the outcome";
+    if (r.kind == received::threw) {
+      ++throws;
+      EXPECT_EQ(static_cast<int>(got.size()) + 1, n) << "the n-th move is the n-th receive's";
+      EXPECT_EQ(rx.len(), len_before) << "the value stays in the channel";
+      if (!closed_first) Channel::expect_value_held(tx, rx);
+    } else if (r.kind == received::value) {
+      got.push_back(r.payload);
+      EXPECT_EQ(rx.len(), len_before - 1);
+    } else {
+      ADD_FAILURE() << "no value, attempt " << attempt;
+      break;
+    }
+  }
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(throws, 1);
+  EXPECT_EQ(rx.len(), 0U);
+  if (closed_first) {
+    EXPECT_TRUE(rx.try_recv().disconnected()) << "drained and closed: nothing can come";
+  } else {
+    EXPECT_TRUE(rx.try_recv().empty());
+    Channel::expect_drained(tx, rx);
+    ASSERT_TRUE(Channel::send(tx, 6));  // the channel goes on
+    EXPECT_EQ(receive_by(form, rx).payload, 6);
+    { const auto gone = std::move(tx); }
+  }
+  EXPECT_TRUE(rx.recv_blocking().closed());
+}
+
+/// Every receive form, every n from 1 to 4, open and closed first.
+template <class Channel>
+void every_receive_form_with_the_nth_move_throwing() {
+  for (const bool closed_first : {false, true}) {
+    for (const receive_form form : every_receive_form) {
+      for (int n = 1; n <= 4; ++n) {
+        SCOPED_TRACE(testing::Message() << "form " << static_cast<int>(form) << ", move " << n
+                                        << (closed_first ? ", closed first" : ""));
+        receive_five_with_the_nth_move_throwing<Channel>(form, n, closed_first);
+      }
+    }
+  }
+}
 
 }  // namespace asyncband_test
