@@ -27,6 +27,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -1223,27 +1224,10 @@ TEST(MutexLastOneOut, MoveAssignmentUnlocksAsItsLastAccess) {
 // lock()'s awaiter empties its source when it suspends; awaiting it again used to call through
 // a null mutex pointer.
 TEST(MutexMisuse, AwaitingALockAgainAfterItSuspendedThrowsLogicError) {
-  test_scheduler s;
   mutex<int> m(0);
   auto held = m.try_lock();
   ASSERT_TRUE(held.has_value());
-  int threw = 0;
-  auto body = [&]() -> task<void> {
-    auto locking = m.lock();
-    { const auto g = co_await locking; }  // suspends until the test unlocks
-    try {
-      const auto g = co_await locking;
-    } catch (const std::logic_error&) {
-      ++threw;
-    }
-  };
-  auto t = body();
-  start_on(s, t);
-  s.run();
-  held.reset();
-  s.run();
-  EXPECT_TRUE(t.done());
-  EXPECT_EQ(threw, 1);
+  expect_awaiting_again_throws_logic_error([&m] { return m.lock(); }, [&held] { held.reset(); });
   EXPECT_FALSE(m.is_locked());
 }
 

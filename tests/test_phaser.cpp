@@ -2601,24 +2601,40 @@ task<void> observer_dropping_worker(std::shared_ptr<phaser> ph, std::unique_ptr<
   out.record(r);
   worker.reset();
 }
+
+/// Phase 0 of a phaser whose coordinator has arrived: the worker's arrival is the final one. An
+/// observer with no scheduler waits for it, and destroys the worker when the advance resumes it
+/// (inline, inside whatever call of the worker made the final arrival).
+struct worker_dropped_by_observer {
+  std::shared_ptr<phaser> ph = phaser::create();
+  phaser_participant coordinator = std::move(ph->enroll()).value();
+  std::unique_ptr<phaser_participant> holder =
+      std::make_unique<phaser_participant>(std::move(ph->enroll()).value());
+  outcome seen;
+  task<void> observer;
+
+  worker_dropped_by_observer() {
+    EXPECT_TRUE(coordinator.arrive().ok());
+    observer = observer_dropping_worker(ph, holder, seen);
+    observer.handle().resume();  // no scheduler: the advance resumes it inline
+    EXPECT_EQ(seen.resumed, 0);
+  }
+
+  /// After the worker's final arrival: the observer ran once and destroyed the worker.
+  void expect_worker_dropped() const {
+    EXPECT_TRUE(ended_ok_at(seen, 1));
+    EXPECT_EQ(holder, nullptr);
+    EXPECT_EQ(ph->participants(), 1U);
+  }
+};
 }  // namespace
 
 TEST(PhaserLifetime, AWaiterResumedInlineByTheFinalArrivalMayDestroyTheArrivingHandle) {
-  auto ph = phaser::create();
-  auto coordinator = std::move(ph->enroll()).value();
-  auto holder = std::make_unique<phaser_participant>(std::move(ph->enroll()).value());
-  ASSERT_TRUE(coordinator.arrive().ok());
-  outcome seen;
-  task<void> observer = observer_dropping_worker(ph, holder, seen);
-  observer.handle().resume();  // no scheduler: the advance resumes it inline
-  ASSERT_EQ(seen.resumed, 0);
-  phaser_participant* const worker = holder.get();
-  const phase_result arrived = worker->arrive();  // completes phase 0; the observer destroys *worker
-  EXPECT_TRUE(ended_ok_at(seen, 1));
-  EXPECT_EQ(holder, nullptr);
+  worker_dropped_by_observer t;
+  const phase_result arrived = t.holder->arrive();  // completes phase 0; the observer destroys the worker
+  t.expect_worker_dropped();
   ASSERT_TRUE(arrived.ok());
   EXPECT_EQ(arrived->value(), 0U);
-  EXPECT_EQ(ph->participants(), 1U);
 }
 
 // Last one out through assignment (found by the lifetime harness, tests/test_lifetime.cpp):
@@ -2737,15 +2753,8 @@ class PhaserFinalWaitLifetime : public ::testing::TestWithParam<final_wait_form>
 }  // namespace
 
 TEST_P(PhaserFinalWaitLifetime, AWaiterResumedInlineByTheWaitsOwnArrivalMayDestroyTheParticipant) {
-  auto ph = phaser::create();
-  auto coordinator = std::move(ph->enroll()).value();
-  auto holder = std::make_unique<phaser_participant>(std::move(ph->enroll()).value());
-  ASSERT_TRUE(coordinator.arrive().ok());
-  outcome seen;
-  task<void> observer = observer_dropping_worker(ph, holder, seen);
-  observer.handle().resume();  // no scheduler: the advance resumes it inline
-  ASSERT_EQ(seen.resumed, 0);
-  phaser_participant& worker = *holder;
+  worker_dropped_by_observer t;
+  phaser_participant& worker = *t.holder;
   std::optional<phase_result> waited;
   task<void> waiting;  // keeps a coroutine form's frame until the end of the test
   if (GetParam() == final_wait_form::co_await_plain || GetParam() == final_wait_form::co_await_stop) {
@@ -2755,13 +2764,11 @@ TEST_P(PhaserFinalWaitLifetime, AWaiterResumedInlineByTheWaitsOwnArrivalMayDestr
   } else {
     waited = wait_as_worker(worker, GetParam());
   }
-  EXPECT_TRUE(ended_ok_at(seen, 1));
-  EXPECT_EQ(holder, nullptr);
+  t.expect_worker_dropped();
   ASSERT_TRUE(waited.has_value());
   ASSERT_TRUE(waited->ok());
   EXPECT_EQ((*waited)->value(), 1U);
-  EXPECT_EQ(ph->participants(), 1U);
-  EXPECT_EQ(ph->phase(), phase_id(1));
+  EXPECT_EQ(t.ph->phase(), phase_id(1));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryForm, PhaserFinalWaitLifetime,

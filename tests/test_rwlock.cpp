@@ -28,6 +28,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
@@ -1111,27 +1112,10 @@ TEST(RwlockStress, ReadersAndWritersOnPoolTasksAndPlainThreadsKeepTheInvariant) 
 // Misuse: an awaiter is awaited once
 
 TEST(RwlockMisuse, AwaitingAWriteLockAgainAfterItSuspendedThrowsLogicError) {
-  test_scheduler s;
   rwlock<int> rw(0);
   auto reading = rw.try_read();
   ASSERT_TRUE(reading.has_value());
-  int threw = 0;
-  auto body = [&]() -> task<void> {
-    auto locking = rw.write();
-    { const auto g = co_await locking; }  // suspends until the test stops reading
-    try {
-      const auto g = co_await locking;
-    } catch (const std::logic_error&) {
-      ++threw;
-    }
-  };
-  auto t = body();
-  start_on(s, t);
-  s.run();
-  reading.reset();
-  s.run();
-  EXPECT_TRUE(t.done());
-  EXPECT_EQ(threw, 1);
+  expect_awaiting_again_throws_logic_error([&rw] { return rw.write(); }, [&reading] { reading.reset(); });
   EXPECT_TRUE(rw.try_write().has_value());
 }
 

@@ -31,6 +31,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -1399,25 +1400,8 @@ TEST(SemaphoreLastOneOut, PermitMoveAssignmentReleasesAsItsLastAccess) {
 // The acquisition awaiter builds its wait in await_suspend; awaiting it again used to call
 // through its null semaphore pointer.
 TEST(SemaphoreMisuse, AwaitingAnAcquisitionAgainAfterItSuspendedThrowsLogicError) {
-  test_scheduler s;
   asyncband::semaphore sem(0);
-  int threw = 0;
-  auto body = [&]() -> task<void> {
-    auto acquisition = sem.acquire();
-    { const auto permit = co_await acquisition; }  // suspends until released
-    try {
-      const auto permit = co_await acquisition;
-    } catch (const std::logic_error&) {
-      ++threw;
-    }
-  };
-  auto t = body();
-  start_on(s, t);
-  s.run();
-  sem.release(1);
-  s.run();
-  EXPECT_TRUE(t.done());
-  EXPECT_EQ(threw, 1);
+  expect_awaiting_again_throws_logic_error([&sem] { return sem.acquire(); }, [&sem] { sem.release(1); });
   EXPECT_EQ(sem.available(), 1U);
 }
 

@@ -2,6 +2,7 @@
 // primitive shares, exercised through a minimal primitive built the way the real ones are.
 #include <gtest/gtest.h>
 
+#include "support/awaited_twice.hpp"
 #include "support/probe.hpp"
 #include "support/thread_hook.hpp"
 
@@ -479,27 +480,9 @@ TEST(Destroy, ACoroutineResumedInlineMayDestroyALaterMemberOfItsBatch) {
 // Awaiting a wait awaiter again after it suspended used to publish its finished node a second
 // time: linked in the queue after the awaiter died (a use-after-free, even at -O0).
 TEST(WaiterCoreMisuse, AwaitingAnAwaiterAgainAfterItSuspendedThrowsLogicError) {
-  test_scheduler s;
   asyncband::manual_reset_event ev;
-  int threw = 0;
-  auto body = [&]() -> task<void> {
-    auto w = ev.wait();
-    co_await w;  // suspends until set
-    ev.reset();
-    try {
-      co_await w;
-    } catch (const std::logic_error&) {
-      ++threw;
-    }
-  };
-  auto t = body();
-  start_on(s, t);
-  s.run();
-  EXPECT_FALSE(t.done());
-  ev.set();
-  s.run();
-  EXPECT_TRUE(t.done());
-  EXPECT_EQ(threw, 1);
+  expect_awaiting_again_throws_logic_error([&ev] { return ev.wait(); }, [&ev] { ev.set(); },
+                                           [&ev] { ev.reset(); });  // else the event would let it through
 }
 
 // The check is on the suspension path only: awaiting again an awaiter that never suspended is a
