@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <asyncband/asio.hpp>
+#include <asyncband/runtime/task.hpp>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -480,6 +481,31 @@ TEST(asio_bridge_stress, auto_reset_event_with_concurrent_cancellation) {
   EXPECT_EQ(done.load(), ops);
   for (int i = 0; i < ops; ++i) EXPECT_EQ(calls[i].load(), 1) << "operation " << i;
   EXPECT_LE(ok.load(), notifies.load());
+}
+
+// Last one out through the bridge (review of issue 11): an async_wait on a wait group leaves
+// first; when that departure is the last member's, it resumes a scheduler-less waiter inline,
+// which may destroy the handle. The bridge must not read the handle afterwards (it did: its
+// begin() left, then the wait node was built from the destroyed handle).
+ab::runtime::task<void> wait_then_drop(ab::wait_group wg, std::unique_ptr<ab::wait_group>& victim,
+                                       bool& resumed) {
+  co_await wg.wait();
+  resumed = true;
+  victim.reset();
+}
+
+TEST_F(asio_bridge, a_wait_group_wait_whose_departure_lets_a_waiter_destroy_the_handle) {
+  auto holder = std::make_unique<ab::wait_group>();
+  bool resumed = false;
+  ab::runtime::task<void> dropper = wait_then_drop(*holder, holder, resumed);
+  dropper.handle().resume();  // leaves its copy; waits for the holder's departure
+  ASSERT_FALSE(resumed);
+  std::optional<wait_status> outcome;
+  ab::asio::async_wait(ioc.get_executor(), *holder, [&outcome](wait_status s) { outcome = s; });
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ(holder, nullptr);
+  ioc.run();
+  EXPECT_EQ(outcome, wait_status::ok);
 }
 
 }  // namespace

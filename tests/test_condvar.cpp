@@ -1434,6 +1434,41 @@ TEST(CondvarMisuse, AwaitingAWaitAgainAfterItSuspendedThrowsLogicError) {
   EXPECT_FALSE(m.is_locked());
 }
 
+// The second await throws before the predicate runs: the mutex is no longer held by then, so
+// the predicate would read the value unlocked (review of issue 11).
+TEST(CondvarMisuse, AwaitingAWaitWhileAgainThrowsBeforeThePredicateReadsTheValue) {
+  test_scheduler s;
+  int_mutex m(0);
+  condvar cv;
+  int threw = 0;
+  int checks = 0;
+  auto body = [&]() -> task<void> {
+    guard_t g = co_await m.lock();
+    auto waiting = cv.wait_while(std::move(g), [&checks](int& v) {
+      ++checks;
+      return v == 0;
+    });
+    g = co_await waiting;  // checks, suspends, is notified, checks again: v is 1
+    g.unlock();
+    const int checks_before = checks;
+    try {
+      g = co_await waiting;
+    } catch (const std::logic_error&) {
+      ++threw;
+    }
+    EXPECT_EQ(checks, checks_before) << "the predicate ran without the mutex";
+  };
+  auto t = body();
+  start_on(s, t);
+  s.run();
+  **m.try_lock() = 1;  // the condition holds; the guard unlocks at once
+  cv.notify_one();
+  s.run();
+  EXPECT_TRUE(t.done());
+  EXPECT_EQ(threw, 1);
+  EXPECT_FALSE(m.is_locked());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
 

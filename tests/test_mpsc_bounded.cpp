@@ -1658,7 +1658,7 @@ TEST(MpscBoundedRace, ARecvThatSleepsWhileASendWritesItsValueIsWokenByThePublica
       EXPECT_EQ(c.rx.len(), 1U);  // claimed, not published
       run_inline(s, t);           // the receive finds nothing and sleeps
       expect_waiting(p);
-      EXPECT_TRUE(c.rx.try_recv().empty());
+      EXPECT_THROW((void)c.rx.try_recv(), std::logic_error);  // one receive at a time
       ran = true;
     });
     put(c.tx, 1);
@@ -3554,8 +3554,8 @@ TEST(MpscBoundedThrowing, AWaitingReceiveWhoseMoveThrowsLeavesTheValue) {
 
 TEST(MpscBoundedMisuse, ASecondReceiveWhileACoroutineReceivesThrowsAndTheFirstCompletes) {
   auto c = mpsc::bounded<int>(2);  // no structured bindings: clang 14 cannot capture them
-  a_second_receive_throws_while_a_coroutine_receives(c.second,
-                                                     [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); });
+  a_second_receive_throws_while_a_coroutine_receives(
+      c.second, [&c](int v) { ASSERT_TRUE(c.first.try_send(v).ok()); }, idle_try_recv::throws);
 }
 
 TEST(MpscBoundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstCompletes) {
@@ -3584,6 +3584,25 @@ TEST(MpscBoundedMisuseDeathTest, APlainPermitOutlivingItsChannelIsCaughtInDebugB
         }  // every sender and the receiver go while `held` has a unit
       },
       "permit outlived its channel");
+#endif
+}
+
+// Every sender gone, the receiver still there: the receiver already reports closed, so what the
+// permit would send is never received. Caught when it sends, and when it is destroyed.
+TEST(MpscBoundedMisuseDeathTest, APlainPermitOutlivingItsSenderIsCaughtInDebugBuilds) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "a debug-build assertion";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto outlive_the_sender = [](bool send) {
+    auto c = mpsc::bounded<int>(2);
+    auto p = c.first.try_reserve();
+    auto held = std::move(*p);
+    { const auto gone = std::move(c.first); }
+    if (send) (void)held.send(1);
+  };
+  EXPECT_DEATH(outlive_the_sender(true), "permit outlived its sender");
+  EXPECT_DEATH(outlive_the_sender(false), "permit outlived its sender");
 #endif
 }
 
@@ -3646,6 +3665,48 @@ TEST(MpscBoundedMisuse, AwaitingASendAgainThrowsLogicErrorWhetherItSentAtOnceOrS
   EXPECT_EQ(threw, 2);
   EXPECT_EQ(c.second.try_recv().value(), 2);
   EXPECT_TRUE(c.second.try_recv().empty());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Last one out through an empty place (review of issue 11): a send whose move throws leaves its
+// place empty; the wake-up that passes that place for a sleeping receiver (finding a later value)
+// returns the place's unit after resolving the receiver, which may destroy the receiver and the
+// throwing send's own sender, the channel's last references. The state must outlive that return
+// (before the fix: a use-after-free, and in debug builds the "permit outlived its channel" alarm).
+
+namespace {
+
+task<void> receive_then_drop_everything(std::unique_ptr<mpsc::receiver<counted>>& rx,
+                                        std::unique_ptr<mpsc::sender<counted>>& tx, std::optional<int>& got) {
+  auto r = co_await rx->recv();
+  got = r.ok() ? r->id() : -1;
+  rx.reset();
+  tx.reset();  // the last reference: the sender whose send is still unwinding
+}
+
+TEST(MpscBoundedLifetime, AReceiverWokenPastAnEmptyPlaceMayDropTheLastReferences) {
+  const count_scope counts;
+  std::optional<int> got;
+  {
+    auto [a, r] = mpsc::bounded<counted>(4);
+    auto rx = std::make_unique<mpsc::receiver<counted>>(std::move(r));
+    auto tx = std::make_unique<mpsc::sender<counted>>(std::move(a));
+    std::optional<mpsc::sender<counted>> other(*tx);
+    task<void> receiver = receive_then_drop_everything(rx, tx, got);
+    receiver.handle().resume();  // no scheduler: sleeps, and is resumed inline by its waker
+    ASSERT_FALSE(got);
+    mpsc::sender<counted>* const throwing = tx.get();
+    counted::at_move(1, [&other] {  // inside the first send's move, before it throws
+      ASSERT_TRUE(other->try_send(counted(2)).ok());  // a later place: the head is still unwritten
+      other.reset();
+    });
+    EXPECT_THROW((void)throwing->try_send(counted(1, 1)), payload_error);
+    EXPECT_EQ(got, 2);
+    EXPECT_EQ(rx, nullptr);
+    EXPECT_EQ(tx, nullptr);
+  }
 }
 
 }  // namespace

@@ -113,8 +113,9 @@ struct wait_traits<wait_group> {
   static constexpr boost::asio::cancellation_type_t cancellation = boost::asio::cancellation_type::terminal |
                                                                    boost::asio::cancellation_type::partial |
                                                                    boost::asio::cancellation_type::total;
-  // Every wait form of a wait_group gives up the handle's membership first.
-  static void begin(wait_group& g) noexcept { g.leave(); }
+  // Every wait form of a wait_group gives up the handle's membership first: its wait node does,
+  // when it is built (and completes at once, without the handle, if that departure was the last).
+  static void begin(wait_group& /*unused*/) noexcept {}
 };
 
 namespace bridge_detail {

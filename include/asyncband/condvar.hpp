@@ -240,7 +240,11 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
     condvar_->pass_on(notify_bound_);
   }
 
+  /// Throws std::logic_error if this awaiter suspended before, before the predicate reads the
+  /// value (the mutex is no longer held then).
   bool await_ready() {
+    if (notified_) [[unlikely]]
+      detail::throw_awaited_again();
     if (!keep_waiting(predicate_, mutex_->value_, false)) return true;  // holds already
     if (!stop_.stop_requested()) return false;
     outcome_ = wait_status::cancelled;

@@ -123,7 +123,8 @@ class wait_group : public detail::wait_functions<wait_group> {
     bool enqueue() noexcept {
       return state_->queue.complete_or_enqueue(*this, [this] { return empty(); });
     }
-    bool cancel(wait_status why) noexcept { return state_->queue.cancel(*this, why); }
+    /// A wait completed by its own departure (state_ null) is never queued: nothing to cancel.
+    bool cancel(wait_status why) noexcept { return state_ != nullptr && state_->queue.cancel(*this, why); }
     void take() noexcept {}
 
    private:

@@ -152,6 +152,9 @@ class channel_core {
           // The receiver's cursor is ours while it sleeps: an empty cell at its head would keep
           // its unit (and the receiver asleep) for good, since no value may ever follow it.
           passed = storage().pass_empty_locked();
+          // The passed cells' units go back after the resolution below, and a receiver resumed
+          // inline may destroy its handle and the caller's (the last references): keep the state.
+          if (passed != 0) refs_.fetch_add(1, std::memory_order_relaxed);
           if (storage().value_waiting_locked()) {
             receiver_sleeping_.store(false, std::memory_order_relaxed);
             waiters.claim_all(batch);
@@ -160,11 +163,11 @@ class channel_core {
             waiters.claim_all(batch, wait_status::closed);
           }
         });
-    // After resolving, and still safe: every caller holds a reference to the state (a sender, an
-    // owned permit, the last producer before it drops its own; a plain permit through the sender
-    // it must not outlive), so a receiver resumed inline that destroys its handle cannot free the
-    // state under us. May end a closed channel: wakes again.
-    if (passed != 0) storage().return_units(passed);
+    // May end a closed channel: wakes again. Then the reference taken above goes, last.
+    if (passed != 0) {
+      storage().return_units(passed);
+      drop_ref();
+    }
   }
 
   void mark_closed() noexcept { closed_.store(true, std::memory_order_seq_cst); }

@@ -253,8 +253,10 @@ class bounded_state : public channel_core<bounded_state<T>> {
     });
   }
 
-  /// try_recv: a value, empty, or disconnected.
+  /// try_recv: a value, empty, or disconnected. Throws std::logic_error while a receive is
+  /// pending: that receive's senders own the cursor while it sleeps (they pass empty cells).
   try_recv_result<T> try_pop() {
+    receiving_.check();
     skip_empty();
     if (head_has_value()) return checked_pop();
     if (!finished()) return recv_status::empty;
@@ -612,9 +614,10 @@ class sender {
 /// Units of capacity reserved for later sends, without a place in the order yet: other values
 /// flow while it is held, and each send() takes its place when it is made. Destroying it
 /// returns the unused units. Move-only; it must not outlive the sender that reserved it (use an
-/// owned_permit for that). A debug build asserts ("permit outlived its channel") when the
-/// channel goes (every sender and the receiver gone) while a plain permit still holds units;
-/// NDEBUG builds pay nothing for the check.
+/// owned_permit for that). A debug build asserts ("permit outlived its sender") when a permit
+/// sends or is destroyed with units after every sender is gone, and ("permit outlived its
+/// channel") when the channel goes (every sender and the receiver gone) while a plain permit
+/// still holds units; NDEBUG builds pay nothing for the checks.
 template <class T>
 class [[nodiscard]] permit {
  public:
@@ -622,7 +625,10 @@ class [[nodiscard]] permit {
   permit& operator=(permit&&) noexcept = default;
   permit(const permit&) = delete;
   permit& operator=(const permit&) = delete;
-  ~permit() = default;
+  /// Its units go back; a debug build asserts that the sender that reserved them is still there.
+  ~permit() {
+    assert((!units_ || !state_->producers_gone()) && "asyncband::mpsc::permit outlived its sender");
+  }
 
   /// Units left.
   [[nodiscard]] std::size_t size() const noexcept { return units_.count(); }
@@ -633,6 +639,7 @@ class [[nodiscard]] permit {
   /// Precondition (std::logic_error): size() > 0.
   send_result<T> send(T value) {
     if (!units_) throw std::logic_error("asyncband::mpsc::permit: no unit left");
+    assert(!state_->producers_gone() && "asyncband::mpsc::permit outlived its sender");
     if (state_->receiver_gone()) return {send_status::disconnected, std::move(value)};
     state_->push(units_, std::move(value));
     return {};
@@ -702,8 +709,8 @@ class [[nodiscard]] owned_permit {
 ///   time, are still received.
 /// - One receive at a time: a receive (a recv() awaiter, from its creation to its destruction,
 ///   or a blocking receive) excludes any other. Another recv(), recv_blocking() or recv_timeout()
-///   meanwhile throws std::logic_error and leaves the pending receive undisturbed; so does a
-///   try_recv() that would take a value (the pending receive's), else it reports as usual.
+///   meanwhile throws std::logic_error and leaves the pending receive undisturbed; so does any
+///   try_recv() (while the receive sleeps, senders move the cursor past empty cells).
 ///   The receiver must outlive its receives (their awaiters included).
 /// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
 ///   channel into the result; if that move throws, the exception propagates and the value stays
