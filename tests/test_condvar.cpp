@@ -1407,48 +1407,21 @@ TEST(Condvar, BlockingAndCoroutineWaitWhileAgreeOnAStopAlreadyRequested) {
 // ---------------------------------------------------------------------------------------------
 // Misuse: an awaiter is awaited once
 
-// Awaiting a condvar wait again used to register without the mutex held and wait forever.
-TEST(CondvarMisuse, AwaitingAWaitAgainAfterItSuspendedThrowsLogicError) {
-  test_scheduler s;
-  int_mutex m(0);
-  condvar cv;
-  int threw = 0;
-  auto body = [&]() -> task<void> {
-    guard_t g = co_await m.lock();
-    auto waiting = cv.wait(std::move(g));
-    g = co_await waiting;  // suspends until notified
-    try {
-      g = co_await waiting;
-    } catch (const std::logic_error&) {
-      ++threw;
-    }
-    EXPECT_TRUE(g.owns_lock());
-  };
-  auto t = body();
-  start_on(s, t);
-  s.run();
-  cv.notify_one();
-  s.run();
-  EXPECT_TRUE(t.done());
-  EXPECT_EQ(threw, 1);
-  EXPECT_FALSE(m.is_locked());
-}
-
-// The second await throws before the predicate runs: the mutex is no longer held by then, so
-// the predicate would read the value unlocked (review of issue 11).
-TEST(CondvarMisuse, AwaitingAWaitWhileAgainThrowsBeforeThePredicateReadsTheValue) {
+/// A coroutine makes a condvar wait with `make_wait(guard, checks)` (checks: the predicate's
+/// call count, if it has one), awaits it (it suspends until notified with the value set to 1),
+/// unlocks, and awaits the same awaiter again: that must throw std::logic_error, before any
+/// predicate runs (the mutex is no longer held then).
+template <class MakeWait>
+void expect_awaiting_a_wait_again_throws(MakeWait make_wait) {
   test_scheduler s;
   int_mutex m(0);
   condvar cv;
   int threw = 0;
   int checks = 0;
   auto body = [&]() -> task<void> {
-    guard_t g = co_await m.lock();
-    auto waiting = cv.wait_while(std::move(g), [&checks](int& v) {
-      ++checks;
-      return v == 0;
-    });
-    g = co_await waiting;  // checks, suspends, is notified, checks again: v is 1
+    guard_t held = co_await m.lock();
+    auto waiting = make_wait(cv, std::move(held), checks);
+    guard_t g = co_await waiting;
     g.unlock();
     const int checks_before = checks;
     try {
@@ -1461,12 +1434,30 @@ TEST(CondvarMisuse, AwaitingAWaitWhileAgainThrowsBeforeThePredicateReadsTheValue
   auto t = body();
   start_on(s, t);
   s.run();
+  EXPECT_FALSE(t.done()) << "the first await must suspend";
   **m.try_lock() = 1;  // the condition holds; the guard unlocks at once
   cv.notify_one();
   s.run();
   EXPECT_TRUE(t.done());
   EXPECT_EQ(threw, 1);
   EXPECT_FALSE(m.is_locked());
+}
+
+// Awaiting a condvar wait again used to register without the mutex held and wait forever.
+TEST(CondvarMisuse, AwaitingAWaitAgainAfterItSuspendedThrowsLogicError) {
+  expect_awaiting_a_wait_again_throws(
+      [](condvar& cv, guard_t g, int& /*unused*/) { return cv.wait(std::move(g)); });
+}
+
+// ... and a wait_while awaited again ran its predicate on the value, unlocked, before it threw
+// (review of issue 11).
+TEST(CondvarMisuse, AwaitingAWaitWhileAgainThrowsBeforeThePredicateReadsTheValue) {
+  expect_awaiting_a_wait_again_throws([](condvar& cv, guard_t g, int& checks) {
+    return cv.wait_while(std::move(g), [&checks](int& v) {
+      ++checks;
+      return v == 0;
+    });
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
