@@ -3698,7 +3698,7 @@ TEST(MpscBoundedLifetime, AReceiverWokenPastAnEmptyPlaceMayDropTheLastReferences
     receiver.handle().resume();  // no scheduler: sleeps, and is resumed inline by its waker
     ASSERT_FALSE(got);
     mpsc::sender<counted>* const throwing = tx.get();
-    counted::at_move(1, [&other] {  // inside the first send's move, before it throws
+    counted::at_move(1, [&other] {                    // inside the first send's move, before it throws
       ASSERT_TRUE(other->try_send(counted(2)).ok());  // a later place: the head is still unwritten
       other.reset();
     });
