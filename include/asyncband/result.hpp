@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cassert>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -77,6 +78,40 @@ class [[nodiscard]] result {
   }
 
   std::optional<T> value_;
+  wait_status status_ = wait_status::ok;
+};
+
+/// A wait that yields a reference into the primitive (a once_cell's value): the reference, or
+/// the status that ended the wait. Copying it copies the reference, never the value.
+template <class T>
+class [[nodiscard]] result<T&> {
+ public:
+  using value_type = T&;
+
+  // NOLINTBEGIN(google-explicit-constructor): ok results convert
+  result(T& value) noexcept : value_(std::addressof(value)) {}
+  result(wait_status failure) noexcept : status_(failure) { assert(failure != wait_status::ok); }
+  // NOLINTEND(google-explicit-constructor)
+
+  [[nodiscard]] wait_status status() const noexcept { return status_; }
+  [[nodiscard]] bool ok() const noexcept { return status_ == wait_status::ok; }
+  [[nodiscard]] bool cancelled() const noexcept { return status_ == wait_status::cancelled; }
+  [[nodiscard]] bool timed_out() const noexcept { return status_ == wait_status::timeout; }
+  [[nodiscard]] bool closed() const noexcept { return status_ == wait_status::closed; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  /// Precondition: ok().
+  [[nodiscard]] T& value() const noexcept { return checked(); }
+  [[nodiscard]] T& operator*() const noexcept { return checked(); }
+  [[nodiscard]] T* operator->() const noexcept { return &checked(); }
+
+ private:
+  T& checked() const noexcept {
+    assert(ok() && "asyncband::result::value() on a failed result");
+    return *value_;
+  }
+
+  T* value_ = nullptr;
   wait_status status_ = wait_status::ok;
 };
 

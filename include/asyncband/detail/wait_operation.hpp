@@ -230,6 +230,13 @@ class pending_wait {
   /// own cancellation): no effect if a waker claimed it first.
   void cancel(wait_status why) noexcept { cancel_and_resolve(node_, why); }
 
+  /// Whether a stop was requested (a resolved wait deciding whether to use what it was granted).
+  [[nodiscard]] bool stop_requested() const noexcept { return stop_.stop_requested(); }
+
+  /// Instead of finish(), for a completed wait whose grant the waiter went on to use before
+  /// resuming (a once's run): drops the stop callback; nothing is passed on.
+  void keep_grant() noexcept { stop_.disarm(); }
+
   /// Instead of finish(), for a completed wait whose outcome nobody will take (a bridge's
   /// handler destroyed unrun): passes on a grant it received, as a late cancellation would.
   void discard() noexcept {
