@@ -57,6 +57,7 @@
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/execution.hpp>
 #include <boost/asio/execution_context.hpp>
@@ -67,6 +68,7 @@
 #include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <memory>
 #include <mutex>
 #include <stop_token>
@@ -427,6 +429,123 @@ template <waitable P, BOOST_ASIO_COMPLETION_TOKEN_FOR(completion_signature_t<P>)
 auto async_wait(P& primitive, CompletionToken&& token) {
   return asio::async_wait(boost::asio::system_executor(), primitive, std::stop_token{},
                           std::forward<CompletionToken>(token));
+}
+
+}  // namespace asyncband::asio
+
+// ---------------------------------------------------------------------------------------------
+// The once family from an asio::awaitable, with an initialiser that is Asio's own.
+
+namespace asyncband::detail {
+
+/// Builds the once family's ops for the Boost.Asio forms below.
+struct once_ops {
+  template <class F>
+  static auto call_once(once& o, F f) {
+    return call_once_op<F>(&o.gate_, std::move(f));
+  }
+  template <class T, class F>
+  static auto get_or_init(once_cell<T>& c, F f) {
+    return cell_init_op<plain_cell_ref<T>, T&, F>(c.ref(), std::move(f));
+  }
+  template <class T, class F>
+  static auto get_or_try_init(once_cell<T>& c, F f) {
+    return cell_try_init_op<plain_cell_ref<T>, T&, F>(c.ref(), std::move(f));
+  }
+  template <class K, class V, class H, class E, class F>
+  static auto compute(once_map<K, V, H, E>& m, const K& key, F f) {
+    return cell_init_op<typename once_map<K, V, H, E>::entry_ref, V, F>(m.entry_for(key), std::move(f));
+  }
+  template <class K, class V, class H, class E, class F>
+  static auto try_compute(once_map<K, V, H, E>& m, const K& key, F f) {
+    return cell_try_init_op<typename once_map<K, V, H, E>::entry_ref, V, F>(m.entry_for(key), std::move(f));
+  }
+  template <class K, class V, class H, class E, class F>
+  static auto work(singleflight::group<K, V, H, E>& g, const K& key, F f) {
+    return cell_init_op<typename singleflight::group<K, V, H, E>::ticket, V, F>(g.join(key), std::move(f));
+  }
+  template <class K, class V, class H, class E, class F>
+  static auto try_work(singleflight::group<K, V, H, E>& g, const K& key, F f) {
+    return cell_try_init_op<typename singleflight::group<K, V, H, E>::ticket, V, F>(g.join(key), std::move(f));
+  }
+};
+
+}  // namespace asyncband::detail
+
+namespace asyncband::asio {
+
+namespace bridge_detail {
+
+/// once_awaiter's protocol as an asio::awaitable: the gate's runner wait through async_wait
+/// (cancellable through the coroutine's cancellation slot; a run granted to a cancelled wait
+/// passes on), then, if the run came to this caller, its own initialiser awaited right here.
+template <class Op>
+boost::asio::awaitable<result<typename Op::yield_type>> run_once(Op op) {
+  using outcome = result<typename Op::yield_type>;
+  using F = typename Op::initializer_type;
+  const auto [status, turn] = co_await async_wait(op.gate(), boost::asio::use_awaitable);
+  if (status != wait_status::ok) co_return status;
+  if (turn == detail::gate_turn::completed) {
+    co_return detail::yield_as<outcome>([&op]() -> decltype(auto) { return op.finish_completed(); });
+  }
+  detail::run_grant grant(op.gate());  // a throw, or the frame destroyed mid-run: the run passes on
+  if constexpr (!detail::awaitable_result<detail::initializer_call_t<F>>) {
+    detail::run_initializer_blocking(op, grant, {});  // a plain function: nothing to await
+  } else if constexpr (std::is_void_v<detail::initializer_value_t<F>>) {
+    co_await detail::invoke_initializer(op.initializer(), {});
+    op.accept(grant);
+  } else {
+    auto value = co_await detail::invoke_initializer(op.initializer(), {});
+    op.accept(std::move(value), grant);
+  }
+  grant.fail();  // no effect if the run completed (a try_ initialiser's error: it passes on)
+  co_return detail::yield_as<outcome>([&op]() -> decltype(auto) { return op.finish_run(); });
+}
+
+}  // namespace bridge_detail
+
+/// once::call_once from an asio::awaitable. `f` returns an asio::awaitable (or is a plain
+/// function); the call yields result<void>: ok, or cancelled (the coroutine's cancellation
+/// slot ended its wait). Failure, pass-on and synchronization as once::call_once.
+template <class F>
+boost::asio::awaitable<result<void>> call_once(once& o, F f) {
+  return bridge_detail::run_once(detail::once_ops::call_once(o, std::move(f)));
+}
+
+/// once_cell::get_or_init from an asio::awaitable: yields result<T&>.
+template <class T, class F>
+boost::asio::awaitable<result<T&>> get_or_init(once_cell<T>& cell, F f) {
+  return bridge_detail::run_once(detail::once_ops::get_or_init(cell, std::move(f)));
+}
+
+/// once_cell::get_or_try_init from an asio::awaitable: yields result<init_result<T&, E>>.
+template <class T, class F>
+auto get_or_try_init(once_cell<T>& cell, F f) {
+  return bridge_detail::run_once(detail::once_ops::get_or_try_init(cell, std::move(f)));
+}
+
+/// once_map::compute from an asio::awaitable: yields result<V>.
+template <class K, class V, class H, class E, class F>
+boost::asio::awaitable<result<V>> compute(once_map<K, V, H, E>& map, const K& key, F f) {
+  return bridge_detail::run_once(detail::once_ops::compute(map, key, std::move(f)));
+}
+
+/// once_map::try_compute from an asio::awaitable: yields result<init_result<V, E>>.
+template <class K, class V, class H, class E, class F>
+auto try_compute(once_map<K, V, H, E>& map, const K& key, F f) {
+  return bridge_detail::run_once(detail::once_ops::try_compute(map, key, std::move(f)));
+}
+
+/// singleflight::group::work from an asio::awaitable: yields result<V>.
+template <class K, class V, class H, class E, class F>
+boost::asio::awaitable<result<V>> work(singleflight::group<K, V, H, E>& group, const K& key, F f) {
+  return bridge_detail::run_once(detail::once_ops::work(group, key, std::move(f)));
+}
+
+/// singleflight::group::try_work from an asio::awaitable: yields result<init_result<V, E>>.
+template <class K, class V, class H, class E, class F>
+auto try_work(singleflight::group<K, V, H, E>& group, const K& key, F f) {
+  return bridge_detail::run_once(detail::once_ops::try_work(group, key, std::move(f)));
 }
 
 }  // namespace asyncband::asio

@@ -71,6 +71,7 @@ class call_once_op {
 class once : public detail::wait_functions<once> {
   struct wait_node;
   friend class detail::wait_functions<once>;
+  friend struct detail::once_ops;
   template <class F>
   using call_forms = detail::once_forms<detail::call_once_op<F>>;
 

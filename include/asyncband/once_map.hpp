@@ -42,6 +42,7 @@ namespace asyncband {
 /// - Allocation: a call allocates only when it inserts a key's entry or runs its initialiser.
 template <class K, class V, class Hash = std::hash<K>, class Eq = std::equal_to<K>>
 class once_map {
+  friend struct detail::once_ops;
   struct entry {
     once_cell<V> cell;
   };

@@ -42,6 +42,7 @@ namespace asyncband::singleflight {
 ///   or runs its f.
 template <class K, class V, class Hash = std::hash<K>, class Eq = std::equal_to<K>>
 class group {
+  friend struct asyncband::detail::once_ops;
   struct flight {
     explicit flight(const K& k) : key(k) {}
     K key;

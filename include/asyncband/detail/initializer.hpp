@@ -38,6 +38,10 @@
 
 namespace asyncband::detail {
 
+/// Builds the ops of the once family's public classes for drivers outside the core (the
+/// Boost.Asio forms, asyncband/asio.hpp, define it); every class of the family befriends it.
+struct once_ops;
+
 /// Calls the caller's initialiser, with the call's stop token if it takes one (so it can pass the
 /// token on to what it awaits).
 template <class F>

@@ -111,6 +111,18 @@ class once_gate {
     once_gate* gate_;
   };
 
+  /// A runner constructible from the gate alone: what a bridge's wait on the gate queues (the
+  /// Boost.Asio forms of call_once and friends: asyncband/asio.hpp).
+  class runner_node : public node {
+   public:
+    explicit runner_node(once_gate* gate) noexcept : node(gate, true) {}
+  };
+  /// Names runner_node for the bridges (the convention of detail::wait_functions).
+  template <class = void>
+  struct wait_node_of {
+    using type = runner_node;
+  };
+
   /// A node for wait(): completion only, nothing granted, nothing to pass on.
   class observer_node : public node {
    public:
