@@ -14,7 +14,9 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <variant>
@@ -506,6 +508,132 @@ TEST_F(asio_bridge, a_wait_group_wait_whose_departure_lets_a_waiter_destroy_the_
   EXPECT_EQ(holder, nullptr);
   ioc.run();
   EXPECT_EQ(outcome, wait_status::ok);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The once family from asio coroutines, with initialisers that are asio::awaitables.
+
+// An initialiser that counts its runs and suspends on `gate` (awaited through the bridge)
+// before yielding `value` or throwing.
+struct asio_initializer {
+  ab::manual_reset_event* gate;
+  int* runs;
+  int value;
+  bool fails = false;
+  net::awaitable<int> operator()() const {
+    ++*runs;
+    co_await ab::asio::async_wait(*gate, net::use_awaitable);
+    if (fails) throw std::runtime_error("initialiser failed");
+    co_return value;
+  }
+};
+
+TEST_F(asio_bridge, get_or_init_runs_one_asio_initialiser_for_every_caller) {
+  ab::once_cell<int> cell;
+  ab::manual_reset_event gate;
+  int runs = 0;
+  std::vector<const int*> seen;
+  for (int i = 0; i < 3; ++i) {
+    net::co_spawn(
+        ioc,
+        [&, i]() -> net::awaitable<void> {
+          auto r = co_await ab::asio::get_or_init(cell, asio_initializer{&gate, &runs, 10 + i});
+          EXPECT_TRUE(r.ok());
+          seen.push_back(&*r);
+        },
+        net::detached);
+  }
+  ioc.poll();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(cell.get(), nullptr);
+  gate.set();
+  ioc.restart();
+  ioc.run();
+  ASSERT_EQ(seen.size(), 3U);
+  ASSERT_NE(cell.get(), nullptr);
+  EXPECT_EQ(*cell.get(), 10);
+  for (const int* p : seen) EXPECT_EQ(p, cell.get());
+}
+
+TEST_F(asio_bridge, a_failed_asio_run_reaches_its_caller_only_and_the_next_caller_runs_its_own) {
+  ab::once o;
+  ab::manual_reset_event gate;
+  int runs = 0;
+  std::vector<std::string> outcomes;
+  const auto call = [&](bool fails) -> net::awaitable<void> {
+    try {
+      auto r = co_await ab::asio::call_once(o, [&, fails]() -> net::awaitable<void> {
+        co_await asio_initializer{&gate, &runs, 0, fails}();
+      });
+      outcomes.push_back(r.ok() ? "ok" : "not ok");
+    } catch (const std::runtime_error&) {
+      outcomes.emplace_back("threw");
+    }
+  };
+  net::co_spawn(ioc, call(true), net::detached);
+  net::co_spawn(ioc, call(false), net::detached);
+  net::co_spawn(ioc, call(false), net::detached);
+  ioc.poll();
+  gate.set();
+  ioc.restart();
+  ioc.run();
+  EXPECT_EQ(runs, 2);
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"threw", "ok", "ok"}));
+  EXPECT_TRUE(o.is_completed());
+}
+
+TEST_F(asio_bridge, a_follower_cancelled_through_its_slot_ends_cancelled_and_the_flight_goes_on) {
+  ab::singleflight::group<int, int> flights;
+  ab::manual_reset_event gate;
+  int runs = 0;
+  std::vector<int> results;
+  std::optional<ab::result<int>> cancelled_one;
+  net::cancellation_signal signal;
+  const auto call = [&]() -> net::awaitable<void> {
+    auto r = co_await ab::asio::work(flights, 1, asio_initializer{&gate, &runs, 7});
+    results.push_back(r.ok() ? *r : -1);
+  };
+  net::co_spawn(ioc, call(), net::detached);
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        cancelled_one = co_await ab::asio::work(flights, 1, asio_initializer{&gate, &runs, 8});
+      },
+      net::bind_cancellation_slot(signal.slot(), net::detached));
+  net::co_spawn(ioc, call(), net::detached);
+  ioc.poll();
+  signal.emit(net::cancellation_type::terminal);
+  ioc.poll();
+  ASSERT_TRUE(cancelled_one.has_value());
+  EXPECT_TRUE(cancelled_one->cancelled());
+  gate.set();
+  ioc.restart();
+  ioc.run();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(results, (std::vector<int>{7, 7}));
+  EXPECT_EQ(flights.size(), 0U);
+}
+
+TEST_F(asio_bridge, once_map_compute_with_a_plain_function_from_an_asio_coroutine) {
+  ab::once_map<int, std::string> map;
+  int runs = 0;
+  std::vector<std::string> results;
+  for (int i = 0; i < 2; ++i) {
+    net::co_spawn(
+        ioc,
+        [&]() -> net::awaitable<void> {
+          auto r = co_await ab::asio::compute(map, 3, [&runs] {
+            ++runs;
+            return std::string("three");
+          });
+          results.push_back(*r);
+        },
+        net::detached);
+  }
+  ioc.run();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(results, (std::vector<std::string>{"three", "three"}));
+  EXPECT_EQ(map.get(3), std::optional<std::string>("three"));
 }
 
 }  // namespace

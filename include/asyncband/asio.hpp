@@ -466,7 +466,8 @@ struct once_ops {
   }
   template <class K, class V, class H, class E, class F>
   static auto try_work(singleflight::group<K, V, H, E>& g, const K& key, F f) {
-    return cell_try_init_op<typename singleflight::group<K, V, H, E>::ticket, V, F>(g.join(key), std::move(f));
+    return cell_try_init_op<typename singleflight::group<K, V, H, E>::ticket, V, F>(g.join(key),
+                                                                                    std::move(f));
   }
 };
 

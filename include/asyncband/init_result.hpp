@@ -67,7 +67,9 @@ class [[nodiscard]] init_result {
     }
   }
   [[nodiscard]] decltype(auto) operator*() & noexcept { return checked(); }
-  [[nodiscard]] decltype(auto) operator*() const& noexcept { return const_cast<init_result*>(this)->checked(); }
+  [[nodiscard]] decltype(auto) operator*() const& noexcept {
+    return const_cast<init_result*>(this)->checked();
+  }
   [[nodiscard]] auto* operator->() noexcept { return std::addressof(checked()); }
 
   /// Precondition: !has_value().
@@ -77,7 +79,8 @@ class [[nodiscard]] init_result {
 
  private:
   template <std::size_t I, class... Args>
-  explicit init_result(std::in_place_index_t<I> i, Args&&... args) : content_(i, std::forward<Args>(args)...) {}
+  explicit init_result(std::in_place_index_t<I> i, Args&&... args)
+      : content_(i, std::forward<Args>(args)...) {}
 
   std::add_lvalue_reference_t<std::remove_reference_t<T>> checked() noexcept {
     assert(has_value() && "asyncband::init_result::value() on an error");

@@ -78,8 +78,9 @@ class cell_init_op {
 template <class CellRef, class Yield, class F>
 class cell_try_init_op {
   using yielded = std::remove_cvref_t<initializer_value_t<F>>;
-  static_assert(expected_like<yielded>,
-                "asyncband: a try_ initialiser must yield an expected-like value (has_value(), value(), error())");
+  static_assert(
+      expected_like<yielded>,
+      "asyncband: a try_ initialiser must yield an expected-like value (has_value(), value(), error())");
   using error_type = error_type_of<yielded>;
 
  public:
@@ -143,7 +144,8 @@ class cell_try_init_op {
 /// - take() and into_inner() are for an owner with exclusive access (no call in progress).
 template <class T>
 class once_cell : public detail::wait_functions<once_cell<T>> {
-  static_assert(!std::is_reference_v<T> && std::is_destructible_v<T>, "asyncband::once_cell holds an object type");
+  static_assert(!std::is_reference_v<T> && std::is_destructible_v<T>,
+                "asyncband::once_cell holds an object type");
   class wait_node;
   friend class detail::wait_functions<once_cell>;
   friend struct detail::cell_access;
@@ -169,7 +171,8 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   explicit once_cell(T value) : value_(std::move(value)), gate_(true) {}
   /// A cell holding a value constructed from `args`.
   template <class... Args>
-  explicit once_cell(std::in_place_t /*unused*/, Args&&... args) : value_(std::forward<Args>(args)...), gate_(true) {}
+  explicit once_cell(std::in_place_t /*unused*/, Args&&... args)
+      : value_(std::forward<Args>(args)...), gate_(true) {}
   once_cell(const once_cell&) = delete;
   once_cell& operator=(const once_cell&) = delete;
   /// Debug builds assert that no call is pending.
@@ -181,7 +184,9 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   /// The value, or nullptr while empty. One acquire load.
   [[nodiscard]] T* get() noexcept { return gate_.is_completed() ? std::addressof(value_) : nullptr; }
   /// The value, or nullptr while empty. One acquire load.
-  [[nodiscard]] const T* get() const noexcept { return gate_.is_completed() ? std::addressof(value_) : nullptr; }
+  [[nodiscard]] const T* get() const noexcept {
+    return gate_.is_completed() ? std::addressof(value_) : nullptr;
+  }
   /// Whether the cell holds its value.
   [[nodiscard]] bool is_initialized() const noexcept { return gate_.is_completed(); }
 

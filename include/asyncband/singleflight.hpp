@@ -54,7 +54,8 @@ class group {
   /// flight that never landed (every run failed, nobody waits), so no key is left behind.
   class ticket {
    public:
-    ticket(group* owner, std::shared_ptr<flight> joined) noexcept : group_(owner), flight_(std::move(joined)) {}
+    ticket(group* owner, std::shared_ptr<flight> joined) noexcept
+        : group_(owner), flight_(std::move(joined)) {}
     ticket(ticket&& other) noexcept
         : group_(std::exchange(other.group_, nullptr)), flight_(std::move(other.flight_)) {}
     ticket& operator=(ticket&&) = delete;

@@ -54,7 +54,8 @@ decltype(auto) invoke_initializer(F& f, const std::stop_token& stop) {
 }
 
 template <class F>
-using initializer_call_t = decltype(invoke_initializer(std::declval<F&>(), std::declval<const std::stop_token&>()));
+using initializer_call_t =
+    decltype(invoke_initializer(std::declval<F&>(), std::declval<const std::stop_token&>()));
 
 /// Whether `co_await r` is well-formed for a coroutine without an await_transform.
 template <class R>
@@ -237,7 +238,8 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
   /// otherwise the caller (await_resume reports, passing on a run it will not use).
   std::coroutine_handle<> next_step() noexcept {
     const auto& node = wait_.node();
-    if (node.status != wait_status::ok || node.turn != gate_turn::run || wait_.stop_requested()) return caller_;
+    if (node.status != wait_status::ok || node.turn != gate_turn::run || wait_.stop_requested())
+      return caller_;
     grant_ = run_grant(op_.gate());
     try {
       runner_ = run_initializer(op_, grant_, stop_);
@@ -275,7 +277,8 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
 template <class Op, bool Cancellable>
 std::conditional_t<Cancellable, result<typename Op::yield_type>, typename Op::yield_type> block_once(
     std::stop_token stop, steady_deadline deadline, Op& op) {
-  using outcome_type = std::conditional_t<Cancellable, result<typename Op::yield_type>, typename Op::yield_type>;
+  using outcome_type =
+      std::conditional_t<Cancellable, result<typename Op::yield_type>, typename Op::yield_type>;
   auto waited = block_wait<once_gate::node, Cancellable>(stop, deadline, &op.gate(), true);
   gate_turn turn{};
   if constexpr (Cancellable) {

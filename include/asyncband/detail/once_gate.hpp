@@ -46,7 +46,8 @@ class once_gate {
   /// runner being admitted under the lock.
   [[nodiscard]] bool try_begin() noexcept {
     std::uint8_t expected = idle;
-    return state_.compare_exchange_strong(expected, running, std::memory_order_acquire, std::memory_order_relaxed);
+    return state_.compare_exchange_strong(expected, running, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
   }
 
   /// The run succeeded: completes the gate and wakes every waiter. Called as the run's last
@@ -54,7 +55,8 @@ class once_gate {
   void complete() noexcept {
     queue_.wake([this](wait_list& waiters, wake_batch& batch) {
       state_.store(done, std::memory_order_release);
-      for (waiter* w = waiters.front(); w != nullptr; w = w->next) static_cast<node*>(w)->turn = gate_turn::completed;
+      for (waiter* w = waiters.front(); w != nullptr; w = w->next)
+        static_cast<node*>(w)->turn = gate_turn::completed;
       waiters.claim_all(batch);
     });
   }
