@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <asyncband/asyncband.hpp>
+#include <asyncband/runtime/task.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -891,6 +892,92 @@ void add_bounded_rows(std::vector<row>& rows) {
       send_a, [](A* w, AK& k) { *w->rx = std::move(k.other.second); }));
 }
 
+// ------------------------------------------------------------------------------------------------
+// The once family: the completing side is another caller's run (a leader started in setup, whose
+// initialiser waits on the waker's event), or a set()/blocking call that completes the gate.
+
+struct once_world {
+  asyncband::once o;
+};
+struct cell_world {
+  asyncband::once_cell<int> c;
+};
+struct map_world {
+  asyncband::once_map<int, int> m;
+};
+struct flight_world {
+  asyncband::singleflight::group<int, int> g;
+};
+/// Holds the event a leader's initialiser waits on: setting it completes the leader's run.
+struct leader_waker : waker_base {
+  asyncband::manual_reset_event go;
+};
+
+/// An initialiser that waits for `go` (a hand-written awaitable: the event's own wait).
+auto wait_for(asyncband::manual_reset_event& go) {
+  return [&go] { return go.wait(); };
+}
+auto yield_after(asyncband::manual_reset_event& go, int value) {
+  return [&go, value]() -> asyncband::runtime::task<int> {
+    co_await go.wait();
+    co_return value;
+  };
+}
+
+/// A leader: its run is in flight (waiting for `go`) when the row's waiter queues behind it.
+inline_coroutine lead_once(asyncband::once& o, asyncband::manual_reset_event& go) {
+  co_await o.call_once(wait_for(go));
+}
+inline_coroutine lead_cell(asyncband::once_cell<int>& c, asyncband::manual_reset_event& go) {
+  (void)co_await c.get_or_init(yield_after(go, 1));
+}
+inline_coroutine lead_map(asyncband::once_map<int, int>& m, asyncband::manual_reset_event& go) {
+  (void)co_await m.compute(0, yield_after(go, 1));
+}
+inline_coroutine lead_flight(asyncband::singleflight::group<int, int>& g, asyncband::manual_reset_event& go) {
+  (void)co_await g.work(0, yield_after(go, 1));
+}
+
+void add_once_rows(std::vector<row>& rows) {
+  const auto release = [](auto* /*world*/, leader_waker& k) { k.go.set(); };
+  const auto never = [] { return 0; };
+  using O = once_world;
+  rows.push_back(coroutine_row<O, leader_waker>(
+      "once_call_once_behind_a_run", "ok", [](O& w, leader_waker& k) { lead_once(w.o, k.go); },
+      [](O& w, stop_token) { return w.o.call_once([] {}); }, release));
+  rows.push_back(coroutine_row<O, leader_waker>(
+      "once_wait_behind_a_run", "ok", [](O& w, leader_waker& k) { lead_once(w.o, k.go); },
+      [](O& w, stop_token t) { return w.o.wait(t); }, release));
+  rows.push_back(coroutine_row<O, no_waker>(
+      "once_wait_completed_by_call_once_blocking", "ok", no_setup{},
+      [](O& w, stop_token) { return w.o.wait(); }, [](O* w, no_waker&) { w->o.call_once_blocking([] {}); }));
+  // (A stop row behind a run would destroy the once under its leader's pending call.)
+  rows.push_back(coroutine_row<O, no_waker>(
+      "once_wait_stop", "cancelled", no_setup{}, [](O& w, stop_token t) { return w.o.wait(t); },
+      request_stop{}));
+
+  using C = cell_world;
+  rows.push_back(coroutine_row<C, leader_waker>(
+      "once_cell_get_or_init_behind_a_run", "ok", [](C& w, leader_waker& k) { lead_cell(w.c, k.go); },
+      [never](C& w, stop_token t) { return w.c.get_or_init(never, t); }, release));
+  rows.push_back(coroutine_row<C, no_waker>(
+      "once_cell_wait_completed_by_set", "ok", no_setup{}, [](C& w, stop_token) { return w.c.wait(); },
+      [](C* w, no_waker&) { (void)w->c.set(2); }));
+  rows.push_back(thread_row<C, no_waker>(
+      "once_cell_wait_blocked_thread_completed_by_set", "ok", no_setup{},
+      [](C& w, stop_token t) { return w.c.wait_blocking(t); }, [](C* w, no_waker&) { (void)w->c.set(2); }));
+
+  using M = map_world;
+  rows.push_back(coroutine_row<M, leader_waker>(
+      "once_map_compute_behind_a_run", "ok", [](M& w, leader_waker& k) { lead_map(w.m, k.go); },
+      [never](M& w, stop_token) { return w.m.compute(0, never); }, release));
+
+  using F = flight_world;
+  rows.push_back(coroutine_row<F, leader_waker>(
+      "singleflight_follower_of_a_flight", "ok", [](F& w, leader_waker& k) { lead_flight(w.g, k.go); },
+      [never](F& w, stop_token t) { return w.g.work(0, never, t); }, release));
+}
+
 std::vector<row> all_rows() {
   std::vector<row> rows;
   add_event_rows(rows);
@@ -903,6 +990,7 @@ std::vector<row> all_rows() {
   add_oneshot_rows(rows);
   add_unbounded_rows(rows);
   add_bounded_rows(rows);
+  add_once_rows(rows);
   return rows;
 }
 
