@@ -185,4 +185,54 @@ TEST(test_once_review, CallerDestroyedMidRunDropsItsStopCallbackBeforePassingThe
   EXPECT_TRUE(third_done);
 }
 
+// The same stop callback on the success path: a caller that queued (its stop callback
+// registered) and was then handed the run kept the callback for the whole run, and dropped it only
+// in await_resume. Its own run completes the once and wakes a waiter inline, which destroys the
+// once and requests stop on the shared token before the run has returned to its caller.
+TEST(test_once_review, RunnerDropsItsStopCallbackBeforeItsRunCompletesTheOnce) {
+  sealed_box<asyncband::once> box;
+  asyncband::once* const o = box.get();
+  std::stop_source shared_stop;
+  asyncband::manual_reset_event first_go;
+  asyncband::manual_reset_event second_go;
+  const auto failing = [&first_go]() -> task<void> {
+    co_await first_go.wait();
+    throw std::runtime_error("the first run fails");
+  };
+  const auto succeeding = [&second_go]() -> task<void> { co_await second_go.wait(); };
+  bool first_threw = false;
+  bool runner_ok = false;
+  bool waiter_done = false;
+  const auto first = [&]() -> task<void> {
+    try {
+      co_await o->call_once(failing);
+    } catch (const std::runtime_error&) {
+      first_threw = true;
+    }
+  };
+  const auto runner = [&]() -> task<void> {
+    runner_ok = (co_await o->call_once(succeeding, shared_stop.get_token())).ok();
+  };
+  const auto waiter = [&]() -> task<void> {
+    co_await o->wait();
+    waiter_done = true;
+    box.destroy_and_seal();      // completed by the runner's call, which is still returning
+    shared_stop.request_stop();  // the service stops
+  };
+
+  const task<void> t1 = first();
+  const task<void> t2 = runner();
+  const task<void> t3 = waiter();
+  start(t1);        // runs `failing` until it waits
+  start(t2);        // queued (its stop callback registered)
+  start(t3);        // waits for completion
+  first_go.set();   // the first run fails: the run passes to t2, whose `succeeding` starts inline
+  ASSERT_TRUE(first_threw);
+  second_go.set();  // t2's run completes the once: t3 resumes inline inside it
+
+  EXPECT_TRUE(t1.done() && t2.done() && t3.done());
+  EXPECT_TRUE(waiter_done);
+  EXPECT_TRUE(runner_ok);
+}
+
 }  // namespace
