@@ -61,7 +61,9 @@ class sealed_box {
 };
 
 /// Starts a task with no scheduler on this thread: its wake-ups resume it inline.
-void start(const task<void>& t) { t.handle().resume(); }
+void start(const task<void>& t) {
+  t.handle().resume();
+}
 
 using int_group = asyncband::singleflight::group<int, int>;
 
@@ -162,24 +164,26 @@ TEST(test_once_review, CallerDestroyedMidRunDropsItsStopCallbackBeforePassingThe
       first_threw = true;
     }
   };
-  const auto destroyed = [&]() -> task<void> { (void)co_await o->call_once(hanging, shared_stop.get_token()); };
+  const auto destroyed = [&]() -> task<void> {
+    (void)co_await o->call_once(hanging, shared_stop.get_token());
+  };
   const auto third = [&]() -> task<void> {
     co_await o->call_once(quick);
     third_done = true;
-    box.destroy_and_seal();       // its wait was completed by the destroyed caller's run passing on
-    shared_stop.request_stop();   // the service stops: every callback on the token runs now
+    box.destroy_and_seal();      // its wait was completed by the destroyed caller's run passing on
+    shared_stop.request_stop();  // the service stops: every callback on the token runs now
   };
 
   const task<void> t1 = first();
   std::optional<task<void>> t2(destroyed());
   const task<void> t3 = third();
-  start(t1);        // runs `failing` until it waits
-  start(*t2);       // queued (its stop callback registered)
-  start(t3);        // queued behind it
-  first_go.set();   // the first run fails: the run passes to t2, whose `hanging` starts inline
+  start(t1);       // runs `failing` until it waits
+  start(*t2);      // queued (its stop callback registered)
+  start(t3);       // queued behind it
+  first_go.set();  // the first run fails: the run passes to t2, whose `hanging` starts inline
   ASSERT_TRUE(first_threw);
   ASSERT_FALSE(t2->done());
-  t2.reset();       // destroyed mid-run: the run passes to t3, which completes and destroys the once
+  t2.reset();  // destroyed mid-run: the run passes to t3, which completes and destroys the once
 
   EXPECT_TRUE(t1.done() && t3.done());
   EXPECT_TRUE(third_done);
@@ -223,10 +227,10 @@ TEST(test_once_review, RunnerDropsItsStopCallbackBeforeItsRunCompletesTheOnce) {
   const task<void> t1 = first();
   const task<void> t2 = runner();
   const task<void> t3 = waiter();
-  start(t1);        // runs `failing` until it waits
-  start(t2);        // queued (its stop callback registered)
-  start(t3);        // waits for completion
-  first_go.set();   // the first run fails: the run passes to t2, whose `succeeding` starts inline
+  start(t1);       // runs `failing` until it waits
+  start(t2);       // queued (its stop callback registered)
+  start(t3);       // waits for completion
+  first_go.set();  // the first run fails: the run passes to t2, whose `succeeding` starts inline
   ASSERT_TRUE(first_threw);
   second_go.set();  // t2's run completes the once: t3 resumes inline inside it
 
