@@ -15,6 +15,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/singleflight.hpp>
 #include <cstddef>
+#include <functional>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -237,6 +238,64 @@ TEST(test_once_review, RunnerDropsItsStopCallbackBeforeItsRunCompletesTheOnce) {
   EXPECT_TRUE(t1.done() && t2.done() && t3.done());
   EXPECT_TRUE(waiter_done);
   EXPECT_TRUE(runner_ok);
+}
+
+/// Counts the values alive, to see one constructed over another (never destroyed).
+struct counted {
+  static inline int alive = 0;
+  int v;
+  explicit counted(int x) : v(x) { ++alive; }
+  counted(const counted& other) : v(other.v) { ++alive; }
+  counted& operator=(const counted&) = default;
+  ~counted() { --alive; }
+};
+
+/// Key equality that throws once, when armed.
+struct throwing_eq {
+  static inline bool armed = false;
+  bool operator()(int a, int b) const {
+    if (std::exchange(armed, false)) throw std::runtime_error("Eq throws");
+    return a == b;
+  }
+};
+
+// The flight leaves the group (published(): a lookup by key, running Hash and Eq) after the
+// value is constructed in its cell and before the gate completes. If Eq threw there, the run
+// failed with the value alive in a cell whose gate is not completed: the next runner constructed
+// its own over it, and the first was never destroyed.
+TEST(test_once_review, SingleflightValueDoesNotOutliveAFailedLanding) {
+  {
+    asyncband::singleflight::group<int, counted, std::hash<int>, throwing_eq> g;
+    asyncband::manual_reset_event go;
+    const auto first_f = [&go]() -> task<counted> {
+      co_await go.wait();
+      co_return counted(1);
+    };
+    const auto second_f = []() -> task<counted> { co_return counted(2); };
+    bool leader_threw = false;
+    int second_got = 0;
+    const auto leader = [&]() -> task<void> {
+      try {
+        (void)co_await g.work(1, first_f);
+      } catch (const std::runtime_error&) {
+        leader_threw = true;
+      }
+    };
+    const auto second = [&]() -> task<void> { second_got = (co_await g.work(1, second_f)).v; };
+
+    const task<void> tl = leader();
+    const task<void> t2 = second();
+    start(tl);
+    start(t2);
+    throwing_eq::armed = true;  // the landing's lookup throws
+    go.set();                   // the leader fails; the run passes to `second`, which lands
+
+    EXPECT_TRUE(tl.done() && t2.done());
+    EXPECT_TRUE(leader_threw);
+    EXPECT_EQ(second_got, 2);
+    EXPECT_EQ(g.size(), 0U);
+  }
+  EXPECT_EQ(counted::alive, 0) << "a value constructed in a flight's cell was never destroyed";
 }
 
 }  // namespace
