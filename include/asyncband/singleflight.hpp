@@ -38,6 +38,8 @@ namespace asyncband::singleflight {
 /// - Waking: the leader's completion wakes every follower, each on its own scheduler, outside
 ///   every lock. The group's lock is held only to find, join, insert or remove a flight;
 ///   Hash, Eq and K's copy and destruction run under it and must not call into the group.
+///   Hash and Eq must not throw for a key already in the group: a caller's departure looks its
+///   flight up from a destructor (a throw while a flight lands only fails that run).
 /// - The group must outlive every pending call, but a caller whose wait completed may destroy
 ///   it at once, even while the calls that woke it are still returning: those reach the group's
 ///   shared state through their own reference, never the group. The group allocates that state
