@@ -36,6 +36,21 @@ struct cell_access {
   static void emplace(once_cell<T>& c, U&& v) {
     std::construct_at(std::addressof(c.value_), std::forward<U>(v));
   }
+  /// A run's value: constructs it in the cell, tells `ref` (published()), completes the gate.
+  /// If published() throws (a singleflight flight leaving its group runs Hash and Eq), the value
+  /// goes again and the run fails: a cell holds a value exactly while its gate is completed.
+  template <class CellRef, class U>
+  static void publish(CellRef& ref, U&& v, run_grant& grant) {
+    auto& cell = ref.get();
+    emplace(cell, std::forward<U>(v));
+    try {
+      ref.published();
+    } catch (...) {
+      std::destroy_at(std::addressof(cell.value_));
+      throw;
+    }
+    grant.complete();
+  }
 };
 
 /// The cell of a once_cell's own calls (once_map and singleflight hold theirs through a shared
@@ -61,9 +76,7 @@ class cell_init_op {
   F& initializer() noexcept { return f_; }
   template <class R>
   void accept(R&& value, run_grant& grant) {
-    cell_access::emplace(ref_.get(), std::forward<R>(value));
-    ref_.published();
-    grant.complete();
+    cell_access::publish(ref_, std::forward<R>(value), grant);
   }
   Yield finish_run() { return cell_access::value(ref_.get()); }
   Yield finish_completed() { return cell_access::value(ref_.get()); }
@@ -97,9 +110,7 @@ class cell_try_init_op {
       error_.emplace(std::forward<R>(outcome).error());
       return;  // the grant stays held: the caller fails it, and the run passes on
     }
-    cell_access::emplace(ref_.get(), std::forward<R>(outcome).value());
-    ref_.published();
-    grant.complete();
+    cell_access::publish(ref_, std::forward<R>(outcome).value(), grant);
   }
   yield_type finish_run() {
     if (error_) return yield_type::with_error(std::move(*error_));

@@ -240,6 +240,11 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
     const auto& node = wait_.node();
     if (node.status != wait_status::ok || node.turn != gate_turn::run || wait_.stop_requested())
       return caller_;
+    // The stop callback goes before the run starts: it reaches the gate, and from here on this
+    // call wakes others (its run completes the gate, or passes on when it fails or its frame is
+    // destroyed), any of whom may destroy the gate at once; a stop requested later must find
+    // nothing registered. The node is no longer queued: the callback had nothing left to do.
+    wait_.keep_grant();
     grant_ = run_grant(op_.gate());
     try {
       runner_ = run_initializer(op_, grant_, stop_);
