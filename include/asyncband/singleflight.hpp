@@ -169,54 +169,54 @@ class group {
   /// `co_await g.work(key, f)` yields the flight's result (a copy).
   template <class F>
   auto work(const K& key, F f) {
-    return work_forms<F>::await(state::join(state_, key), std::move(f));
+    return work_forms<F>::await(join(key), std::move(f));
   }
   /// Yields result<V>: the result, or cancelled.
   template <class F>
   auto work(const K& key, F f, std::stop_token stop) {
-    return work_forms<F>::await_until_stopped(std::move(stop), state::join(state_, key), std::move(f));
+    return work_forms<F>::await_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin.
   template <class F>
   V work_blocking(const K& key, F f) {
-    return work_forms<F>::block(state::join(state_, key), std::move(f));
+    return work_forms<F>::block(join(key), std::move(f));
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
   result<V> work_blocking(const K& key, F f, std::stop_token stop) {
-    return work_forms<F>::block_until_stopped(std::move(stop), state::join(state_, key), std::move(f));
+    return work_forms<F>::block_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout` (a run, once started, is not bounded).
   template <class F, class Rep, class Period>
   result<V> work_timeout(const K& key, F f, std::chrono::duration<Rep, Period> timeout) {
-    return work_forms<F>::block_for(timeout, state::join(state_, key), std::move(f));
+    return work_forms<F>::block_for(timeout, join(key), std::move(f));
   }
 
   /// `co_await g.try_work(key, f)`: f yields an expected_like; yields init_result<V, E>, the
   /// flight's result or the error this caller's own f yielded.
   template <class F>
   auto try_work(const K& key, F f) {
-    return try_work_forms<F>::await(state::join(state_, key), std::move(f));
+    return try_work_forms<F>::await(join(key), std::move(f));
   }
   /// Yields result<init_result<V, E>>: cancelled, or as above.
   template <class F>
   auto try_work(const K& key, F f, std::stop_token stop) {
-    return try_work_forms<F>::await_until_stopped(std::move(stop), state::join(state_, key), std::move(f));
+    return try_work_forms<F>::await_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin.
   template <class F>
   auto try_work_blocking(const K& key, F f) {
-    return try_work_forms<F>::block(state::join(state_, key), std::move(f));
+    return try_work_forms<F>::block(join(key), std::move(f));
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
   auto try_work_blocking(const K& key, F f, std::stop_token stop) {
-    return try_work_forms<F>::block_until_stopped(std::move(stop), state::join(state_, key), std::move(f));
+    return try_work_forms<F>::block_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout`.
   template <class F, class Rep, class Period>
   auto try_work_timeout(const K& key, F f, std::chrono::duration<Rep, Period> timeout) {
-    return try_work_forms<F>::block_for(timeout, state::join(state_, key), std::move(f));
+    return try_work_forms<F>::block_for(timeout, join(key), std::move(f));
   }
 
   /// The next call for `key` starts a new flight; true if one was in progress.
@@ -226,6 +226,7 @@ class group {
   [[nodiscard]] std::size_t size() const { return state_->size(); }
 
  private:
+  ticket join(const K& key) { return state::join(state_, key); }
   std::shared_ptr<state> state_ = std::make_shared<state>();
 };
 
