@@ -474,6 +474,30 @@ TEST(Destroy, ACoroutineResumedInlineMayDestroyALaterMemberOfItsBatch) {
   EXPECT_EQ(b_probe.resumed, 0);
 }
 
+TEST(Destroy, AStopRequestedByAWaiterThatDestroyedThePrimitiveLeavesItsClaimedSiblingAlone) {
+  // set() claims A and B into one batch and resumes A inline; A destroys the event (last one
+  // out) and then requests stop on the token B waits with. B's stop callback runs right there:
+  // B is claimed, so it must leave the event alone (it used to lock the destroyed event's queue,
+  // found by the once family's review; ASan reports it).
+  auto ev = std::make_unique<asyncband::manual_reset_event>();
+  std::stop_source stop;
+  std::optional<result<void>> b_outcome;
+  [](std::unique_ptr<asyncband::manual_reset_event>& owned, std::stop_source& source) -> bare_coroutine {
+    (void)co_await owned->wait(source.get_token());
+    owned.reset();
+    source.request_stop();
+  }(ev, stop);
+  [](asyncband::manual_reset_event& event, std::stop_token token,
+     std::optional<result<void>>& outcome) -> bare_coroutine {
+    outcome = co_await event.wait(std::move(token));
+  }(*ev, stop.get_token(), b_outcome);
+  asyncband::manual_reset_event* const raw = ev.get();
+  raw->set();  // A destroys the event inside this call: set() touches nothing after its wake
+  EXPECT_EQ(ev, nullptr);
+  ASSERT_TRUE(b_outcome.has_value());
+  EXPECT_TRUE(b_outcome->ok());  // claimed before the stop: the wait completed
+}
+
 // ---------------------------------------------------------------------------------------------
 // Misuse: an awaiter is awaited once
 

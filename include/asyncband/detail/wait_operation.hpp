@@ -57,9 +57,12 @@ concept wait_node = std::derived_from<Node, waiter> && requires(Node& n, wait_st
 }
 
 /// Claims `node` with outcome `why` if it is still queued, and resolves it. If a waker claimed
-/// it first, does nothing: that waker resolves it.
+/// it first, does nothing: that waker resolves it. A node seen claimed is left without touching
+/// the primitive, which a waiter woken in the same batch may have destroyed (and that waiter
+/// may be the very caller, requesting stop on a token this node shares).
 template <class Node>
 void cancel_and_resolve(Node& node, wait_status why) noexcept {
+  if (node.is_claimed()) return;
   if (node.cancel(why)) {
     at_test_point(test_point::claimed_for_cancel);
     node.resolve();

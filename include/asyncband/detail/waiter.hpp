@@ -211,6 +211,14 @@ class waiter {
     return handshake_.load(std::memory_order_relaxed) != 0;
   }
 
+  /// Whether a waker claimed the node (since it was last queued). Read without the primitive's
+  /// lock by a cancellation (detail::cancel_and_resolve): a claimed node is its waker's to
+  /// resolve, and the primitive may already be gone, destroyed by a waiter resolved earlier in
+  /// the same batch, which may also be the one requesting this stop.
+  [[nodiscard]] bool is_claimed() const noexcept { return claimed_.load(std::memory_order_acquire); }
+  /// Under the primitive's lock: when queued (false) and when claimed into a wake batch (true).
+  void set_claimed(bool claimed) noexcept { claimed_.store(claimed, std::memory_order_release); }
+
   [[nodiscard]] bool is_resolved() const noexcept {
     return (handshake_.load(std::memory_order_acquire) & resolved) != 0;
   }
@@ -240,6 +248,7 @@ class waiter {
     resume_target target_;  // set by prepare(); a union member, so that nothing initializes it before
   };
   std::atomic<std::uint8_t> handshake_{0};
+  std::atomic<bool> claimed_{false};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -253,6 +262,7 @@ class wake_batch {
 
   /// Under the lock: the node is already unlinked and its status written.
   void add(waiter& w) noexcept {
+    w.set_claimed(true);
     w.next = nullptr;
     if (tail_ == nullptr) {
       head_ = &w;
@@ -390,6 +400,7 @@ class wait_list {
 
   void push_back(waiter& w) noexcept {
     assert(!w.linked);
+    w.set_claimed(false);
     w.next = nullptr;
     w.prev = tail_;
     if (tail_ == nullptr) {
