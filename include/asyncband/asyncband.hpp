@@ -17,4 +17,5 @@
 #include "rwlock.hpp"
 #include "scheduler.hpp"
 #include "semaphore.hpp"
+#include "shutdown.hpp"
 #include "wait_group.hpp"
