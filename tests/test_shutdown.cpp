@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <latch>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -903,9 +904,10 @@ TEST(ShutdownLastOneOut, PlainThreadsWokenByShutdownOrTheLastDepartureDestroyEve
 
 constexpr auto kStressTime = 600ms;
 
-// Threads copy, watch and drop receivers while another thread signals and the main thread waits
-// for them all to be gone: wait_done must complete exactly when every copy is gone, and see every
-// thread's work; every signal wait must end ok.
+// Threads copy (all from one shared receiver at once), watch and drop receivers while another
+// thread signals and the main thread waits on the same sender for them all to be gone: wait_done
+// must complete exactly when every copy is gone and see every thread's work; every signal wait
+// must end ok.
 TEST(ShutdownStress, ThreadsCopyAndDropReceiversWhileShutdownAndWaitDoneRun) {
   constexpr std::size_t kThreads = 3;
   constexpr int kCopies = 4;
@@ -914,10 +916,14 @@ TEST(ShutdownStress, ThreadsCopyAndDropReceiversWhileShutdownAndWaitDoneRun) {
   const int rounds = repeat_for(2000, kStressTime, [&](int index) {
     const int round = index + 1;
     auto [tx, rx] = shutdown::make_pair();
+    auto shared = std::make_unique<const shutdown::receiver>(std::move(rx));
+    std::latch copied(kThreads);  // std::latch: the test's own synchronization has no hooks
     std::atomic<int> bad{0};
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < kThreads; ++i) {
-      threads.emplace_back([r = rx, &work, &bad, i, round]() mutable {
+      threads.emplace_back([&shared = *shared, &copied, &work, &bad, i, round] {
+        shutdown::receiver r = shared;  // concurrent copies of one receiver
+        copied.count_down();
         std::vector<shutdown::receiver> copies;
         for (int k = 0; k < kCopies; ++k) copies.push_back(r);
         const shutdown::watcher w = copies.back().watch();
@@ -930,7 +936,9 @@ TEST(ShutdownStress, ThreadsCopyAndDropReceiversWhileShutdownAndWaitDoneRun) {
         r.reset();  // the last of this thread's receivers
       });
     }
-    rx.reset();
+    copied.wait();
+    shared.reset();
+    // shutdown() on another thread while this one waits on the same sender (both only read it).
     std::thread signaller([&tx = tx] { tx.shutdown(); });
     if (block_for_done(tx, round) != wait_status::ok) ++failures;
     if (tx.receivers() != 0) ++failures;

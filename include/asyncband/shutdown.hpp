@@ -175,8 +175,10 @@ namespace shutdown {
 ///   state) at once; the call that woke it touches none of them afterwards. The sender must
 ///   outlive its own pending wait_done waits; a moved-from sender must not be used (but may be
 ///   assigned to or destroyed).
-/// - One sender is used by one thread at a time; different handles of a pair may be used
-///   concurrently.
+/// - Threads: shutdown(), is_shutdown_now(), receivers() and the wait_done forms only read the
+///   sender, so they may run concurrently on one sender (a signal-handling thread calls
+///   shutdown() while another waits in wait_done_blocking()); assignment and destruction need
+///   exclusive access. Different handles of a pair may be used concurrently.
 class sender {
  public:
   sender(sender&& other) noexcept = default;
@@ -242,7 +244,9 @@ class sender {
 
   std::shared_ptr<detail::shutdown_state> state_;
   /// A handle on the receivers' group that is not a member itself: its wait forms (which leave
-  /// first, a no-op here) wait for the members, the receivers, to be gone.
+  /// first, a no-op here) wait for the members, the receivers, to be gone. Being no member, the
+  /// handle is only read by them, which is what lets wait_done run concurrently with itself and
+  /// with shutdown().
   wait_group done_;
 };
 
@@ -262,7 +266,10 @@ class sender {
 /// - Lifetime ("last one out"): the destruction (or reset, or assignment) of the last receiver
 ///   may resume a wait_done waiter inline, which may destroy the sender and every handle; the
 ///   receiver touches nothing of the pair afterwards. A receiver must outlive its own pending
-///   waits. One receiver is used by one thread at a time; copies may be used concurrently.
+///   waits.
+/// - Threads: the const operations (the waits, is_shutdown_now(), stop_token(), watch(), being
+///   copied) may run concurrently on one receiver; reset(), assignment and destruction need
+///   exclusive access. Copies may be used concurrently.
 class receiver : public detail::shutdown_observer {
  public:
   /// Another tracked receiver of the same pair (a copy of an empty receiver is empty).
@@ -312,6 +319,7 @@ class receiver : public detail::shutdown_observer {
 /// - Lifetime: a watcher keeps the shared state alive, never the wait_done wait pending. It
 ///   must outlive its own pending waits; a moved-from watcher must not be used (but may be
 ///   assigned to or destroyed).
+/// - Threads: as for a receiver.
 class watcher : public detail::shutdown_observer {
  public:
   watcher(const watcher& other) = default;
