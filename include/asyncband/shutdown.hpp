@@ -159,8 +159,8 @@ namespace shutdown {
 /// - Synchronization: everything done before the first shutdown() happens-before everything
 ///   after an observation of it (is_shutdown_now() or stop_requested() returning true, a
 ///   completed is_shutdown() wait, a stop callback). Everything a receiver's holder did before
-///   destroying it (or moving out of it) happens-before the completion of a wait_done wait that
-///   observes every receiver gone.
+///   destroying or resetting it happens-before the completion of a wait_done wait that observes
+///   every receiver gone.
 /// - Dropping: destroying a sender that still has its pair signals shutdown, as if shutdown()
 ///   were called (as std::jthread's destructor requests stop): nobody else could ever signal, and
 ///   a receiver waiting without a stop token would wait forever. A moved-from sender signals
@@ -173,14 +173,15 @@ namespace shutdown {
 /// - Lifetime ("last one out"): a waiter resumed inline by shutdown(), or by the last receiver's
 ///   destruction, may destroy the sender, every receiver and watcher (and with them the shared
 ///   state) at once; the call that woke it touches none of them afterwards. The sender must
-///   outlive its own pending wait_done waits; a moved-from sender must not be used (but may be
-///   assigned to or destroyed).
+///   outlive its own pending wait_done waits. On a moved-from sender, shutdown() does nothing
+///   and receivers() is 0; its other calls are undefined (debug builds assert).
 /// - Threads: shutdown(), is_shutdown_now(), receivers() and the wait_done forms only read the
 ///   sender, so they may run concurrently on one sender (a signal-handling thread calls
 ///   shutdown() while another waits in wait_done_blocking()); assignment and destruction need
 ///   exclusive access. Different handles of a pair may be used concurrently.
 class sender {
  public:
+  /// Takes `other`'s pair; `other` is empty afterwards (and signals nothing).
   sender(sender&& other) noexcept = default;
   /// Signals the pair this sender had (see "Dropping"), then takes `other`'s.
   sender& operator=(sender&& other) noexcept {
@@ -276,6 +277,7 @@ class receiver : public detail::shutdown_observer {
   receiver(const receiver& other) = default;
   /// Transfers `other`'s tracking; `other` is empty afterwards.
   receiver(receiver&& other) noexcept = default;
+  /// Gives up this receiver's tracking, then tracks a copy of `other`.
   receiver& operator=(const receiver& other) {
     if (this != &other) *this = receiver(other);
     return *this;
@@ -322,10 +324,15 @@ class receiver : public detail::shutdown_observer {
 /// - Threads: as for a receiver.
 class watcher : public detail::shutdown_observer {
  public:
+  /// Another watcher of the same pair.
   watcher(const watcher& other) = default;
+  /// Takes `other`'s pair; `other` is empty afterwards.
   watcher(watcher&& other) noexcept = default;
+  /// Watches `other`'s pair instead.
   watcher& operator=(const watcher& other) = default;
+  /// Watches `other`'s pair instead; `other` is empty afterwards.
   watcher& operator=(watcher&& other) noexcept = default;
+  /// Drops its reference on the shared state; affects no wait.
   ~watcher() = default;
 
  private:
