@@ -20,5 +20,6 @@
 #include "rwlock.hpp"
 #include "scheduler.hpp"
 #include "semaphore.hpp"
+#include "shutdown.hpp"
 #include "singleflight.hpp"
 #include "wait_group.hpp"
