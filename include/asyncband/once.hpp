@@ -49,7 +49,9 @@ class call_once_op {
 ///   `f` is any callable returning an awaitable (an asyncband task, a hand-written awaiter,
 ///   anything a coroutine without an await_transform can co_await), or a plain function. It is
 ///   called with the call's std::stop_token if it takes one. It lives in the awaiting frame
-///   until its run ends, so a coroutine lambda's captures stay valid throughout.
+///   until its run ends, so a coroutine lambda's captures stay valid throughout. With g++ 12,
+///   name a lambda capturing a non-trivial value (a std::string) before the co_await: g++ 12
+///   destroys such a temporary twice when it is written inside the co_await expression.
 /// - At most one run at a time. Concurrent callers wait (FIFO) for the running call.
 /// - Failure: if the running call fails (its f throws, or its awaiting coroutine is destroyed
 ///   mid-run), the once stays incomplete, the failure reaches that caller only (the exception is
