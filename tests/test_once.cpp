@@ -410,6 +410,48 @@ TEST(Once, AStopAfterTheRunCameToTheCallerPassesTheRunOn) {
   }
 }
 
+// Regression: a completion is a broadcast. A cancellable caller that the completion claimed, and
+// whose stop is requested before it resumes, reports ok, as a wait(token) does: it was handed
+// nothing to pass on. It used to report cancelled although the once was completed.
+TEST(Once, AStopAfterTheCompletionClaimedTheCallerIsTooLate) {
+  stage<2> st;
+  st.sc[0].held = true;
+  st.spawn(0);
+  st.spawn(1, true);
+  st.s.run();
+  st.sc[0].hold.set();  // f0 goes on at the next step; its completion is the next wake-up
+  st.s.at(test_point::claimed_for_wake, [&st] { st.stop[1].request_stop(); });
+  st.s.run();
+  EXPECT_EQ(st.s.pending_actions(), 0U);
+  expect_ok(st.p[0]);
+  expect_ok(st.p[1]);
+  EXPECT_EQ(st.sc[1].runs, 0);
+  EXPECT_TRUE(st.o.is_completed());
+}
+
+// The same for a plain thread blocked in call_once_blocking(f, token).
+TEST(Once, AStopAfterTheCompletionClaimedABlockedCallerIsTooLate) {
+  stage<1> st;
+  st.sc[0].held = true;
+  st.spawn(0);
+  st.s.run();
+  std::stop_source src;
+  std::latch parked(1);
+  std::optional<wait_status> status;
+  int runs = 0;
+  std::thread blocked([&] {
+    const thread_hook hook(test_point::before_arm, [&parked] { parked.count_down(); });
+    status = st.o.call_once_blocking([&runs] { ++runs; }, src.get_token()).status();
+  });
+  parked.wait();
+  st.sc[0].hold.set();
+  st.s.at(test_point::claimed_for_wake, [&src] { src.request_stop(); });
+  st.s.run();  // the completion claims the blocked caller, the stop comes, then it is unparked
+  blocked.join();
+  EXPECT_EQ(status, wait_status::ok);
+  EXPECT_EQ(runs, 0);
+}
+
 TEST(Once, AStopAsTheCallerQueuesCancelsItWithoutSuspending) {
   for (const test_point point : before_suspension) {
     SCOPED_TRACE(static_cast<int>(point));

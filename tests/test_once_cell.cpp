@@ -771,6 +771,22 @@ TEST(OnceCell, AStopAfterTheRunCameToTheCallerPassesTheRunOn) {
   EXPECT_EQ(st.order, (order{0, 2}));
 }
 
+// Regression (as for once): a stop requested after the completion claimed a cancellable
+// get_or_init comes too late; it yields the value, not cancelled.
+TEST(OnceCell, AStopAfterTheCompletionClaimedTheCallerYieldsTheValue) {
+  cell_stage<2> st;
+  st.sc[0].held = true;
+  st.spawn(0, form::init);
+  st.spawn(1, form::init_stoppable);
+  st.s.run();
+  st.sc[0].hold.set();
+  st.s.at(test_point::claimed_for_wake, [&st] { st.stop[1].request_stop(); });
+  st.s.run();
+  EXPECT_EQ(st.s.pending_actions(), 0U);
+  expect_value(st, 0, 0);
+  expect_value(st, 1, 0);
+}
+
 TEST(OnceCell, DestroyingTheInitialisingCallerPassesTheRunOnAndMakesNothing) {
   cell_stage<2> st;
   st.sc[0].held = true;
