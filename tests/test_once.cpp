@@ -824,6 +824,37 @@ TEST(Once, ABlockedThreadRunsNextWhenACoroutinesRunFails) {
   EXPECT_TRUE(st.o.is_completed());
 }
 
+// The failure hands the run to a blocked thread whose stop is requested right then: the thread
+// reports cancelled without running and passes the run on (from its own thread) to caller 2.
+TEST(Once, ABlockedCallerStoppedAfterTheRunCameToItPassesTheRunOn) {
+  stage<3> st;
+  st.sc[0].held = st.sc[0].fails = true;
+  st.spawn(0);
+  st.s.run();
+  std::stop_source src;
+  std::latch parked(1);
+  std::optional<wait_status> status;
+  std::thread blocked([&] {
+    const thread_hook hook(test_point::before_arm, [&parked] { parked.count_down(); });
+    status = st.o.call_once_blocking(initializer(st.sc[1]), src.get_token()).status();
+  });
+  parked.wait();
+  st.spawn(2);  // queued after the thread
+  st.s.run();
+  st.sc[0].hold.set();
+  st.s.at(test_point::claimed_for_wake, [&src] { src.request_stop(); });
+  ASSERT_TRUE(st.s.step());  // f0 throws; its failure hands the run to the thread, then the stop
+  blocked.join();            // the scheduler is the thread's until then: it posts caller 2's run
+  EXPECT_EQ(st.s.pending_actions(), 0U);
+  EXPECT_EQ(status, wait_status::cancelled);
+  EXPECT_EQ(st.sc[1].runs, 0);
+  EXPECT_EQ(st.s.ready_count(), 1U);
+  st.s.run();
+  expect_threw_its_own(st.p[0]);
+  expect_ok(st.p[2]);
+  EXPECT_EQ(st.log.order, (order{0, 2}));
+}
+
 // A plain thread's f throws: the exception reaches that thread, and a waiting coroutine runs next.
 TEST(Once, ABlockingCallersExceptionReachesItAndAWaitingCoroutineRunsNext) {
   stage<2> st;
