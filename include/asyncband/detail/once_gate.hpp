@@ -102,8 +102,12 @@ class once_gate {
     }
     bool cancel(wait_status why) noexcept { return gate_->queue_.cancel(*this, why); }
     gate_turn take() const noexcept { return turn; }
-    void give_back() noexcept {
-      if (turn == gate_turn::run) gate_->fail();
+    /// Passes on a run it was granted. False if it was granted none: a completion is a broadcast,
+    /// and a stop requested after it claimed the waiter does not turn it into cancelled.
+    bool give_back() noexcept {
+      if (turn != gate_turn::run) return false;
+      gate_->fail();
+      return true;
     }
 
     const bool may_run;

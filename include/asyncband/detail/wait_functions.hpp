@@ -79,8 +79,9 @@ class wait_functions {
     return wait_awaiter<typename Owner::wait_node, true>(std::move(stop), self());
   }
 
-  /// Blocks the calling thread until completion.
-  auto wait_blocking() { return block_wait<typename Owner::wait_node, false>({}, {}, self()); }
+  /// Blocks the calling thread until completion. Yields the node's value type as it is: a
+  /// reference stays a reference (a once_cell's T&), not a copy.
+  decltype(auto) wait_blocking() { return block_wait<typename Owner::wait_node, false>({}, {}, self()); }
 
   /// Blocks the calling thread until completion or until `stop` is requested.
   auto wait_blocking(std::stop_token stop) {

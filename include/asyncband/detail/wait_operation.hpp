@@ -13,7 +13,9 @@
 //                                                 // caller must resolve it (false: claimed by a
 //                                                 // waker, or resolved by cancel itself)
 //     value_type take();                          // after completion with status ok
-//     void give_back() noexcept;                  // transferable only: pass the grant on
+//     void give_back() noexcept;                  // transferable only: pass the grant on (or
+//                                                 // bool: whether there was one, for a node whose
+//                                                 // completed wait may carry none)
 //   };
 //
 // and returns wait_awaiter<my_node, Cancellable> from its wait functions, and block_wait() from
@@ -143,8 +145,12 @@ template <class Node>
 bool pass_on_grant(Node& node) noexcept {
   if constexpr (Node::transferable) {
     if (node.status == wait_status::ok) {
-      node.give_back();
-      return true;
+      if constexpr (std::is_same_v<decltype(node.give_back()), bool>) {
+        return node.give_back();  // a broadcast completion carries nothing: not cancelled
+      } else {
+        node.give_back();
+        return true;
+      }
     }
   }
   return false;
