@@ -1002,7 +1002,22 @@ TEST(OnceDeathTest, DestroyingAOnceWithAPendingWaitAssertsNamingIt) {
   threadsafe_death_tests();
   const auto wait_on = [](once& o) -> task<void> { co_await o.wait(); };
   EXPECT_DEATH(destroy_while_waiting(std::make_unique<once>(), wait_on),
-               "asyncband::once destroyed with waiters");
+               "asyncband::once destroyed with pending calls");
+}
+
+TEST(OnceDeathTest, DestroyingAOnceWhileACallRunsItsInitialiserAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto destroy_while_running = [] {
+    auto o = std::make_unique<once>();
+    auto* const ev = new asyncband::manual_reset_event;  // leaked in the dying child on purpose
+    auto* const t = new task<void>([](once& o, asyncband::manual_reset_event& go) -> task<void> {
+      co_await o.call_once([&go] { return go.wait(); });
+    }(*o, *ev));
+    t->handle().resume();  // runs until its initialiser waits: nobody is queued, a call runs
+    o.reset();
+  };
+  EXPECT_DEATH(destroy_while_running(), "asyncband::once destroyed with pending calls");
 }
 
 // ---------------------------------------------------------------------------------------------

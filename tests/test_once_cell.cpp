@@ -871,7 +871,7 @@ TEST(OnceCellDeathTest, DestroyingACellWithAPendingWaitAssertsNamingIt) {
   threadsafe_death_tests();
   const auto wait_on = [](once_cell<int>& c) -> task<void> { (void)co_await c.wait(); };
   EXPECT_DEATH(destroy_while_waiting(std::make_unique<once_cell<int>>(), wait_on),
-               "asyncband::once_cell destroyed with waiters");
+               "asyncband::once_cell destroyed with pending calls");
 }
 
 // ---------------------------------------------------------------------------------------------

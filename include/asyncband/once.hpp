@@ -81,8 +81,10 @@ class once : public detail::wait_functions<once> {
   once() = default;
   once(const once&) = delete;
   once& operator=(const once&) = delete;
-  /// Debug builds assert that no call is pending.
-  ~once() { assert(gate_.no_waiters_left() && "asyncband::once destroyed with waiters"); }
+  /// Debug builds assert that no call is pending (none waiting, none running).
+  ~once() {
+    assert(gate_.no_waiters_left() && !gate_.is_running() && "asyncband::once destroyed with pending calls");
+  }
 
   /// One acquire load: true once a call succeeded.
   [[nodiscard]] bool is_completed() const noexcept { return gate_.is_completed(); }

@@ -153,6 +153,9 @@ class cell_try_init_op {
 /// - set(v) and try_insert(v) never wait: while another caller is initialising, they hand the
 ///   value back.
 /// - take() and into_inner() are for an owner with exclusive access (no call in progress).
+/// - A caller woken by the completion may destroy the cell at once (last one out); the
+///   reference the running caller then gets back refers to the destroyed value (as would any
+///   reference into a destroyed object): only a program that knows the cell outlives it reads it.
 template <class T>
 class once_cell : public detail::wait_functions<once_cell<T>> {
   static_assert(!std::is_reference_v<T> && std::is_destructible_v<T>,
@@ -188,7 +191,8 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   once_cell& operator=(const once_cell&) = delete;
   /// Debug builds assert that no call is pending.
   ~once_cell() {
-    assert(gate_.no_waiters_left() && "asyncband::once_cell destroyed with waiters");
+    assert(gate_.no_waiters_left() && !gate_.is_running() &&
+           "asyncband::once_cell destroyed with pending calls");
     if (gate_.is_completed()) value_.~T();
   }
 

@@ -201,8 +201,8 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
   /// Throws std::logic_error if this awaiter suspended before (it is awaited once).
   template <class Promise>
   std::coroutine_handle<> await_suspend(std::coroutine_handle<Promise> caller) {
-    if (wait_.was_published()) [[unlikely]]
-      throw_awaited_again();
+    if (wait_.was_published() || runner_ || error_) [[unlikely]]
+      throw_awaited_again();  // (a run taken at once leaves no trace in the node: check the run too)
     caller_ = caller;
     scheduler_ = scheduler_of(caller);
     if (wait_.publish(resolved_target())) return std::noop_coroutine();
