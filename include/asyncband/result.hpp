@@ -37,29 +37,41 @@ enum class wait_status : unsigned char {
   return "unknown";
 }
 
-/// Either a value of type T (status() == ok) or the status that ended the wait.
-template <class T>
-class [[nodiscard]] result {
+namespace detail {
+/// The status half of every result<T>: how the wait ended, and its tests.
+class result_status {
  public:
-  using value_type = T;
-
-  // NOLINTBEGIN(google-explicit-constructor): ok results convert
-  result(T&& value) : value_(std::move(value)) {}
-  result(const T& value) : value_(value) {}
-  result(wait_status failure) : status_(failure) { assert(failure != wait_status::ok); }
-  // NOLINTEND(google-explicit-constructor)
-  /// An ok result whose value is constructed in place from `args` (a receive moves its value
-  /// straight from the channel into the result: one move, nothing in between that could throw).
-  template <class... Args>
-  explicit result(std::in_place_t /*unused*/, Args&&... args)
-      : value_(std::in_place, std::forward<Args>(args)...) {}
-
   [[nodiscard]] wait_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == wait_status::ok; }
   [[nodiscard]] bool cancelled() const noexcept { return status_ == wait_status::cancelled; }
   [[nodiscard]] bool timed_out() const noexcept { return status_ == wait_status::timeout; }
   [[nodiscard]] bool closed() const noexcept { return status_ == wait_status::closed; }
   explicit operator bool() const noexcept { return ok(); }
+
+ protected:
+  result_status() noexcept = default;
+  explicit result_status(wait_status s) noexcept : status_(s) {}
+
+  wait_status status_ = wait_status::ok;
+};
+}  // namespace detail
+
+/// Either a value of type T (status() == ok) or the status that ended the wait.
+template <class T>
+class [[nodiscard]] result : public detail::result_status {
+ public:
+  using value_type = T;
+
+  // NOLINTBEGIN(google-explicit-constructor): ok results convert
+  result(T&& value) : value_(std::move(value)) {}
+  result(const T& value) : value_(value) {}
+  result(wait_status failure) : result_status(failure) { assert(failure != wait_status::ok); }
+  // NOLINTEND(google-explicit-constructor)
+  /// An ok result whose value is constructed in place from `args` (a receive moves its value
+  /// straight from the channel into the result: one move, nothing in between that could throw).
+  template <class... Args>
+  explicit result(std::in_place_t /*unused*/, Args&&... args)
+      : value_(std::in_place, std::forward<Args>(args)...) {}
 
   /// Precondition: ok().
   [[nodiscard]] T& value() & noexcept { return checked(); }
@@ -78,27 +90,19 @@ class [[nodiscard]] result {
   }
 
   std::optional<T> value_;
-  wait_status status_ = wait_status::ok;
 };
 
 /// A wait that yields a reference into the primitive (a once_cell's value): the reference, or
 /// the status that ended the wait. Copying it copies the reference, never the value.
 template <class T>
-class [[nodiscard]] result<T&> {
+class [[nodiscard]] result<T&> : public detail::result_status {
  public:
   using value_type = T&;
 
   // NOLINTBEGIN(google-explicit-constructor): ok results convert
   result(T& value) noexcept : value_(std::addressof(value)) {}
-  result(wait_status failure) noexcept : status_(failure) { assert(failure != wait_status::ok); }
+  result(wait_status failure) noexcept : result_status(failure) { assert(failure != wait_status::ok); }
   // NOLINTEND(google-explicit-constructor)
-
-  [[nodiscard]] wait_status status() const noexcept { return status_; }
-  [[nodiscard]] bool ok() const noexcept { return status_ == wait_status::ok; }
-  [[nodiscard]] bool cancelled() const noexcept { return status_ == wait_status::cancelled; }
-  [[nodiscard]] bool timed_out() const noexcept { return status_ == wait_status::timeout; }
-  [[nodiscard]] bool closed() const noexcept { return status_ == wait_status::closed; }
-  explicit operator bool() const noexcept { return ok(); }
 
   /// Precondition: ok().
   [[nodiscard]] T& value() const noexcept { return checked(); }
@@ -112,29 +116,18 @@ class [[nodiscard]] result<T&> {
   }
 
   T* value_ = nullptr;
-  wait_status status_ = wait_status::ok;
 };
 
 /// A wait with no value: only the status.
 template <>
-class [[nodiscard]] result<void> {
+class [[nodiscard]] result<void> : public detail::result_status {
  public:
   using value_type = void;
 
   result() noexcept = default;
-  result(wait_status s) noexcept : status_(s) {}  // NOLINT(google-explicit-constructor)
+  result(wait_status s) noexcept : result_status(s) {}  // NOLINT(google-explicit-constructor)
 
-  [[nodiscard]] wait_status status() const noexcept { return status_; }
-  [[nodiscard]] bool ok() const noexcept { return status_ == wait_status::ok; }
-  [[nodiscard]] bool cancelled() const noexcept { return status_ == wait_status::cancelled; }
-  [[nodiscard]] bool timed_out() const noexcept { return status_ == wait_status::timeout; }
-  [[nodiscard]] bool closed() const noexcept { return status_ == wait_status::closed; }
-  explicit operator bool() const noexcept { return ok(); }
-
-  friend bool operator==(result a, wait_status b) noexcept { return a.status_ == b; }
-
- private:
-  wait_status status_ = wait_status::ok;
+  friend bool operator==(result a, wait_status b) noexcept { return a.status() == b; }
 };
 
 /// How a send ended. A send that did not deliver hands its value back (send_result::value()).
