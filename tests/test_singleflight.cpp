@@ -609,6 +609,20 @@ TEST(SingleflightBlocking, BlockOnWorkIsCancelledByAStopFromAnotherThread) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Last one out: a follower resumed inline by the leader's completion, failure or destruction (or
+// a blocked thread woken by it) destroys the group at once.
+
+class SingleflightLifetime : public testing::TestWithParam<lifetime::row> {};
+
+TEST_P(SingleflightLifetime, AFollowerWokenByTheLeaderMayDestroyTheGroup) {
+  run_row(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(singleflight, SingleflightLifetime,
+                         testing::ValuesIn(held_run_rows<work_calls>("singleflight")),
+                         [](const testing::TestParamInfo<lifetime::row>& info) { return info.param.name; });
+
+// ---------------------------------------------------------------------------------------------
 // Stress: every caller is consistent (support/once_calls.hpp): no two runs of a key overlap, a
 // value comes from a successful run of its key, a failure is the caller's own; and no flight is
 // left behind.

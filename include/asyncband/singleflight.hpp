@@ -38,38 +38,71 @@ namespace asyncband::singleflight {
 /// - Waking: the leader's completion wakes every follower, each on its own scheduler, outside
 ///   every lock. The group's lock is held only to find, join, insert or remove a flight;
 ///   Hash, Eq and K's copy and destruction run under it and must not call into the group.
-/// - The group must outlive every pending call. A call allocates only when it starts a flight
-///   or runs its f.
+/// - Last one out: a caller resumed by another call (the leader's result, or a failed run handed
+///   on to it) may destroy the group at once: each call shares the group's table of flights, so
+///   the call that handed a run on still leaves its flight safely afterwards.
+/// - The group must outlive every pending call otherwise. A call allocates only when it starts a
+///   flight or runs its f.
 template <class K, class V, class Hash = std::hash<K>, class Eq = std::equal_to<K>>
 class group {
   struct flight {
     explicit flight(const K& k) : key(k) {}
     K key;
     once_cell<V> cell;
-    std::size_t callers = 0;  // guarded by the group's lock
+    std::size_t callers = 0;  // guarded by the table's lock
+  };
+
+  /// The flights by key and their lock, shared by the group and every call's ticket: a caller
+  /// whose run failed leaves its flight after handing the run on, and the caller it handed it
+  /// to may have finished and destroyed the group by then.
+  struct table {
+    std::mutex mutex;
+    std::unordered_map<K, std::shared_ptr<flight>, Hash, Eq> flights;
+
+    /// The flight's result is in: it leaves the table (if forget() has not taken it out already).
+    void land(flight& f) {
+      std::shared_ptr<flight> gone;  // released after the lock
+      const std::lock_guard lock(mutex);
+      unlink(f, gone);
+    }
+
+    /// A caller is done with its flight; the last one out removes a flight that never landed.
+    void leave(flight& f) {
+      std::shared_ptr<flight> gone;
+      const std::lock_guard lock(mutex);
+      if (--f.callers == 0) unlink(f, gone);
+    }
+
+    /// Under the lock: removes `f` if its key still maps to it.
+    void unlink(flight& f, std::shared_ptr<flight>& gone) {
+      const auto it = flights.find(f.key);
+      if (it == flights.end() || it->second.get() != &f) return;
+      gone = std::move(it->second);
+      flights.erase(it);
+    }
   };
 
   /// A caller's membership of a flight (detail::cell_init_op's CellRef): leaving last removes a
   /// flight that never landed (every run failed, nobody waits), so no key is left behind.
   class ticket {
    public:
-    ticket(group* owner, std::shared_ptr<flight> joined) noexcept : group_(owner), flight_(std::move(joined)) {}
-    ticket(ticket&& other) noexcept
-        : group_(std::exchange(other.group_, nullptr)), flight_(std::move(other.flight_)) {}
+    ticket(std::shared_ptr<table> owner, std::shared_ptr<flight> joined) noexcept
+        : table_(std::move(owner)), flight_(std::move(joined)) {}
+    ticket(ticket&& other) noexcept : table_(std::move(other.table_)), flight_(std::move(other.flight_)) {}
     ticket& operator=(ticket&&) = delete;
     ticket(const ticket&) = delete;
     ticket& operator=(const ticket&) = delete;
     ~ticket() {
-      if (group_ != nullptr) group_->leave(*flight_);
+      if (table_ != nullptr) table_->leave(*flight_);
     }
 
     [[nodiscard]] once_cell<V>& get() const noexcept { return flight_->cell; }
     /// The leader's result is in: the flight leaves the group before anyone is woken, and the
     /// leader is done with the group (a follower it wakes may destroy the group at once).
-    void published() { std::exchange(group_, nullptr)->land(*flight_); }
+    void published() { std::exchange(table_, nullptr)->land(*flight_); }
 
    private:
-    group* group_;
+    std::shared_ptr<table> table_;
     std::shared_ptr<flight> flight_;
   };
   template <class F>
@@ -139,18 +172,18 @@ class group {
   /// The next call for `key` starts a new flight; true if one was in progress.
   bool forget(const K& key) {
     std::shared_ptr<flight> gone;  // released after the lock
-    const std::lock_guard lock(mutex_);
-    const auto it = flights_.find(key);
-    if (it == flights_.end()) return false;
+    const std::lock_guard lock(table_->mutex);
+    const auto it = table_->flights.find(key);
+    if (it == table_->flights.end()) return false;
     gone = std::move(it->second);
-    flights_.erase(it);
+    table_->flights.erase(it);
     return true;
   }
 
   /// The number of keys with a flight in progress (a snapshot).
   [[nodiscard]] std::size_t size() const {
-    const std::lock_guard lock(mutex_);
-    return flights_.size();
+    const std::lock_guard lock(table_->mutex);
+    return table_->flights.size();
   }
 
  private:
@@ -158,10 +191,10 @@ class group {
   /// none is in progress.
   ticket join(const K& key) {
     {
-      const std::lock_guard lock(mutex_);
-      if (const auto it = flights_.find(key); it != flights_.end()) {
+      const std::lock_guard lock(table_->mutex);
+      if (const auto it = table_->flights.find(key); it != table_->flights.end()) {
         ++it->second->callers;
-        return ticket(this, it->second);
+        return ticket(table_, it->second);
       }
     }
     return join_with(key, std::make_shared<flight>(key));
@@ -170,41 +203,18 @@ class group {
   /// Inserts `made` unless another caller's flight for the key got in first (then joins that).
   ticket join_with(const K& key, std::shared_ptr<flight> made) {
     std::shared_ptr<flight> unused;  // released after the lock
-    const std::lock_guard lock(mutex_);
-    auto [it, inserted] = flights_.try_emplace(key, nullptr);
+    const std::lock_guard lock(table_->mutex);
+    auto [it, inserted] = table_->flights.try_emplace(key, nullptr);
     if (inserted) {
       it->second = std::move(made);
     } else {
       unused = std::move(made);
     }
     ++it->second->callers;
-    return ticket(this, it->second);
+    return ticket(table_, it->second);
   }
 
-  /// The flight's result is in: it leaves the group (if forget() has not taken it out already).
-  void land(flight& f) {
-    std::shared_ptr<flight> gone;
-    const std::lock_guard lock(mutex_);
-    unlink(f, gone);
-  }
-
-  /// A caller is done with its flight; the last one out removes a flight that never landed.
-  void leave(flight& f) {
-    std::shared_ptr<flight> gone;
-    const std::lock_guard lock(mutex_);
-    if (--f.callers == 0) unlink(f, gone);
-  }
-
-  /// Under the lock: removes `f` from the group if the key still maps to it.
-  void unlink(flight& f, std::shared_ptr<flight>& gone) {
-    const auto it = flights_.find(f.key);
-    if (it == flights_.end() || it->second.get() != &f) return;
-    gone = std::move(it->second);
-    flights_.erase(it);
-  }
-
-  mutable std::mutex mutex_;
-  std::unordered_map<K, std::shared_ptr<flight>, Hash, Eq> flights_;
+  std::shared_ptr<table> table_ = std::make_shared<table>();
 };
 
 }  // namespace asyncband::singleflight
