@@ -161,6 +161,7 @@ TEST(OnceMap, TwoKeysInitialiseInParallel) {
 
   fast.set();  // the fast key completes while the slow one is still running
   s.run();
+  ASSERT_EQ(fast_caller.resumed, 1);  // (else the blocking call below would wait forever)
   expect_value(fast_caller, 2);
   EXPECT_EQ(slow_caller.resumed, 0);
   EXPECT_EQ(m.get(2), 2);

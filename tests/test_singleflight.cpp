@@ -144,6 +144,7 @@ TEST(Singleflight, DifferentKeysFlyInParallel) {
   s.spawn(working(g, 1, scripted<>{&log, 1, &slow}, p[0]));
   s.spawn(working(g, 2, scripted<>{&log, 2}, p[1]));
   s.run();
+  ASSERT_EQ(p[1].resumed, 1);  // (else the blocking call below would wait forever)
   expect_value(p[1], 2);
   EXPECT_EQ(p[0].resumed, 0);
   EXPECT_EQ(g.size(), 1U);
