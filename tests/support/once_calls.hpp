@@ -430,9 +430,9 @@ class stress_round {
   }
 
   /// Starts every caller (the threaded ones on two plain threads), requests stop mid-round if
-  /// told, and returns once every caller has its outcome.
+  /// told, and returns once every caller has its outcome and the stop request has returned.
   void run() {
-    finished_.reset(static_cast<int>(callers_.size()));
+    finished_.reset(static_cast<int>(callers_.size()) + (stop_mid_round_ ? 1 : 0));
     std::vector<stress_caller*> threaded[2];
     for (std::size_t i = 0; i < callers_.size(); ++i) {
       stress_caller& c = *callers_[i];
@@ -442,7 +442,7 @@ class stress_round {
         threaded[i % 2].push_back(&c);
       }
       if (stop_mid_round_ && i == callers_.size() / 2) {
-        asyncband::runtime::spawn(pool_.ref(), pool_request_stop(pool_, stop_));
+        asyncband::runtime::spawn(pool_.ref(), stopper());
       }
     }
     std::vector<std::thread> threads;
@@ -505,6 +505,12 @@ class stress_round {
   }
   std::stop_token token(const stress_caller& c) const {
     return c.stoppable() ? stop_.get_token() : std::stop_token{};
+  }
+
+  /// Requests stop from a pool thread; a participant, so that the round outlives it.
+  task<void> stopper() {
+    co_await pool_request_stop(pool_, stop_);
+    finished_.done();
   }
 
   task<void> pool_caller(stress_caller& c) {
