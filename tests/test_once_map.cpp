@@ -371,6 +371,7 @@ TEST(OnceMap, AfterEveryCallerFailedTheKeyHasNoValueAndTheNextComputeRuns) {
   expect_failure(p[0], 1);
   expect_failure(p[1], 2);
   expect_failure(p[2], 3);
+  EXPECT_EQ(m.size(), 0U);  // the last caller to leave removed the empty entry
   EXPECT_EQ(m.get(1), std::nullopt);
   EXPECT_EQ(m.remove(1), std::nullopt);
 
@@ -453,6 +454,7 @@ TEST(OnceMapCancel, AlreadyStoppedTokenCancelsAtOnce) {
   stopped.request_stop();
   EXPECT_TRUE(h.primitive.compute_blocking(held::key, h.waiter_init(), stopped.get_token()).cancelled());
   EXPECT_TRUE(h.primitive.compute_blocking(2, h.waiter_init(), stopped.get_token()).cancelled());
+  EXPECT_EQ(h.primitive.size(), 1U);  // key 2's entry went with its only (cancelled) caller
   h.release();
   EXPECT_EQ(h.log.started, (std::vector<int>{1}));
 }

@@ -454,11 +454,11 @@ struct once_ops {
   }
   template <class K, class V, class H, class E, class F>
   static auto compute(once_map<K, V, H, E>& m, const K& key, F f) {
-    return cell_init_op<typename once_map<K, V, H, E>::entry_ref, V, F>(m.entry_for(key), std::move(f));
+    return cell_init_op<typename once_map<K, V, H, E>::ticket, V, F>(m.join(key), std::move(f));
   }
   template <class K, class V, class H, class E, class F>
   static auto try_compute(once_map<K, V, H, E>& m, const K& key, F f) {
-    return cell_try_init_op<typename once_map<K, V, H, E>::entry_ref, V, F>(m.entry_for(key), std::move(f));
+    return cell_try_init_op<typename once_map<K, V, H, E>::ticket, V, F>(m.join(key), std::move(f));
   }
   template <class K, class V, class H, class E, class F>
   static auto work(singleflight::group<K, V, H, E>& g, const K& key, F f) {

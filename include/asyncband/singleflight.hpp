@@ -5,11 +5,10 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stop_token>
-#include <unordered_map>
 #include <utility>
 
+#include "detail/keyed_cells.hpp"
 #include "once_cell.hpp"
 
 namespace asyncband::singleflight {
@@ -47,114 +46,8 @@ namespace asyncband::singleflight {
 template <class K, class V, class Hash = std::hash<K>, class Eq = std::equal_to<K>>
 class group {
   friend struct asyncband::detail::once_ops;
-  struct flight {
-    explicit flight(const K& k) : key(k) {}
-    K key;
-    once_cell<V> cell;
-    std::size_t callers = 0;  // guarded by the group's lock
-  };
-
-  class state;
-
-  /// A caller's membership of a flight (detail::cell_init_op's CellRef): leaving last removes a
-  /// flight that never landed (every run failed, nobody waits), so no key is left behind.
-  /// It holds the group's state, not the group: a caller may leave after its call woke others
-  /// (a failed run passed on, a late cancellation, a frame destroyed mid-run) or after the
-  /// landing woke it, and a caller woken so may destroy the group at once ("last one out").
-  class ticket {
-   public:
-    ticket(std::shared_ptr<state> owner, std::shared_ptr<flight> joined) noexcept
-        : state_(std::move(owner)), flight_(std::move(joined)) {}
-    ticket(ticket&& other) noexcept = default;
-    ticket& operator=(ticket&&) = delete;
-    ticket(const ticket&) = delete;
-    ticket& operator=(const ticket&) = delete;
-    ~ticket() {
-      if (state_ != nullptr) state_->leave(*flight_);
-    }
-
-    [[nodiscard]] once_cell<V>& get() const noexcept { return flight_->cell; }
-    /// The leader's result is in: the flight leaves the group before anyone is woken, and the
-    /// leader is done with the group (a follower it wakes may destroy the group at once).
-    void published() { std::exchange(state_, nullptr)->land(*flight_); }
-
-   private:
-    std::shared_ptr<state> state_;
-    std::shared_ptr<flight> flight_;
-  };
-
-  /// The group's flights and their lock, shared by the group and every ticket.
-  class state {
-   public:
-    /// Joins the key's flight, or starts one. The flight is made outside the lock, and only when
-    /// none is in progress.
-    static ticket join(const std::shared_ptr<state>& self, const K& key) {
-      {
-        const std::lock_guard lock(self->mutex_);
-        if (const auto it = self->flights_.find(key); it != self->flights_.end()) {
-          ++it->second->callers;
-          return ticket(self, it->second);
-        }
-      }
-      return join_with(self, key, std::make_shared<flight>(key));
-    }
-
-    bool forget(const K& key) {
-      std::shared_ptr<flight> gone;  // released after the lock
-      const std::lock_guard lock(mutex_);
-      const auto it = flights_.find(key);
-      if (it == flights_.end()) return false;
-      gone = std::move(it->second);
-      flights_.erase(it);
-      return true;
-    }
-
-    [[nodiscard]] std::size_t size() const {
-      const std::lock_guard lock(mutex_);
-      return flights_.size();
-    }
-
-    /// The flight's result is in: it leaves the group (if forget() has not taken it out already).
-    void land(flight& f) {
-      std::shared_ptr<flight> gone;
-      const std::lock_guard lock(mutex_);
-      unlink(f, gone);
-    }
-
-    /// A caller is done with its flight; the last one out removes a flight that never landed.
-    void leave(flight& f) {
-      std::shared_ptr<flight> gone;
-      const std::lock_guard lock(mutex_);
-      if (--f.callers == 0) unlink(f, gone);
-    }
-
-   private:
-    /// Inserts `made` unless another caller's flight for the key got in first (then joins that).
-    static ticket join_with(const std::shared_ptr<state>& self, const K& key, std::shared_ptr<flight> made) {
-      std::shared_ptr<flight> unused;  // released after the lock
-      const std::lock_guard lock(self->mutex_);
-      auto [it, inserted] = self->flights_.try_emplace(key, nullptr);
-      if (inserted) {
-        it->second = std::move(made);
-      } else {
-        unused = std::move(made);
-      }
-      ++it->second->callers;
-      return ticket(self, it->second);
-    }
-
-    /// Under the lock: removes `f` from the group if the key still maps to it.
-    void unlink(flight& f, std::shared_ptr<flight>& gone) {
-      const auto it = flights_.find(f.key);
-      if (it == flights_.end() || it->second.get() != &f) return;
-      gone = std::move(it->second);
-      flights_.erase(it);
-    }
-
-    mutable std::mutex mutex_;
-    std::unordered_map<K, std::shared_ptr<flight>, Hash, Eq> flights_;
-  };
-
+  using table = detail::keyed_cells<K, V, Hash, Eq, detail::on_landing::unlink>;
+  using ticket = typename table::ticket;
   template <class F>
   using work_forms = detail::once_forms<detail::cell_init_op<ticket, V, F>>;
   template <class F>
@@ -220,14 +113,15 @@ class group {
   }
 
   /// The next call for `key` starts a new flight; true if one was in progress.
-  bool forget(const K& key) { return state_->forget(key); }
+  bool forget(const K& key) { return table_->erase(key); }
 
   /// The number of keys with a flight in progress (a snapshot).
-  [[nodiscard]] std::size_t size() const { return state_->size(); }
+  [[nodiscard]] std::size_t size() const { return table_->size(); }
 
  private:
-  ticket join(const K& key) { return state::join(state_, key); }
-  std::shared_ptr<state> state_ = std::make_shared<state>();
+  ticket join(const K& key) { return table::join(table_, key); }
+
+  std::shared_ptr<table> table_ = std::make_shared<table>();
 };
 
 }  // namespace asyncband::singleflight
