@@ -19,11 +19,16 @@ set(prologue [=[
 #include <stop_token>
 #include <utility>
 
+inline int one() { return 1; }  // initialisers (the case list cannot hold a ';')
+inline void nothing() {}
+
 asyncband::runtime::task<void> body(asyncband::manual_reset_event& e, asyncband::latch& l,
                                     asyncband::semaphore& s, asyncband::mutex<int>& m,
                                     asyncband::rwlock<int>& rw, asyncband::condvar& cv,
-                                    asyncband::mpsc::sender<int>& tx, std::stop_token stop) {
-  (void)e; (void)l; (void)s; (void)m; (void)rw; (void)cv; (void)tx; (void)stop;
+                                    asyncband::mpsc::sender<int>& tx, asyncband::once& o,
+                                    asyncband::once_cell<int>& c, asyncband::singleflight::group<int, int>& g,
+                                    std::stop_token stop) {
+  (void)e; (void)l; (void)s; (void)m; (void)rw; (void)cv; (void)tx; (void)o; (void)c; (void)g; (void)stop;
 ]=])
 set(epilogue "  co_return;\n}\n")
 
@@ -38,7 +43,10 @@ set(cases
   "rwlock_write|rw.write()|1"
   "condvar_wait|cv.wait(co_await m.lock())|1"
   "channel_send|tx.send(1)|1"
-  "channel_reserve|tx.reserve()|1")
+  "channel_reserve|tx.reserve()|1"
+  "once_call_once|o.call_once(nothing, stop)|1"
+  "once_cell_get_or_init|c.get_or_init(one)|1"
+  "singleflight_work|g.work(1, one)|1")
 
 set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Werror "-I${INCLUDE_DIR}")
 
