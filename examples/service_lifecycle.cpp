@@ -22,12 +22,12 @@
 #include <utility>
 #include <vector>
 
+#include <pthread.h>
+#include <unistd.h>
 #include <asyncband/asyncband.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/shutdown.hpp>
-#include <pthread.h>
-#include <unistd.h>
 
 namespace {
 
@@ -96,8 +96,8 @@ rt::task<> handle(service& s, std::string key, [[maybe_unused]] ab::shutdown::re
 }
 
 /// Receives requests until shutdown cancels the receive, then serves what is still queued.
-rt::task<> dispatcher(service& s, ab::mpsc::unbounded_receiver<std::string> requests, ab::shutdown::receiver rx,
-                      ab::scheduler_ref pool) {
+rt::task<> dispatcher(service& s, ab::mpsc::unbounded_receiver<std::string> requests,
+                      ab::shutdown::receiver rx, ab::scheduler_ref pool) {
   for (;;) {
     ab::result<std::string> key = co_await requests.recv(rx.stop_token());
     if (!key) break;  // cancelled by shutdown (or closed)
@@ -134,7 +134,8 @@ int main() {
   {
     service s{{}, {}, std::move(backend_channel.first), stats};
     rt::thread_pool pool(2);  // declared after the service: joined before it goes
-    rt::spawn(pool.ref(), dispatcher(s, std::move(requests.second), std::move(shutdown_pair.second), pool.ref()));
+    rt::spawn(pool.ref(),
+              dispatcher(s, std::move(requests.second), std::move(shutdown_pair.second), pool.ref()));
 
     // Clients: 5 bursts of the same 4 keys.
     const std::vector<std::string> keys{"users/1", "users/2", "orders/7", "users/1"};
