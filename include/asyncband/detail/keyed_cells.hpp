@@ -96,8 +96,11 @@ class keyed_cells {
   }
 
  private:
-  /// Under the lock: one more caller of `e`.
+  /// Under the lock: one more caller of `e`. A caller of an entry that has its value (a once_map
+  /// hit) is not counted and does not hold the table: leaving could not remove the entry, so it
+  /// never comes back to the table (one lock per hit, not two).
   static ticket admit(const std::shared_ptr<keyed_cells>& self, const entry_ptr& e) {
+    if (e->cell.is_initialized()) return ticket(nullptr, e);
     ++e->callers;
     return ticket(self, e);
   }
