@@ -5,6 +5,7 @@
 #include "auto_reset_event.hpp"
 #include "barrier.hpp"
 #include "block_on.hpp"
+#include "broadcast.hpp"
 #include "condvar.hpp"
 #include "latch.hpp"
 #include "manual_reset_event.hpp"

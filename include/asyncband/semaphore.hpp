@@ -24,6 +24,10 @@ namespace mpsc::detail {
 template <class T>
 class bounded_state;
 }  // namespace mpsc::detail
+namespace broadcast::detail {
+template <class T, bool Lossless>
+class ring;
+}  // namespace broadcast::detail
 
 class semaphore;
 template <class T>
@@ -151,6 +155,8 @@ class semaphore {
   friend class detail::source_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
+  template <class T, bool Lossless>
+  friend class broadcast::detail::ring;  // close()
   template <class T>
   friend class mutex;  // their destructors' debug check
   template <class T>

@@ -133,11 +133,27 @@ struct nothing_to_do {
 template <class Node>
 inline constexpr bool fallible_v = requires { requires Node::fallible; };
 
-/// What a wait yields: the node's value (or nothing) for waits that cannot fail, result<value>
-/// for cancellable or fallible ones.
+/// A node whose outcome says more than result<value> can (a broadcast receive's `lagged(n)`)
+/// names it: `using outcome_type = ...;`, constructible from a failed wait_status, and take()
+/// returns it. Such a wait yields it whether cancellable or not.
+template <class Node>
+inline constexpr bool has_outcome_type_v = requires { typename Node::outcome_type; };
+
 template <class Node, bool Cancellable>
-using wait_yield_t = std::conditional_t<Cancellable || fallible_v<Node>, result<typename Node::value_type>,
-                                        typename Node::value_type>;
+struct wait_yield {
+  using type = std::conditional_t<Cancellable || fallible_v<Node>, result<typename Node::value_type>,
+                                  typename Node::value_type>;
+};
+template <class Node, bool Cancellable>
+  requires has_outcome_type_v<Node>
+struct wait_yield<Node, Cancellable> {
+  using type = typename Node::outcome_type;
+};
+
+/// What a wait yields: the node's value (or nothing) for waits that cannot fail, result<value>
+/// for cancellable or fallible ones, or the node's own outcome type.
+template <class Node, bool Cancellable>
+using wait_yield_t = typename wait_yield<Node, Cancellable>::type;
 
 /// A completed wait that will not deliver its outcome (cancelled late, or destroyed or discarded
 /// unrun) passes on what it was granted; true if there was a grant to pass on.
@@ -161,7 +177,7 @@ bool pass_on_grant(Node& node) noexcept {
 /// until the waiter resumes, and whatever it had been granted is not lost.
 template <class Node, bool Cancellable>
 wait_yield_t<Node, Cancellable> finish_wait(Node& node, bool stop_requested) {
-  if constexpr (Cancellable || fallible_v<Node>) {
+  if constexpr (Cancellable || fallible_v<Node> || has_outcome_type_v<Node>) {
     if (Cancellable && stop_requested && pass_on_grant(node)) return wait_status::cancelled;
     if (node.status != wait_status::ok) return node.status;
     if constexpr (std::is_void_v<typename Node::value_type>) {
