@@ -246,6 +246,7 @@ class ring {
   send_result<T> send_overwriting(T&& value) noexcept {
     const std::optional<claim> c = claim_next();
     if (!c) return {send_status::disconnected, std::move(value)};
+    asyncband::detail::at_test_point(asyncband::detail::test_point::claimed_position);
     slot<T>& s = slots_[c->idx];
     take_for_overwriting(s, c->pos);
     ::new (static_cast<void*>(s.storage)) T(std::move(value));
@@ -261,6 +262,7 @@ class ring {
     const std::optional<claim> c = claim_next();
     if (!c) return {send_status::disconnected, std::move(value)};  // `unit` returns as it goes
     unit.forget();
+    asyncband::detail::at_test_point(asyncband::detail::test_point::claimed_position);
     slot<T>& s = slots_[c->idx];
     // The unit says a slot is free; this one is, but for a receiver leaving out of order that is
     // still passing it (a few instructions: see docs/design.md).

@@ -36,14 +36,15 @@ namespace asyncband::detail {
 // where threads can interleave, so that the test scheduler can run another operation exactly
 // there and reproduce a race deterministically. Without it they compile to nothing.
 enum class test_point : unsigned char {
-  published,            ///< A waiter is linked and visible to wakers; its stop callback is not yet set.
-  before_arm,           ///< The stop callback is registered; the waiter is about to suspend.
-  claimed_for_wake,     ///< A waker claimed nodes and released the lock; nothing is resolved yet.
-  claimed_for_cancel,   ///< A cancellation unlinked a node and released the lock; not yet resolved.
-  awaiting_resolver,    ///< A wait being destroyed found its node claimed; it waits for the resolver.
-  woken,                ///< A waker made the change that lets waiters complete; it still holds the primitive.
-  destroying,           ///< A primitive's destructor, before it waits out wakers still inside it.
-  awaiting_publication  ///< A receive found its next place claimed, not yet written; it waits for it.
+  published,           ///< A waiter is linked and visible to wakers; its stop callback is not yet set.
+  before_arm,          ///< The stop callback is registered; the waiter is about to suspend.
+  claimed_for_wake,    ///< A waker claimed nodes and released the lock; nothing is resolved yet.
+  claimed_for_cancel,  ///< A cancellation unlinked a node and released the lock; not yet resolved.
+  awaiting_resolver,   ///< A wait being destroyed found its node claimed; it waits for the resolver.
+  woken,               ///< A waker made the change that lets waiters complete; it still holds the primitive.
+  destroying,          ///< A primitive's destructor, before it waits out wakers still inside it.
+  awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
+  claimed_position       ///< A broadcast send claimed its position and has not written it yet.
 };
 
 #ifdef ASYNCBAND_TESTING
