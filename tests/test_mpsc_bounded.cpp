@@ -3709,4 +3709,35 @@ TEST(MpscBoundedLifetime, AReceiverWokenPastAnEmptyPlaceMayDropTheLastReferences
   }
 }
 
+/// Waits for capacity, then drops every handle, the receiver's among them.
+task<void> send_then_drop_everything(std::unique_ptr<mpsc::sender<counted>>& tx,
+                                     std::unique_ptr<mpsc::receiver<counted>>& rx,
+                                     std::optional<bool>& sent) {
+  auto r = co_await tx->send(counted(2));
+  sent = r.ok();
+  tx.reset();
+  rx.reset();  // the closer: the receiver whose close() is still waking senders
+}
+
+// Found by review (the broadcast ring had the same shape): close() woke a waiting sender inline
+// through the capacity's close, the sender dropped every handle, and close() then read the freed
+// state. ASan reports it without the state's own reference in close().
+TEST(MpscBoundedLifetime, ASenderWokenByCloseMayDropTheClosingReceiver) {
+  const count_scope counts;
+  std::optional<bool> sent;
+  {
+    auto [a, r] = mpsc::bounded<counted>(1);
+    auto rx = std::make_unique<mpsc::receiver<counted>>(std::move(r));
+    auto tx = std::make_unique<mpsc::sender<counted>>(std::move(a));
+    ASSERT_TRUE(tx->try_send(counted(1)).ok());  // full
+    task<void> sender = send_then_drop_everything(tx, rx, sent);
+    sender.handle().resume();  // no scheduler: waits, and is resumed inline by the close
+    ASSERT_FALSE(sent);
+    rx->close();
+    EXPECT_EQ(sent, false);
+    EXPECT_EQ(tx, nullptr);
+    EXPECT_EQ(rx, nullptr);
+  }
+}
+
 }  // namespace

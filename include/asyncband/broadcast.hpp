@@ -65,16 +65,18 @@ std::pair<sender<T, M>, receiver<T, M>> make_channel(std::size_t capacity, posit
 /// The capacity acquisitions of a bounded channel: fallible (closed = disconnected).
 using capacity_forms = asyncband::detail::acquire_forms<asyncband::detail::permit_itself, true>;
 
-/// After the capacity wait: publishes with the unit, or hands the value back.
+/// After the capacity wait: publishes with the unit, or hands the value back. The ring is looked
+/// at only with a unit in hand: a send that failed may have been woken by the close of the last
+/// handle, and the ring may be gone.
 template <class T>
-send_result<T> finish_send(ring<T, true>& r, result<semaphore_permit>&& unit,
+send_result<T> finish_send(ring<T, true>* r, result<semaphore_permit>&& unit,
                            std::type_identity_t<T>&& value) {
   if (!unit.ok()) {
     return {unit.cancelled() ? send_status::cancelled
                              : (unit.timed_out() ? send_status::timeout : send_status::disconnected),
             std::move(value)};
   }
-  return r.send_with_unit(std::move(*unit), std::move(value));
+  return r->send_with_unit(std::move(*unit), std::move(value));
 }
 
 /// A bounded send in a coroutine: takes a unit of capacity (waiting if the slowest receiver is
@@ -100,7 +102,7 @@ class [[nodiscard("co_await it: the value is not sent until the send is awaited"
     suspended_ = true;  // before the publication: nothing touches the awaiter after it
     return acquire_.await_suspend(h);
   }
-  send_result<T> await_resume() { return finish_send(*ring_, acquire_.await_resume(), std::move(value_)); }
+  send_result<T> await_resume() { return finish_send(ring_, acquire_.await_resume(), std::move(value_)); }
 
  private:
   ring<T, true>* ring_;
@@ -135,11 +137,12 @@ std::pair<bounded_sender<T>, bounded_receiver<T>> bounded(std::size_t capacity) 
 ///   or starts after it, never half). Receivers see the messages in the order their sends
 ///   claimed positions; messages from one sender arrive in the order it sent them.
 /// - Synchronization: a send happens-before every receive that returns its message.
-/// - overflow: send() never waits. It claims the next position (a few instructions under a lock
-///   that no user code runs under), moves the value into the position's slot, overwriting the
-///   oldest message (after any receiver copying that message has finished its copy), and
-///   publishes it with one release store. It hands the value back (disconnected) if the channel
-///   is closed or has no receiver.
+/// - overflow: send() never waits for a receiver to read. It claims the next position (a few
+///   instructions under a lock that no user code runs under), moves the value into the
+///   position's slot, overwriting the oldest message, and publishes it with one release store.
+///   Before overwriting it waits, for the length of a copy, for receivers copying the old message
+///   right then, and for a send of the same slot `capacity` positions earlier still writing. It
+///   hands the value back (disconnected) if the channel is closed or has no receiver.
 /// - bounded: nothing is ever overwritten. A send takes one unit of capacity (`capacity` in all)
 ///   and the last receiver to read its message gives it back; a send waits while none is free,
 ///   that is while the slowest subscribed receiver is `capacity` messages behind. Waiting senders
@@ -150,7 +153,11 @@ std::pair<bounded_sender<T>, bounded_receiver<T>> bounded(std::size_t capacity) 
 ///   does not deliver hands its value back: full (try_send), disconnected (closed, or no
 ///   receiver), cancelled, timeout.
 /// - T must be copy-constructible (each receiver gets a copy) and nothrow-move-constructible (a
-///   claimed position must be published; wrap other types in a std::shared_ptr).
+///   claimed position must be published; wrap other types in a std::shared_ptr). T's copy and
+///   move constructors must not use the same channel (a send waits for the copies of the slot
+///   it overwrites, and a receiver leaving waits for the writes in flight).
+/// - A bounded send woken because the last handle closed the channel ends disconnected without
+///   touching the channel, which may be gone by then.
 /// - Waiting senders resume on their own scheduler when their task type has one, else inline on
 ///   the thread of the receive that freed the capacity.
 template <class T, mode M>
@@ -221,7 +228,7 @@ class sender {
   {
     ring_type& r = *live();
     return detail::finish_send(
-        r, detail::capacity_forms::block(&r.units(), 1, asyncband::detail::permit_itself{}),
+        &r, detail::capacity_forms::block(&r.units(), 1, asyncband::detail::permit_itself{}),
         std::move(value));
   }
   /// bounded: blocks until sent, or until `stop` is requested (cancelled, with the value).
@@ -229,7 +236,7 @@ class sender {
     requires lossless
   {
     ring_type& r = *live();
-    return detail::finish_send(r,
+    return detail::finish_send(&r,
                                detail::capacity_forms::block_until_stopped(
                                    std::move(stop), &r.units(), 1, asyncband::detail::permit_itself{}),
                                std::move(value));
@@ -241,7 +248,7 @@ class sender {
   {
     ring_type& r = *live();
     return detail::finish_send(
-        r, detail::capacity_forms::block_for(timeout, &r.units(), 1, asyncband::detail::permit_itself{}),
+        &r, detail::capacity_forms::block_for(timeout, &r.units(), 1, asyncband::detail::permit_itself{}),
         std::move(value));
   }
 

@@ -68,6 +68,9 @@ class channel_core {
     if (producers_.fetch_sub(1, std::memory_order_seq_cst) == 1) wake_receiver(true);
     drop_ref();
   }
+  /// A reference of the state's own, for a call whose wake-ups may destroy every handle (the
+  /// caller's included) before it is done with the state.
+  void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void drop_ref() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete &storage();
   }

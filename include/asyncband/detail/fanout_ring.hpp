@@ -114,18 +114,28 @@ class recv_wait : public asyncband::detail::waiter {
   explicit recv_wait(receiver_state<ring<T, Lossless>>* rx) : rx_(rx) { rx->receiving.begin(); }
   recv_wait(const recv_wait&) = delete;
   recv_wait& operator=(const recv_wait&) = delete;
-  ~recv_wait() { rx_->receiving.end(); }
+  ~recv_wait() {
+    if (!taken_) rx_->receiving.end();
+  }
 
   bool try_ready() noexcept { return rx_->ring->ready(rx_->at, status); }
   bool enqueue() noexcept { return rx_->ring->enqueue_receiver(*this); }
   bool cancel(wait_status why) noexcept { return rx_->ring->cancel_receiver(*this, why); }
-  recv_result<T> take() { return rx_->ring->read(rx_->at); }
+  /// The receive is over before the read: the read's last step may resume a sender inline
+  /// (lossless: the unit of the message goes back), which may destroy the receiver handle.
+  recv_result<T> take() {
+    receiver_state<ring<T, Lossless>>* const rx = rx_;
+    rx->receiving.end();
+    taken_ = true;
+    return rx->ring->read(rx->at);
+  }
 
   /// The waiting receiver's position: read by wakers under the receivers' lock while it sleeps.
   [[nodiscard]] const cursor& at() const noexcept { return rx_->at; }
 
  private:
   receiver_state<ring<T, Lossless>>* rx_;
+  bool taken_ = false;
 };
 
 /// Capacity of the lossless mode: a semaphore. The overflow mode has none.
@@ -183,12 +193,18 @@ class ring {
   /// A new receiver starting at the next message (under the claim lock, so a send in progress
   /// either counts it, and it reads that message, or does not, and it starts after it).
   [[nodiscard]] cursor subscribe() {
-    const std::lock_guard lock(tail_lock_);
-    const std::uint32_t n = receivers_.load(std::memory_order_relaxed);
-    if (n == max_receivers) throw std::length_error("asyncband::broadcast: too many receivers");
-    receivers_.store(n + 1, std::memory_order_relaxed);
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    return {tail_.load(std::memory_order_relaxed), tail_idx_};
+    std::optional<cursor> at;
+    {
+      const std::lock_guard lock(tail_lock_);
+      const std::uint32_t n = receivers_.load(std::memory_order_relaxed);
+      if (n != max_receivers) {
+        receivers_.store(n + 1, std::memory_order_relaxed);
+        refs_.fetch_add(1, std::memory_order_relaxed);
+        at = cursor{tail_.load(std::memory_order_relaxed), tail_idx_};
+      }
+    }
+    if (!at) throw std::length_error("asyncband::broadcast: too many receivers");
+    return *at;
   }
 
   /// A receiver goes: it stops holding senders back at once (every message it was counted for
@@ -229,14 +245,18 @@ class ring {
   // --- closing ---------------------------------------------------------------------------------
   /// No more sends; receivers drain what was sent, then end closed. Waiting senders (lossless)
   /// end disconnected with their values.
+  /// The closer may be a handle that a sender or receiver woken here destroys at once: the
+  /// ring keeps a reference of its own until the wake-ups are done.
   void close() noexcept {
     {
       const std::lock_guard lock(tail_lock_);
       if (closed_.load(std::memory_order_relaxed)) return;
       closed_.store(true, std::memory_order_seq_cst);
+      refs_.fetch_add(1, std::memory_order_relaxed);
     }
     if constexpr (Lossless) units_.close(nullptr, nullptr);
     after_publish();  // receivers at the end learn that nothing more comes
+    drop_ref();
   }
   [[nodiscard]] bool is_closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
@@ -325,7 +345,8 @@ class ring {
   }
 
  private:
-  static constexpr std::uint32_t max_receivers = (std::uint32_t{1} << 31) - 1;
+  /// Every receiver registers on at most one slot at a time: the readers field never overflows.
+  static constexpr std::uint32_t max_receivers = static_cast<std::uint32_t>(readers_mask);
 
   static std::size_t checked(std::size_t capacity) {
     if (capacity == 0) throw std::invalid_argument("asyncband::broadcast: capacity 0");

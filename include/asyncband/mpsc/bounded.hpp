@@ -269,10 +269,14 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
   /// The receiver closes the channel (also when it goes): no new sends or reservations;
   /// queued senders end disconnected. Permits already held may still send.
+  /// A sender woken inline by the capacity's close may destroy every handle, the closing
+  /// receiver's included: the state keeps a reference of its own until the end.
   void close() noexcept {
+    this->add_ref();
     this->mark_closed();
     capacity_.close(&on_unit_back, this);
     this->after_possible_end();  // nothing outstanding: a pending receive ends closed now
+    this->drop_ref();
   }
 
   /// The receiver goes: later sends hand their value back; values received by nobody are
