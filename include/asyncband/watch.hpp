@@ -488,11 +488,9 @@ class [[nodiscard]] sender {
   [[nodiscard]] bool is_closed() const noexcept { return receiver_count() == 0; }
 
   /// Waits until every receiver is gone. `co_await tx.closed();`
-  [[nodiscard]] auto closed() { return closed_forms::await(live()); }
+  auto closed() { return closed_forms::await(live()); }
   /// As closed(), or until `stop` is requested; yields result<void>: ok or cancelled.
-  [[nodiscard]] auto closed(std::stop_token stop) {
-    return closed_forms::await_until_stopped(std::move(stop), live());
-  }
+  auto closed(std::stop_token stop) { return closed_forms::await_until_stopped(std::move(stop), live()); }
   /// Blocks the calling thread until every receiver is gone.
   void closed_blocking() { closed_forms::block(live()); }
   /// As closed_blocking(), or until `stop` is requested: ok or cancelled.
@@ -604,9 +602,9 @@ class [[nodiscard]] receiver {
 
   /// Waits for a version newer than the seen one (and marks it seen). `co_await rx.changed()`
   /// yields result<void>: ok, or closed.
-  [[nodiscard]] auto changed() { return changed_forms::await(live(), &seen_); }
+  auto changed() { return changed_forms::await(live(), &seen_); }
   /// As changed(), or until `stop` is requested: ok, closed or cancelled.
-  [[nodiscard]] auto changed(std::stop_token stop) {
+  auto changed(std::stop_token stop) {
     return changed_forms::await_until_stopped(std::move(stop), live(), &seen_);
   }
   /// Blocks the calling thread until changed() would complete: ok or closed.
@@ -624,12 +622,12 @@ class [[nodiscard]] receiver {
   /// Waits until `pred(const T&)` holds for the current value (checked first) or a later one;
   /// yields result<borrowed<T>>: a guard on that value (marked seen), or closed.
   template <class Predicate>
-  [[nodiscard]] auto wait_for(Predicate pred) {
+  auto wait_for(Predicate pred) {
     return detail::wait_for_awaiter<T, Predicate, false>(live(), &seen_, std::move(pred), {});
   }
   /// As wait_for(pred), or until `stop` is requested: also cancelled.
   template <class Predicate>
-  [[nodiscard]] auto wait_for(Predicate pred, std::stop_token stop) {
+  auto wait_for(Predicate pred, std::stop_token stop) {
     return detail::wait_for_awaiter<T, Predicate, true>(live(), &seen_, std::move(pred), std::move(stop));
   }
   /// Blocks the calling thread until wait_for(pred) would complete: a guard, or closed.
