@@ -186,8 +186,14 @@ void send_8_receivers_mutex_cv(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(send_8_receivers_asyncband)->Name("watch/send_8_receivers/asyncband")->UseRealTime()->MeasureProcessCPUTime();
-BENCHMARK(send_8_receivers_mutex_cv)->Name("watch/send_8_receivers/mutex_cv")->UseRealTime()->MeasureProcessCPUTime();
+BENCHMARK(send_8_receivers_asyncband)
+    ->Name("watch/send_8_receivers/asyncband")
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+BENCHMARK(send_8_receivers_mutex_cv)
+    ->Name("watch/send_8_receivers/mutex_cv")
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 BENCHMARK(send_8_receivers_blocking_asyncband)
     ->Name("watch/send_8_receivers_blocking/asyncband")
     ->UseRealTime()

@@ -525,7 +525,7 @@ TEST(Watch, AWaitWokenThenStoppedReportsOkAndMarksTheVersionSeen) {
   EXPECT_FALSE(*rx.has_changed());
 }
 
-TEST(Watch, AStopAtQueueingCancelsWithoutSuspending) {
+TEST(Watch, AStopBeforeArmCancelsWithoutSuspending) {
   test_scheduler s;
   auto [tx, rx] = watch::channel<int>(0);
   std::stop_source src;
