@@ -978,6 +978,70 @@ void add_once_rows(std::vector<row>& rows) {
       [never](F& w, stop_token t) { return w.g.work(0, never, t); }, release));
 }
 
+// A receiver waiting for a watch channel's next version (changed, wait_for), and a sender
+// waiting for every receiver to go (closed).
+struct watch_world {
+  std::pair<asyncband::watch::sender<int>, asyncband::watch::receiver<int>> ch =
+      asyncband::watch::channel<int>(0);
+};
+struct watch_elsewhere : waker_base {
+  std::pair<asyncband::watch::sender<int>, asyncband::watch::receiver<int>> other =
+      asyncband::watch::channel<int>(0);
+};
+struct watch_sender_waker : waker_base {
+  std::unique_ptr<asyncband::watch::sender<int>> tx;
+};
+struct watch_receiver_waker : waker_base {
+  std::unique_ptr<asyncband::watch::receiver<int>> rx;
+};
+
+void add_watch_rows(std::vector<row>& rows) {
+  using W = watch_world;
+  const auto changed = [](W& w, stop_token) { return w.ch.second.changed(); };
+  const auto changed_cancellable = [](W& w, stop_token t) { return w.ch.second.changed(t); };
+  const auto wait_for_one = [](W& w, stop_token t) {
+    return w.ch.second.wait_for([](int v) { return v == 1; }, t);
+  };
+  const auto send = [](W* w, auto&) { (void)w->ch.first.send(1); };
+  rows.push_back(coroutine_row<W, no_waker>("watch_send", "ok", no_setup{}, changed, send));
+  rows.push_back(
+      coroutine_row<W, no_waker>("watch_send_cancellable", "ok", no_setup{}, changed_cancellable, send));
+  rows.push_back(coroutine_row<W, no_waker>("watch_send_replace", "ok", no_setup{}, changed,
+                                            [](W* w, no_waker&) { (void)w->ch.first.send_replace(1); }));
+  rows.push_back(
+      coroutine_row<W, no_waker>("watch_send_modify", "ok", no_setup{}, changed,
+                                 [](W* w, no_waker&) { w->ch.first.send_modify([](int& v) { v = 1; }); }));
+  rows.push_back(coroutine_row<W, no_waker>("watch_wait_for_send", "ok", no_setup{}, wait_for_one, send));
+  rows.push_back(coroutine_row<W, watch_sender_waker>(
+      "watch_sender_destroyed", "closed",
+      [](W& w, watch_sender_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, changed,
+      [](W*, watch_sender_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, watch_sender_waker>(
+      "watch_wait_for_sender_destroyed", "closed",
+      [](W& w, watch_sender_waker& k) { k.tx = boxed(std::move(w.ch.first)); }, wait_for_one,
+      [](W*, watch_sender_waker& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, watch_elsewhere>(
+      "watch_sender_move_assigned", "closed", no_setup{}, changed,
+      [](W* w, watch_elsewhere& k) { w->ch.first = std::move(k.other.first); }));
+  rows.push_back(
+      coroutine_row<W, no_waker>("watch_stop", "cancelled", no_setup{}, changed_cancellable, request_stop{}));
+  rows.push_back(coroutine_row<W, no_waker>("watch_wait_for_stop", "cancelled", no_setup{}, wait_for_one,
+                                            request_stop{}));
+  rows.push_back(coroutine_row<W, watch_receiver_waker>(
+      "watch_closed_last_receiver_destroyed", "ok",
+      [](W& w, watch_receiver_waker& k) { k.rx = boxed(std::move(w.ch.second)); },
+      [](W& w, stop_token t) { return w.ch.first.closed(t); },
+      [](W*, watch_receiver_waker& k) { k.rx.reset(); }));
+  rows.push_back(thread_row<W, no_waker>(
+      "watch_send_blocked_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.ch.second.changed_blocking(t); }, send));
+  rows.push_back(thread_row<W, watch_receiver_waker>(
+      "watch_closed_blocked_thread", "ok",
+      [](W& w, watch_receiver_waker& k) { k.rx = boxed(std::move(w.ch.second)); },
+      [](W& w, stop_token t) { return w.ch.first.closed_blocking(t); },
+      [](W*, watch_receiver_waker& k) { k.rx.reset(); }));
+}
+
 std::vector<row> all_rows() {
   std::vector<row> rows;
   add_event_rows(rows);
@@ -991,6 +1055,7 @@ std::vector<row> all_rows() {
   add_unbounded_rows(rows);
   add_bounded_rows(rows);
   add_once_rows(rows);
+  add_watch_rows(rows);
   return rows;
 }
 

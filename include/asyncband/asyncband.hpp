@@ -24,3 +24,4 @@
 #include "shutdown.hpp"
 #include "singleflight.hpp"
 #include "wait_group.hpp"
+#include "watch.hpp"

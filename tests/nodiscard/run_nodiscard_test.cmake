@@ -21,14 +21,17 @@ set(prologue [=[
 
 inline int one() { return 1; }  // initialisers (the case list cannot hold a ';')
 inline void nothing() {}
+inline bool positive(int v) { return v > 0; }
 
 asyncband::runtime::task<void> body(asyncband::manual_reset_event& e, asyncband::latch& l,
                                     asyncband::semaphore& s, asyncband::mutex<int>& m,
                                     asyncband::rwlock<int>& rw, asyncband::condvar& cv,
                                     asyncband::mpsc::sender<int>& tx, asyncband::once& o,
                                     asyncband::once_cell<int>& c, asyncband::singleflight::group<int, int>& g,
+                                    asyncband::watch::sender<int>& wtx, asyncband::watch::receiver<int>& wrx,
                                     std::stop_token stop) {
   (void)e; (void)l; (void)s; (void)m; (void)rw; (void)cv; (void)tx; (void)o; (void)c; (void)g; (void)stop;
+  (void)wtx; (void)wrx;
 ]=])
 set(epilogue "  co_return;\n}\n")
 
@@ -46,7 +49,11 @@ set(cases
   "channel_reserve|tx.reserve()|1"
   "once_call_once|o.call_once(nothing, stop)|1"
   "once_cell_get_or_init|c.get_or_init(one)|1"
-  "singleflight_work|g.work(1, one)|1")
+  "singleflight_work|g.work(1, one)|1"
+  "watch_changed|wrx.changed()|1"
+  "watch_changed_stop|wrx.changed(stop)|1"
+  "watch_wait_for|wrx.wait_for(positive)|1"
+  "watch_closed_stop|wtx.closed(stop)|1")
 
 set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Werror "-I${INCLUDE_DIR}")
 

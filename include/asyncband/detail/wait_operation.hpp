@@ -239,6 +239,7 @@ class pending_wait {
   /// condvar unlocks its mutex there: after registering, and before it can be resumed).
   template <class Linked = nothing_to_do>
   [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target, Linked linked = {}) noexcept {
+    at_test_point(test_point::queueing);  // a change made here must be seen by enqueue()'s re-check
     node_.prepare(target);
     if (node_.enqueue()) {
       linked();

@@ -43,6 +43,7 @@ enum class test_point : unsigned char {
   awaiting_resolver,   ///< A wait being destroyed found its node claimed; it waits for the resolver.
   woken,               ///< A waker made the change that lets waiters complete; it still holds the primitive.
   destroying,          ///< A primitive's destructor, before it waits out wakers still inside it.
+  queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
   claimed_position       ///< A broadcast send claimed its position and has not written it yet.
 };
