@@ -37,8 +37,8 @@
 //                         the thread that waits, which runs it until the completion: the sender's
 //                         and each receiver's own (a blocking receive, as close to the others'
 //                         blocking forms as Asio gets; one shared io_context run by every thread
-//                         would make completions hop threads). Overflow: a try_send that fails
-//                         (never, at kOverflowCapacity) would drop the new message.
+//                         would make completions hop threads). Overflow: on a full channel
+//                         (never, at kOverflowCapacity) the sender takes the oldest message out.
 //
 // Every sample carries kMessages u64 values 0, 1, ... to each of N receivers; each receiver checks
 // it gets them in order (a lag reported by asyncband, or a gap a baseline dropped, is counted as
@@ -385,6 +385,13 @@ class asio_fanout {
   std::vector<std::unique_ptr<asio_channel>> channels_;
 };
 
+/// Overflow, on a full channel: the oldest message goes (the sender takes it out), as in the
+/// other impls, so the receiver sees a gap (`missed`) and still gets the last message.
+void drop_oldest_and_send(asio_channel& channel, u64 v) {
+  while (!channel.try_send(error_code{}, v))
+    channel.try_receive([](error_code /*unused*/, u64 /*unused*/) {});
+}
+
 /// Threads: a sender that waits on its own io_context when a channel is full.
 class asio_thread_sender {
  public:
@@ -393,7 +400,11 @@ class asio_thread_sender {
   void send(u64 v) {
     for (std::size_t i = 0; i < channels_->size(); ++i) {
       asio_channel& channel = (*channels_)[i];
-      if (channel.try_send(error_code{}, v) || !bounded_) continue;  // overflow: a full channel drops v
+      if (channel.try_send(error_code{}, v)) continue;
+      if (!bounded_) {
+        drop_oldest_and_send(channel, v);
+        continue;
+      }
       bool done = false;
       error_code error;
       channel.async_send(error_code{}, v, boost::asio::bind_executor(context_, [&done, &error](error_code e) {
@@ -468,7 +479,11 @@ void threads_asio_channel(benchmark::State& state, int receivers) {
 boost::asio::awaitable<void> asio_sender(asio_fanout& channels, bool bounded) {
   for (u64 i = 0; i < kMessages; ++i) {
     for (std::size_t c = 0; c < channels.size(); ++c) {
-      if (channels[c].try_send(error_code{}, i) || !bounded) continue;  // overflow: a full channel drops i
+      if (channels[c].try_send(error_code{}, i)) continue;
+      if (!bounded) {
+        drop_oldest_and_send(channels[c], i);
+        continue;
+      }
       auto [e] =
           co_await channels[c].async_send(error_code{}, i, boost::asio::as_tuple(boost::asio::use_awaitable));
       if (e) impossible("asio: async_send failed");
