@@ -5,6 +5,11 @@
 //   how   coro     coroutines on 2 threads: asyncband runs one sender task and N receiver tasks
 //                  (runtime::task) on a runtime::thread_pool of 2 workers; asio runs one sender
 //                  and N receiver awaitables co_spawned on an io_context run by 2 threads.
+//                  In coro_overflow the overflow sender never suspends, and the thread_pool puts a
+//                  coroutine woken from a worker in that worker's "next" slot, which is not stolen:
+//                  the receiver woken last waits there until the sender's task ends (at 1
+//                  receiver, sending and receiving do not overlap at all). Nothing is lost at
+//                  kOverflowCapacity; with a small capacity that receiver would lag.
 //         threads  plain threads: the benchmark thread sends, N receiver threads receive with the
 //                  blocking forms. The receiver threads persist across the samples
 //                  (asyncband_bench::thread_crew); a sample is timed from their release to the
