@@ -518,8 +518,15 @@ class ring {
   /// Lossless: this receiver is done with the slot's message. The last one destroys it, frees
   /// the slot and returns the unit its send took. Returns whether it was the last.
   bool pass_quietly(slot<T>& s) noexcept {
-    const std::uint64_t before = s.state.fetch_sub(remaining_one, std::memory_order_acq_rel);
-    if (remaining_of(before) != 1) return false;
+    // `remaining` only falls while the message is held, and counts this receiver: seeing 1, it
+    // is the last, and the slot is its alone (senders only read a held slot's state). It frees
+    // it with a plain store, without a read-modify-write on the line that the sender and the
+    // other receivers share (every message at 1 receiver). The acquire load, like the RMW's,
+    // reads the last decrement, so every other receiver's copy happens before the destruction.
+    if (remaining_of(s.state.load(std::memory_order_acquire)) != 1) {
+      const std::uint64_t before = s.state.fetch_sub(remaining_one, std::memory_order_acq_rel);
+      if (remaining_of(before) != 1) return false;
+    }
     s.value().~T();
     s.state.store(0, std::memory_order_release);
     return true;
