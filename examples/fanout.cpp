@@ -16,11 +16,19 @@
 //    receive resumes the waiting feed inline, before it returns: so the feed's line for a tick
 //    comes before the slow consumer's.)
 //
+// 3. watch (one latest value): a configuration reloaded twice (a third attempt finds nothing to
+//    change and publishes nothing). The strategy task waits with `co_await rx.changed()` and
+//    reads each version through a guard (no copy, no lock); a reporting receiver that only looks
+//    afterwards (`has_changed()`, `borrow_and_update()`) sees both reloads as one change, with
+//    the last value (coalescing). `co_await rx.wait_for(pred)` waits for a configuration with a
+//    property. When the sender goes, the strategy's changed() ends closed.
+//
 // Checked at the end: the fast consumer got every quote in order in both parts; in part 1 the
 // slow consumer's quotes and missed counts add up to every quote, and it did lag; in part 2 it
 // got every quote in order and the feed did wait. Any mismatch exits with 1.
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <utility>
 
 #include <asyncband/block_on.hpp>
@@ -28,6 +36,7 @@
 #include <asyncband/mpsc/unbounded.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/when_all.hpp>
+#include <asyncband/watch.hpp>
 
 namespace {
 
@@ -198,6 +207,84 @@ outcome run(std::pair<broadcast::sender<quote, M>, broadcast::receiver<quote, M>
   return {fed, fast, slow, ticks};
 }
 
+// ---- 3. a configuration through watch ----------------------------------------------------------
+
+struct config {
+  int version;
+  long max_spread_cents;
+  std::string venue;
+};
+
+/// Waits for each new configuration and applies it; ends when the sender is gone.
+rt::task<int> strategy(asyncband::watch::receiver<config> rx) {
+  int applied = 0;
+  {
+    const auto initial = rx.borrow_and_update();
+    std::printf("  strategy: starts with v%d (spread %ld, %s)\n", initial->version, initial->max_spread_cents,
+                initial->venue.c_str());
+  }
+  while ((co_await rx.changed()).ok()) {
+    const auto cfg = rx.borrow_and_update();  // a guard: no copy, and the sender never waits for it
+    std::printf("  strategy: applies v%d (spread %ld, %s)\n", cfg->version, cfg->max_spread_cents,
+                cfg->venue.c_str());
+    ++applied;
+  }
+  std::printf("  strategy: the configuration source is gone; keeps v%d\n", rx.borrow()->version);
+  co_return applied;
+}
+
+/// Waits until the configuration names the backup venue.
+rt::task<int> failover_watch(asyncband::watch::receiver<config> rx) {
+  const auto is_backup = [](const config& c) { return c.venue == "backup"; };
+  auto cfg = co_await rx.wait_for(is_backup);
+  if (!cfg.ok()) co_return -1;
+  std::printf("  failover watch: v%d switched to the backup venue\n", (*cfg)->version);
+  co_return (*cfg)->version;
+}
+
+struct config_outcome {
+  int applied = 0;
+  int failover_version = 0;
+  int report_changes = 0;
+  int report_version = 0;
+};
+
+/// Reloads the configuration twice, looks at the report receiver, then goes (the sender
+/// with it: the strategy's changed() ends closed).
+rt::task<config_outcome> reloader(asyncband::watch::sender<config> tx,
+                                  asyncband::watch::receiver<config> report) {
+  config_outcome out;
+  std::puts("  reload: v2 (wider spread)");
+  (void)tx.send(config{2, 20, "primary"});
+  std::puts("  reload: v3 (venue to backup), by modifying the current one");
+  tx.send_modify([](config& c) {
+    c.version = 3;
+    c.venue = "backup";
+  });
+  const bool modified = tx.send_if_modified([](config& c) { return c.venue != "backup"; });
+  std::printf("  reload: send_if_modified found nothing to change (modified = %s): no new version\n",
+              modified ? "true" : "false");
+  if (report.has_changed().value()) {  // two reloads since it last looked: one change
+    ++out.report_changes;
+    out.report_version = report.borrow_and_update()->version;
+  }
+  std::printf("  report: %d change since it last looked, now at v%d\n", out.report_changes,
+              out.report_version);
+  std::puts("  reload: the configuration source goes");
+  { const auto gone = std::move(tx); }  // now, not when this task's frame goes (after when_all)
+  co_return out;
+}
+
+config_outcome run_config() {
+  auto [tx, rx] = asyncband::watch::channel<config>(config{1, 12, "primary"});
+  auto report = tx.subscribe();
+  auto [applied, failover_version, out] = asyncband::block_on(
+      rt::when_all(strategy(rx), failover_watch(rx), reloader(std::move(tx), std::move(report))));
+  out.applied = applied;
+  out.failover_version = failover_version;
+  return out;
+}
+
 }  // namespace
 
 int main() {
@@ -225,7 +312,10 @@ int main() {
        lossless.slow.received == kQuotes && lossless.slow.missed == 0 && lossless.slow.in_order &&
        lossless.feed.late > 0;
 
-  // 3. (to come) a configuration reloaded through asyncband::watch<T>.
+  std::puts("\n3. watch: a configuration reloaded twice, read without copies or locks");
+  const config_outcome cfg = run_config();
+  ok = ok && cfg.applied == 2 && cfg.failover_version == 3 && cfg.report_changes == 1 &&
+       cfg.report_version == 3;
 
   std::printf("\n%s\n", ok ? "all checks passed" : "CHECK FAILED");
   return ok ? 0 : 1;
