@@ -1034,7 +1034,7 @@ TYPED_TEST(BroadcastBoth, BlockingReceivesAcrossThreads) {
 TYPED_TEST(BroadcastBoth, EightReceiversOnThePoolSeeEveryMessageOrCountTheGaps) {
   constexpr mode M = TypeParam::value;
   constexpr int receivers = 8;
-  const int messages = under_sanitizer ? 20'000 : 100'000;
+  constexpr int messages = under_sanitizer ? 20'000 : 100'000;
   struct tally {
     std::uint64_t received = 0;
     std::uint64_t missed = 0;
@@ -1077,7 +1077,7 @@ TYPED_TEST(BroadcastBoth, EightReceiversOnThePoolSeeEveryMessageOrCountTheGaps) 
     asyncband::runtime::spawn(
         pool.ref(), drain(pool, rxs[i], tallies[i], 2 * static_cast<std::uint64_t>(messages) + 2, finished));
   if constexpr (M == mode::overflow) {
-    std::thread sender([&tx = c.tx, messages] {
+    std::thread sender([&tx = c.tx] {
       for (int v = 0; v < messages; ++v) {
         if (!tx.send(v).ok()) std::abort();
         if (v % 128 == 0) std::this_thread::yield();
@@ -1527,6 +1527,321 @@ TEST(BroadcastBounded, AWaitingSendResumesOnItsOwnScheduler) {
   s.run();
   expect_sent(p);
   EXPECT_EQ(take(c.rx), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// bounded: a seeded soak
+
+namespace soak {
+
+using value = std::uint64_t;  // sender << 32 | its sequence number
+constexpr int senders = 2;
+constexpr int max_churn = 4;
+
+value make_value(int sender, std::uint64_t seq) {
+  return (static_cast<value>(sender) << 32) | seq;
+}
+int sender_of(value v) {
+  return static_cast<int>(v >> 32);
+}
+std::uint64_t seq_of(value v) {
+  return v & 0xffffffffU;
+}
+
+/// A receiver of the churn thread: what it received, and where it subscribed: it may not get a
+/// message of sender s with a sequence number below before[s] (sent before it subscribed), and
+/// must get every one above after[s] (sent after it subscribed) while it stays.
+struct churn_receiver {
+  std::optional<bc::bounded_receiver<value>> rx;
+  std::vector<value> got;
+  std::array<std::uint64_t, senders> before{};
+  std::array<std::uint64_t, senders> after{};
+  bool closed = false;  // it received until the end
+};
+
+/// One round: a fresh channel of capacity 1-4; two sender threads, a churn thread (receivers
+/// subscribing, resubscribing, leaving, receiving in every form, cancelling), and the witness
+/// (the first receiver, which receives every message until closed).
+class round {
+ public:
+  round(std::uint64_t seed, int ops) : seed_(seed), ops_(ops) {
+    std::mt19937_64 rng(seed);
+    auto halves = bc::bounded<value>(1 + rng() % 4);
+    tx_.emplace(std::move(halves.first));
+    witness_.emplace(std::move(halves.second));
+  }
+
+  /// Aborts, naming the seed, if a thread hangs (a lost wake-up or a leaked unit).
+  void run() {
+    completion sent(senders);
+    completion received(2);
+    std::vector<std::thread> threads;
+    for (int s = 0; s < senders; ++s) {
+      threads.emplace_back([this, s, tx = *tx_, &sent]() mutable {
+        send_loop(s, tx);
+        sent.done();
+      });
+    }
+    std::thread churn([this, tx = *tx_, &received]() mutable {
+      churn_loop(tx);
+      received.done();
+    });
+    std::thread witness([this, &received] {
+      witness_loop();
+      received.done();
+    });
+    const std::string what = "broadcast soak, seed " + std::to_string(seed_);
+    sent.wait_or_abort(std::chrono::seconds(60), what.c_str());
+    for (auto& t : threads) t.join();
+    tx_->close();
+    tx_.reset();
+    received.wait_or_abort(std::chrono::seconds(60), what.c_str());
+    churn.join();
+    witness.join();
+  }
+
+  /// The operations made.
+  [[nodiscard]] long ops() const { return ops_done_.load(); }
+
+  /// Every check of the round.
+  void check() {
+    SCOPED_TRACE(testing::Message() << "seed " << seed_);
+    EXPECT_EQ(violations_.load(), 0);
+    // The witness got every delivered message exactly once, each sender's in order.
+    std::array<std::uint64_t, senders> next{};
+    for (const value v : witnessed_) {
+      const int s = sender_of(v);
+      ASSERT_TRUE(s >= 0 && s < senders);
+      EXPECT_EQ(seq_of(v), next[static_cast<std::size_t>(s)]) << "sender " << s;
+      next[static_cast<std::size_t>(s)] = seq_of(v) + 1;
+    }
+    for (int s = 0; s < senders; ++s)
+      EXPECT_EQ(next[static_cast<std::size_t>(s)], delivered_[static_cast<std::size_t>(s)].load());
+    std::vector<std::pair<value, std::size_t>> where;  // value -> index in the witness's sequence
+    for (std::size_t i = 0; i < witnessed_.size(); ++i) where.emplace_back(witnessed_[i], i);
+    std::sort(where.begin(), where.end());
+    for (std::size_t r = 0; r < churned_.size(); ++r) check_receiver(churned_[r], where, r);
+  }
+
+ private:
+  void violation() { violations_.fetch_add(1); }
+
+  void check_receiver(const churn_receiver& c, const std::vector<std::pair<value, std::size_t>>& where,
+                      std::size_t r) {
+    SCOPED_TRACE(testing::Message() << "receiver " << r << " got " << c.got.size());
+    std::size_t start = witnessed_.size();  // where its messages begin in the witness's sequence
+    if (!c.got.empty()) {
+      const auto it =
+          std::lower_bound(where.begin(), where.end(), std::make_pair(c.got.front(), std::size_t{0}));
+      ASSERT_TRUE(it != where.end() && it->first == c.got.front()) << "a message the witness never got";
+      start = it->second;
+      ASSERT_LE(start + c.got.size(), witnessed_.size());
+      EXPECT_TRUE(
+          std::equal(c.got.begin(), c.got.end(), witnessed_.begin() + static_cast<std::ptrdiff_t>(start)))
+          << "not the messages sent while it was subscribed, in order";
+      for (int s = 0; s < senders; ++s) {
+        for (const value v : c.got) {
+          if (sender_of(v) == s) {
+            EXPECT_GE(seq_of(v), c.before[static_cast<std::size_t>(s)])
+                << "a message sent before it subscribed";
+            break;
+          }
+        }
+      }
+      if (c.closed) {
+        EXPECT_EQ(start + c.got.size(), witnessed_.size()) << "it missed the last messages";
+      }
+    } else if (!c.closed) {
+      return;  // left before any message: nothing more to check
+    }
+    // Every message before its first one (every one, if it got none) was sent before it
+    // subscribed, or while it subscribed.
+    for (std::size_t j = 0; j < start; ++j) {
+      const value v = witnessed_[j];
+      EXPECT_LE(seq_of(v), c.after[static_cast<std::size_t>(sender_of(v))])
+          << "a message sent after it subscribed was not received";
+    }
+  }
+
+  void send_loop(int s, bc::bounded_sender<value>& tx) {
+    std::mt19937_64 rng(seed_ * 31 + static_cast<std::uint64_t>(s));
+    auto& delivered = delivered_[static_cast<std::size_t>(s)];
+    auto& attempting = attempting_[static_cast<std::size_t>(s)];
+    std::uint64_t seq = 0;
+    for (int i = 0; i < ops_; ++i) {
+      attempting.store(seq);
+      const value v = make_value(s, seq);
+      const int op = static_cast<int>(rng() % 20);
+      std::optional<send_result<value>> r;
+      if (op < 8) {
+        r.emplace(tx.try_send(v));
+      } else if (op < 11) {
+        r.emplace(tx.send_timeout(v, std::chrono::microseconds(rng() % 50)));
+      } else if (op < 15) {
+        r.emplace(block_on(tx.send(v, stops_.token())));
+      } else if (op < 17) {
+        r.emplace(tx.send_blocking(v, stops_.token()));
+      } else if (op < 19) {
+        stops_.cancel_current();
+      } else if (s == 0 && rng() % 16 == 0) {
+        tx.close();
+      }
+      ops_done_.fetch_add(1);
+      if (!r) continue;
+      if (r->ok()) {
+        delivered.store(++seq);
+      } else if (r->value() != v) {
+        violation();  // not its own value back
+      } else if (r->disconnected() && !tx.is_closed()) {
+        violation();  // the witness is there: disconnected only once closed
+      }
+    }
+    attempting.store(seq);
+  }
+
+  /// Where a new receiver starts, around its subscription.
+  template <class Subscribe>
+  void subscribe(Subscribe how) {
+    churn_receiver& c = churning_.emplace_back();
+    for (int s = 0; s < senders; ++s)
+      c.before[static_cast<std::size_t>(s)] = delivered_[static_cast<std::size_t>(s)].load();
+    c.rx.emplace(how());
+    for (int s = 0; s < senders; ++s)
+      c.after[static_cast<std::size_t>(s)] = attempting_[static_cast<std::size_t>(s)].load();
+  }
+
+  /// Records what a receive of `c` gave.
+  void record(churn_receiver& c, recv_result<value>& r) {
+    if (r.ok()) {
+      c.got.push_back(*r);
+    } else if (r.closed()) {
+      c.closed = true;
+    } else if (!r.empty() && !r.cancelled() && !r.timed_out()) {
+      violation();  // lagged, in a bounded channel
+    }
+  }
+
+  void leave(std::size_t i) {
+    churn_receiver& c = churning_[i];
+    c.rx.reset();
+    churned_.push_back(std::move(c));
+    churning_.erase(churning_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  void churn_loop(bc::bounded_sender<value>& tx) {
+    std::mt19937_64 rng(seed_ * 31 + 17);
+    std::stop_source stopped;
+    stopped.request_stop();
+    for (int i = 0; i < ops_; ++i, ops_done_.fetch_add(1)) {
+      const int op = static_cast<int>(rng() % 16);
+      if (op < 2 || churning_.empty()) {
+        if (churning_.size() < max_churn) {
+          if (op == 1 && !churning_.empty()) {
+            bc::bounded_receiver<value>& from = *churning_[rng() % churning_.size()].rx;
+            subscribe([&from] { return from.resubscribe(); });
+          } else {
+            subscribe([&tx] { return tx.subscribe(); });
+          }
+        }
+        continue;
+      }
+      const std::size_t k = rng() % churning_.size();
+      churn_receiver& c = churning_[k];
+      if (op == 2) {
+        leave(k);
+      } else if (op < 8) {
+        auto r = c.rx->try_recv();
+        record(c, r);
+      } else if (op < 10) {
+        auto r = c.rx->recv_timeout(std::chrono::microseconds(rng() % 50));
+        record(c, r);
+      } else if (op == 10) {
+        auto r = block_on(c.rx->recv(stopped.get_token()));  // cancelled at once, takes nothing
+        if (!r.cancelled()) violation();
+      } else if (op == 11) {
+        stops_.cancel_current();
+      } else {
+        // A receive that may wait: only while no other churn receiver holds messages back
+        // (any message sent from now on also reaches this one, so it cannot wait for good).
+        const bool others_empty =
+            std::all_of(churning_.begin(), churning_.end(),
+                        [&c](const churn_receiver& o) { return &o == &c || o.rx->len() == 0; });
+        if (!others_empty) continue;
+        auto r = op < 14 ? block_on(c.rx->recv(stops_.token())) : c.rx->recv_blocking(stops_.token());
+        record(c, r);
+      }
+      if (c.closed) leave(k);
+    }
+    // Until the end: every receiver left receives everything, until closed.
+    while (!churning_.empty()) {
+      for (std::size_t k = 0; k < churning_.size();) {
+        auto r = churning_[k].rx->try_recv();
+        record(churning_[k], r);
+        if (churning_[k].closed) {
+          leave(k);
+        } else {
+          ++k;
+        }
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  void witness_loop() {
+    std::mt19937_64 rng(seed_ * 31 + 23);
+    std::stop_source stopped;
+    stopped.request_stop();
+    for (;;) {
+      const int op = static_cast<int>(rng() % 8);
+      if (op == 0 && !block_on(witness_->recv(stopped.get_token())).cancelled()) violation();
+      auto r = op < 4 ? witness_->recv_blocking() : block_on(witness_->recv());
+      if (r.closed()) break;
+      if (!r.ok()) {
+        violation();
+        break;
+      }
+      witnessed_.push_back(*r);
+    }
+  }
+
+  std::uint64_t seed_;
+  int ops_;
+  std::optional<bc::bounded_sender<value>> tx_;
+  std::optional<bc::bounded_receiver<value>> witness_;
+  std::array<std::atomic<std::uint64_t>, senders> delivered_{};   // ok sends returned
+  std::array<std::atomic<std::uint64_t>, senders> attempting_{};  // the sequence number being sent
+  stop_epoch stops_;
+  std::atomic<long> violations_{0};
+  std::atomic<long> ops_done_{0};
+  std::vector<value> witnessed_;
+  std::deque<churn_receiver> churning_;
+  std::vector<churn_receiver> churned_;
+};
+
+}  // namespace soak
+
+// >= 10^5 random operations (fewer under sanitizers: a time budget) over many bounded channels
+// from four threads: each receiver gets exactly the messages sent while it was subscribed, in
+// order (a contiguous run of what the witness, subscribed throughout, got; starting no earlier
+// than its subscription and no later; up to the end if it stayed); no message is lost or
+// duplicated; every send that did not deliver got its own value back.
+TEST(BroadcastBoundedSoak, SendsReceivesCancelsSubscriptionsAndClosesLoseAndDuplicateNothing) {
+  const int ops_per_thread = 400;
+  long ops = 0;
+  const int rounds =
+      repeat_for(100, under_sanitizer ? std::chrono::seconds(4) : std::chrono::seconds(30), [&](int r) {
+        soak::round round(20240613 + static_cast<std::uint64_t>(r), ops_per_thread);
+        round.run();
+        round.check();
+        ops += round.ops();
+        return !testing::Test::HasFailure();
+      });
+  testing::Test::RecordProperty("rounds", rounds);
+  testing::Test::RecordProperty("operations", static_cast<int>(ops));
+  EXPECT_GT(rounds, 0);
+  if (!under_sanitizer) {
+    EXPECT_GE(ops, 100'000);
+  }
 }
 
 }  // namespace
