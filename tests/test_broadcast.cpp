@@ -1748,8 +1748,10 @@ class round {
       const std::size_t k = rng() % churning_.size();
       churn_receiver& c = churning_[k];
       if (op == 2) {
-        leave(k);
-      } else if (op < 8) {
+        leave(k);  // c is gone
+        continue;
+      }
+      if (op < 8) {
         auto r = c.rx->try_recv();
         record(c, r);
       } else if (op < 10) {
