@@ -1799,8 +1799,8 @@ class round {
       auto r = op < 4 ? witness_->recv_blocking() : block_on(witness_->recv());
       if (r.closed()) break;
       if (!r.ok()) {
-        violation();
-        break;
+        violation();  // and go on: a witness that stopped would hold the senders back
+        continue;
       }
       witnessed_.push_back(*r);
     }
