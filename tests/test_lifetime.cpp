@@ -893,6 +893,116 @@ void add_bounded_rows(std::vector<row>& rows) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// broadcast (both modes): a receiver waiting on an empty channel; the waiter's World holds the
+// channel's only sender and receiver, so it destroys the ring while the send, close or stop that
+// woke it is still on the stack. bounded: a sender waiting for capacity, woken by the receive that
+// frees it, the receiver leaving, close or stop.
+
+template <asyncband::broadcast::mode M>
+using broadcast_pair =
+    std::pair<asyncband::broadcast::sender<int, M>, asyncband::broadcast::receiver<int, M>>;
+
+template <asyncband::broadcast::mode M>
+struct broadcast_world {
+  broadcast_pair<M> ch = asyncband::broadcast::detail::make_channel<int, M>(1, 0);
+};
+template <asyncband::broadcast::mode M>
+struct broadcast_elsewhere : waker_base {
+  broadcast_pair<M> other = asyncband::broadcast::detail::make_channel<int, M>(1, 0);
+};
+template <asyncband::broadcast::mode M>
+struct broadcast_waker : waker_base {
+  std::unique_ptr<asyncband::broadcast::sender<int, M>> tx;
+};
+
+/// A send that does not wait: send() (overflow) or try_send() (bounded).
+template <asyncband::broadcast::mode M>
+void broadcast_send_now(asyncband::broadcast::sender<int, M>& tx, int v) {
+  if constexpr (M == asyncband::broadcast::mode::overflow) {
+    (void)tx.send(v);
+  } else {
+    (void)tx.try_send(v);
+  }
+}
+
+template <asyncband::broadcast::mode M>
+void add_broadcast_receiver_rows(std::vector<row>& rows, const std::string& prefix) {
+  using W = broadcast_world<M>;
+  using K = broadcast_waker<M>;
+  using E = broadcast_elsewhere<M>;
+  const auto recv = [](W& w, stop_token) { return w.ch.second.recv(); };
+  const auto recv_cancellable = [](W& w, stop_token t) { return w.ch.second.recv(t); };
+  const auto send = [](W* w, auto&) { broadcast_send_now(w->ch.first, 1); };
+  rows.push_back(coroutine_row<W, no_waker>(prefix + "_send_wakes_receiver", "ok", no_setup{}, recv, send));
+  rows.push_back(coroutine_row<W, no_waker>(prefix + "_send_wakes_receiver_cancellable", "ok", no_setup{},
+                                            recv_cancellable, send));
+  rows.push_back(coroutine_row<W, K>(
+      prefix + "_sender_destroyed_wakes_receiver", "closed",
+      [](W& w, K& k) { k.tx = boxed(std::move(w.ch.first)); }, recv, [](W*, K& k) { k.tx.reset(); }));
+  rows.push_back(coroutine_row<W, E>(prefix + "_sender_move_assigned_wakes_receiver", "closed", no_setup{},
+                                     recv, [](W* w, E& k) { w->ch.first = std::move(k.other.first); }));
+  rows.push_back(coroutine_row<W, no_waker>(prefix + "_close_wakes_receiver", "closed", no_setup{}, recv,
+                                            [](W* w, no_waker&) { w->ch.first.close(); }));
+  rows.push_back(coroutine_row<W, no_waker>(prefix + "_stop_receiver", "cancelled", no_setup{},
+                                            recv_cancellable, request_stop{}));
+  rows.push_back(thread_row<W, no_waker>(
+      prefix + "_send_wakes_blocked_receiver_thread", "ok", no_setup{},
+      [](W& w, stop_token t) { return w.ch.second.recv_blocking(t); }, send));
+  if constexpr (M == asyncband::broadcast::mode::bounded) {
+    rows.push_back(coroutine_row<W, no_waker>(prefix + "_co_send_wakes_receiver", "ok", no_setup{}, recv,
+                                              [](W* w, no_waker&) { (void)block_on(w->ch.first.send(1)); }));
+    rows.push_back(coroutine_row<W, no_waker>(prefix + "_send_blocking_wakes_receiver", "ok", no_setup{},
+                                              recv,
+                                              [](W* w, no_waker&) { (void)w->ch.first.send_blocking(1); }));
+  }
+}
+
+// A bounded sender waiting for capacity (the channel is full); the receiver is the completing
+// side's.
+struct broadcast_sender_world {
+  std::optional<asyncband::broadcast::bounded_sender<int>> tx;
+};
+struct broadcast_sender_waker : waker_base {
+  std::unique_ptr<asyncband::broadcast::bounded_receiver<int>> rx;
+};
+
+void add_broadcast_sender_rows(std::vector<row>& rows) {
+  using S = broadcast_sender_world;
+  using K = broadcast_sender_waker;
+  const auto full = [](S& w, K& k) {
+    auto [tx, rx] = asyncband::broadcast::bounded<int>(1);
+    w.tx.emplace(std::move(tx));
+    k.rx = boxed(std::move(rx));
+    (void)w.tx->try_send(0);
+  };
+  const auto send = [](S& w, stop_token) { return w.tx->send(2); };
+  const auto send_cancellable = [](S& w, stop_token t) { return w.tx->send(2, t); };
+  const auto try_recv = [](S*, K& k) { (void)k.rx->try_recv(); };
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_try_recv_wakes_sender", "ok", full, send, try_recv));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_try_recv_wakes_sender_cancellable", "ok", full,
+                                     send_cancellable, try_recv));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_co_recv_wakes_sender", "ok", full, send,
+                                     [](S*, K& k) { (void)block_on(k.rx->recv()); }));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_recv_blocking_wakes_sender", "ok", full, send,
+                                     [](S*, K& k) { (void)k.rx->recv_blocking(); }));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_receiver_destroyed_wakes_sender", "disconnected",
+                                     full, send, [](S*, K& k) { k.rx.reset(); }));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_close_wakes_sender", "disconnected", full, send,
+                                     [](S* w, K&) { w->tx->close(); }));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_stop_sender", "cancelled", full, send_cancellable,
+                                     request_stop{}));
+  rows.push_back(thread_row<S, K>(
+      "broadcast_bounded_try_recv_wakes_blocked_sender_thread", "ok", full,
+      [](S& w, stop_token t) { return w.tx->send_blocking(2, t); }, try_recv));
+}
+
+void add_broadcast_rows(std::vector<row>& rows) {
+  add_broadcast_receiver_rows<asyncband::broadcast::mode::overflow>(rows, "broadcast_overflow");
+  add_broadcast_receiver_rows<asyncband::broadcast::mode::bounded>(rows, "broadcast_bounded");
+  add_broadcast_sender_rows(rows);
+}
+
+// ------------------------------------------------------------------------------------------------
 // The once family: the completing side is another caller's run (a leader started in setup, whose
 // initialiser waits on the waker's event), or a set()/blocking call that completes the gate.
 
@@ -1054,6 +1164,7 @@ std::vector<row> all_rows() {
   add_oneshot_rows(rows);
   add_unbounded_rows(rows);
   add_bounded_rows(rows);
+  add_broadcast_rows(rows);
   add_once_rows(rows);
   add_watch_rows(rows);
   return rows;
