@@ -353,7 +353,7 @@ class [[nodiscard]] receiver {
   recv_result<T> try_recv() {
     state_type* const rx = live();
     rx->receiving.check();
-    return rx->ring->try_read(rx->at);
+    return rx->ring->read(rx->at);
   }
 
   /// A new receiver of the same channel, starting at the next message sent (not at this one's

@@ -26,6 +26,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -328,20 +329,14 @@ class ring {
   }
 
   /// Reads the message at `at` and moves past it: ok, lagged (the cursor jumps to the oldest
-  /// message held), or empty (not written yet). If copying the message throws, nothing changed.
+  /// message held), empty (not written yet) or closed (never will be). If copying the message
+  /// throws, nothing changed. Every outcome is a prvalue all the way out (no move of it).
   recv_result<T> read(cursor& at) {
     if constexpr (Lossless) {
       return read_lossless(at);
     } else {
       return read_overflow(at);
     }
-  }
-
-  /// try_recv: as read(), and closed once nothing more can come.
-  recv_result<T> try_read(cursor& at) {
-    recv_result<T> r = read(at);
-    if (r.empty() && ended_at(at)) return recv_status::closed;
-    return r;
   }
 
  private:
@@ -461,27 +456,35 @@ class ring {
     const at_slot where = classify(s.seq.load(std::memory_order_seq_cst), at.pos);
     if (where != at_slot::readable) {
       s.state.fetch_sub(reader_one, std::memory_order_release);
-      if (where == at_slot::not_yet) return recv_status::empty;
+      if (where == at_slot::not_yet) return nothing_at(at);
       return recv_result<T>::lagged_by(jump_to_oldest(at));
     }
     // Registered and readable: no writer touches the slot until we deregister.
-    if (remaining_of(s.state.load(std::memory_order_acquire)) == 1) {  // nobody else will read it
-      recv_result<T> r(std::in_place, std::move(s.value()));
-      s.value().~T();
-      s.state.fetch_sub(reader_one + remaining_one + full_bit, std::memory_order_release);
-      advance(at, capacity_);
-      return r;
-    }
-    struct deregister {
+    const bool last = remaining_of(s.state.load(std::memory_order_acquire)) == 1;  // nobody else will read it
+    // Runs once the outcome is built: deregisters, and moves past the message unless the copy threw.
+    struct finish {
       slot<T>& s;
-      std::uint64_t amount;
-      ~deregister() { s.state.fetch_sub(amount, std::memory_order_release); }
-    };
-    deregister done{s, reader_one};  // if the copy throws: nothing read
-    recv_result<T> r(std::in_place, std::as_const(s.value()));
-    done.amount = reader_one + remaining_one;
-    advance(at, capacity_);
-    return r;
+      cursor& at;
+      std::size_t capacity;
+      bool last;
+      int unwinding;
+      ~finish() {
+        if (std::uncaught_exceptions() != unwinding) {  // the copy threw: nothing read
+          s.state.fetch_sub(reader_one, std::memory_order_release);
+          return;
+        }
+        if (last) s.value().~T();  // the moved-from shell
+        s.state.fetch_sub(reader_one + remaining_one + (last ? full_bit : 0), std::memory_order_release);
+        advance(at, capacity);
+      }
+    } const done{s, at, capacity_, last, std::uncaught_exceptions()};
+    if (last) return recv_result<T>(std::in_place, std::move(s.value()));
+    return recv_result<T>(std::in_place, std::as_const(s.value()));
+  }
+
+  /// Nothing at `at` yet: empty, or closed if nothing can come any more.
+  recv_result<T> nothing_at(const cursor& at) const noexcept {
+    return recv_result<T>(ended_at(at) ? recv_status::closed : recv_status::empty);
   }
 
   /// The cursor found its message overwritten: it jumps to the oldest position still held (the
@@ -503,15 +506,24 @@ class ring {
 
   recv_result<T> read_lossless(cursor& at) {
     slot<T>& s = slots_[at.idx];
-    if (classify(s.seq.load(std::memory_order_acquire), at.pos) != at_slot::readable)
-      return recv_status::empty;
+    if (classify(s.seq.load(std::memory_order_acquire), at.pos) != at_slot::readable) return nothing_at(at);
     // Held until every counted receiver has read or passed it: nobody writes it meanwhile.
     const bool last = remaining_of(s.state.load(std::memory_order_acquire)) == 1;
-    recv_result<T> r = last ? recv_result<T>(std::in_place, std::move(s.value()))
-                            : recv_result<T>(std::in_place, std::as_const(s.value()));
-    advance(at, capacity_);
-    pass(s);  // may resume a sender inline: the last step
-    return r;
+    // Runs once the outcome is built, unless the copy threw: moves past the message and passes
+    // it, which may resume a sender inline, so it is the last step.
+    struct finish {
+      ring& r;
+      slot<T>& s;
+      cursor& at;
+      int unwinding;
+      ~finish() {
+        if (std::uncaught_exceptions() != unwinding) return;
+        advance(at, r.capacity_);
+        r.pass(s);
+      }
+    } const done{*this, s, at, std::uncaught_exceptions()};
+    if (last) return recv_result<T>(std::in_place, std::move(s.value()));
+    return recv_result<T>(std::in_place, std::as_const(s.value()));
   }
 
   /// Lossless: this receiver is done with the slot's message. The last one destroys it, frees
