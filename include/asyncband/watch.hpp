@@ -426,7 +426,9 @@ std::pair<sender<T>, receiver<T>> channel(Args&&... args);
 ///   the internal lock.
 /// - Waking: a send wakes every receiver waiting in changed() or wait_for() at that moment; the
 ///   waiters are claimed under the lock and resolved after it, each on its own scheduler (or
-///   inline on the sending thread for a coroutine without one). A receiver resumed inline may
+///   inline on the sending thread for a coroutine without one). Threads blocked in the forms
+///   without a stop token or timeout sleep on one word instead, which the send notifies once
+///   after unlocking (one system call however many sleep). A receiver resumed inline may
 ///   destroy its handle, the sender, anything: the send touches nothing after waking.
 /// - closed() completes once every receiver is gone (receiver_count() reaches 0); a later
 ///   subscribe() does not undo a completed closed().
@@ -579,7 +581,10 @@ class [[nodiscard]] sender {
 ///   (marking the latest seen; several sends in between are one change), closed once the sender
 ///   is gone and nothing newer is unseen. No change is missed: the lock-free check and the
 ///   locked re-check-and-queue see every version published before them, and a send after the
-///   queueing claims the wait (the version and the queue change under the same lock).
+///   queueing claims the wait (the version and the queue change under the same lock). A
+///   blocking form without a stop token or timeout queues nothing: it reads the channel's
+///   parking word before its check, and a send after that read has moved the word, so its sleep
+///   returns at once.
 /// - has_changed() yields result<bool>: whether a newer version exists, or closed as soon as the
 ///   sender is gone (tokio's rule: even with an unseen version).
 /// - wait_for(pred) checks the current value first, then each new version, until pred(const T&)
@@ -594,7 +599,8 @@ class [[nodiscard]] sender {
 ///   consumed by a change, so nothing needs passing on. A stop already requested ends a wait
 ///   cancelled at once, without checking.
 /// - Waking: each waiting receiver resumes on its own scheduler (or inline on the sending thread
-///   for a coroutine without one). Fairness: all waiters of a version wake together.
+///   for a coroutine without one); threads blocked without a stop token or timeout are released
+///   together by one notify. Fairness: all waiters of a version wake together.
 /// - Threads: a receiver object is used by one thread at a time (copy it for another task); it
 ///   must outlive its waits and not be moved while one is pending.
 template <class T>
