@@ -92,14 +92,12 @@ class state {
   static constexpr std::uint64_t one_version = 2;
 
   template <class... Args>
-  explicit state(std::in_place_t /*unused*/, Args&&... args)
-      : current_(make_cell(std::forward<Args>(args)...)) {}
+  explicit state(std::in_place_t /*unused*/, Args&&... args) {
+    cells_.current = make_cell(std::forward<Args>(args)...);
+  }
   state(const state&) = delete;
   state& operator=(const state&) = delete;
-  ~state() {
-    value_cell<T>::release_and_free(current_);
-    delete spare_;
-  }
+  ~state() = default;  // cells_ frees the values, once queue_ has waited out a pinned send
 
   // ---- Versions and receivers ----------------------------------------------------------------
 
@@ -184,12 +182,12 @@ class state {
   };
   [[nodiscard]] snapshot borrow() noexcept {
     const std::lock_guard lock(queue_.mutex());
-    current_->acquire();
-    return {current_, version_.load(std::memory_order_relaxed)};
+    cells_.current->acquire();
+    return {cells_.current, version_.load(std::memory_order_relaxed)};
   }
 
-  /// The sender only (the one writer of current_, so no lock is needed to read it).
-  [[nodiscard]] const T& current_value_for_sender() noexcept { return current_->value(); }
+  /// The sender only (the one writer of the current cell, so no lock is needed to read it).
+  [[nodiscard]] const T& current_value_for_sender() noexcept { return cells_.current->value(); }
 
   // ---- Writing (the sender only: its mutating calls are not concurrent) --------------------
 
@@ -197,7 +195,7 @@ class state {
   /// constructing the value throws, nothing changed.
   template <class... Args>
   [[nodiscard]] value_cell<T>* make_cell(Args&&... args) {
-    value_cell<T>* cell = spare_ != nullptr ? std::exchange(spare_, nullptr) : new value_cell<T>;
+    value_cell<T>* cell = cells_.spare != nullptr ? std::exchange(cells_.spare, nullptr) : new value_cell<T>;
     try {
       cell->construct(std::forward<Args>(args)...);
     } catch (...) {
@@ -240,8 +238,8 @@ class state {
 
  private:
   void recycle(value_cell<T>* cell) noexcept {
-    if (spare_ == nullptr) {
-      spare_ = cell;
+    if (cells_.spare == nullptr) {
+      cells_.spare = cell;
     } else {
       delete cell;
     }
@@ -255,7 +253,7 @@ class state {
     value_cell<T>* old = nullptr;
     {
       const std::lock_guard lock(queue_.mutex());
-      old = std::exchange(current_, cell);
+      old = std::exchange(cells_.current, cell);
       version_.store(version_.load(std::memory_order_relaxed) + one_version, std::memory_order_release);
       queue_.waiters().claim_all(batch);
       receivers_parking_.changed();
@@ -271,8 +269,23 @@ class state {
     if (handles_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
-  value_cell<T>* spare_ = nullptr;         // the sender's only (declared first: make_cell reads it)
-  value_cell<T>* current_;                 // guarded by queue_.mutex(); written by the sender only
+  /// The cells the channel owns: the current value's and the sender's spare. Freed by this
+  /// member's destructor, which runs after queue_'s (declared before it): the last handle may go
+  /// while a send, still pinned, drops the old value into the spare (last one out), and queue_'s
+  /// destructor waits for that send to unpin.
+  struct owned_cells {
+    value_cell<T>* spare = nullptr;    // the sender's only
+    value_cell<T>* current = nullptr;  // guarded by queue_.mutex(); written by the sender only
+    owned_cells() = default;
+    owned_cells(const owned_cells&) = delete;
+    owned_cells& operator=(const owned_cells&) = delete;
+    ~owned_cells() {
+      if (current != nullptr) value_cell<T>::release_and_free(current);
+      delete spare;
+    }
+  };
+
+  owned_cells cells_;                      // declared first: make_cell reads the spare
   std::atomic<std::uint64_t> version_{0};  // written under queue_.mutex(), read lock-free
   std::atomic<std::size_t> receivers_{1};  // receiver handles
   std::atomic<std::size_t> handles_{2};    // receivers + the sender
