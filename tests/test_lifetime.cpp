@@ -1150,6 +1150,27 @@ void add_watch_rows(std::vector<row>& rows) {
       [](W& w, watch_receiver_waker& k) { k.rx = boxed(std::move(w.ch.second)); },
       [](W& w, stop_token t) { return w.ch.first.closed_blocking(t); },
       [](W*, watch_receiver_waker& k) { k.rx.reset(); }));
+  // The forms without a stop token or timeout park on the channel's word, without a node.
+  rows.push_back(thread_row<W, no_waker>(
+      "watch_send_parked_thread", "ok", no_setup{},
+      [](W& w, stop_token) { return w.ch.second.changed_blocking(); }, send, 200, false));
+  rows.push_back(thread_row<W, no_waker>(
+      "watch_wait_for_send_parked_thread", "ok", no_setup{},
+      [](W& w, stop_token) { return w.ch.second.wait_for_blocking([](int v) { return v == 1; }); }, send, 200,
+      false));
+  rows.push_back(thread_row<W, watch_sender_waker>(
+      "watch_sender_destroyed_parked_thread", "closed",
+      [](W& w, watch_sender_waker& k) { k.tx = boxed(std::move(w.ch.first)); },
+      [](W& w, stop_token) { return w.ch.second.changed_blocking(); },
+      [](W*, watch_sender_waker& k) { k.tx.reset(); }, 200, false));
+  rows.push_back(thread_row<W, watch_receiver_waker>(
+      "watch_closed_parked_thread", "ok",
+      [](W& w, watch_receiver_waker& k) { k.rx = boxed(std::move(w.ch.second)); },
+      [](W& w, stop_token) {
+        w.ch.first.closed_blocking();
+        return true;
+      },
+      [](W*, watch_receiver_waker& k) { k.rx.reset(); }, 200, false));
 }
 
 std::vector<row> all_rows() {

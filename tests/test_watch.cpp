@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <latch>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -20,8 +22,11 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "support/last_one_out.hpp"
+#include "support/lifetime.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
+#include "support/thread_hook.hpp"
 
 namespace {
 
@@ -843,6 +848,193 @@ TEST(Watch, StressReceiversSeeNonDecreasingValuesEndingWithTheLast) {
     return !HasFailure();
   });
   EXPECT_GE(rounds, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain threads parked without a node: changed_blocking(), wait_for_blocking(pred) and
+// closed_blocking() without a stop token or a timeout sleep on one word of the channel, which a
+// send (or a departure) bumps under the lock and notifies once after unlocking. The races below
+// land at test point `parking`: the wait has read its key and found nothing, and sleeps next.
+// The change made there must end the sleep at once. A wait that read its key after its check, or
+// a change that does not bump the word, sleeps forever: the watchdog turns that into an abort.
+
+constexpr auto hang_limit = std::chrono::seconds(60);
+
+enum class send_form { send, send_replace, send_modify, send_if_modified };
+
+void send_with(watch::sender<int>& tx, send_form form, int v) {
+  switch (form) {
+    case send_form::send:
+      ASSERT_TRUE(tx.send(v).ok());
+      break;
+    case send_form::send_replace:
+      (void)tx.send_replace(v);
+      break;
+    case send_form::send_modify:
+      tx.send_modify([v](int& x) { x = v; });
+      break;
+    case send_form::send_if_modified:
+      ASSERT_TRUE(tx.send_if_modified([v](int& x) {
+        x = v;
+        return true;
+      }));
+      break;
+  }
+}
+
+class WatchParkedSend : public ::testing::TestWithParam<send_form> {};
+
+TEST_P(WatchParkedSend, ASendBetweenTheKeyAndTheSleepEndsChangedBlocking) {
+  const lifetime::watchdog hang("WatchParkedSend.changed_blocking", hang_limit);
+  auto [tx, rx] = watch::channel<int>(0);
+  int fired = 0;
+  {
+    const thread_hook hook(test_point::parking, [&fired, &tx = tx] {
+      ++fired;
+      send_with(tx, GetParam(), 1);
+    });
+    EXPECT_TRUE(rx.changed_blocking().ok());
+  }
+  EXPECT_EQ(fired, 1);              // the wait did reach its sleep
+  EXPECT_FALSE(*rx.has_changed());  // the version is marked seen
+  EXPECT_EQ(*rx.borrow(), 1);
+}
+
+TEST_P(WatchParkedSend, ASendBetweenTheKeyAndTheSleepEndsWaitForBlocking) {
+  const lifetime::watchdog hang("WatchParkedSend.wait_for_blocking", hang_limit);
+  auto [tx, rx] = watch::channel<int>(0);
+  int fired = 0;
+  {
+    const thread_hook hook(test_point::parking, [&fired, &tx = tx] {
+      ++fired;
+      send_with(tx, GetParam(), 3);
+    });
+    const auto r = rx.wait_for_blocking([](int v) { return v == 3; });
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(**r, 3);
+  }
+  EXPECT_EQ(fired, 1);
+  EXPECT_FALSE(*rx.has_changed());
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, WatchParkedSend,
+                         ::testing::Values(send_form::send, send_form::send_replace, send_form::send_modify,
+                                           send_form::send_if_modified),
+                         [](const ::testing::TestParamInfo<send_form>& info) {
+                           switch (info.param) {
+                             case send_form::send:
+                               return std::string("Send");
+                             case send_form::send_replace:
+                               return std::string("SendReplace");
+                             case send_form::send_modify:
+                               return std::string("SendModify");
+                             case send_form::send_if_modified:
+                               return std::string("SendIfModified");
+                           }
+                           return std::string("Unknown");
+                         });
+
+TEST(WatchParking, ThreeSendsBetweenTheKeyAndTheSleepAreOneChangeWithTheLastValue) {
+  const lifetime::watchdog hang("WatchParking.coalescing", hang_limit);
+  auto [tx, rx] = watch::channel<int>(0);
+  {
+    const thread_hook hook(test_point::parking, [&tx = tx] {
+      for (int v = 1; v <= 3; ++v) ASSERT_TRUE(tx.send(v).ok());
+    });
+    EXPECT_TRUE(rx.changed_blocking().ok());
+  }
+  const auto guard = rx.borrow();
+  EXPECT_EQ(*guard, 3);
+  EXPECT_FALSE(guard.has_changed());  // the three versions were one change
+}
+
+TEST(WatchParking, TheSendersDepartureBetweenTheKeyAndTheSleepEndsChangedBlockingClosed) {
+  const lifetime::watchdog hang("WatchParking.sender_departure", hang_limit);
+  auto ch = std::make_optional<int_channel>(watch::channel<int>(0));
+  auto rx = std::move(ch->second);
+  int fired = 0;
+  {
+    const thread_hook hook(test_point::parking, [&fired, &ch] {
+      ++fired;
+      ch.reset();
+    });
+    EXPECT_TRUE(rx.changed_blocking().closed());
+  }
+  EXPECT_EQ(fired, 1);
+  EXPECT_TRUE(rx.wait_for_blocking([](int v) { return v == 1; }).closed());  // the parked form, too
+}
+
+TEST(WatchParking, TheLastReceiverGoingBetweenTheKeyAndTheSleepEndsClosedBlocking) {
+  const lifetime::watchdog hang("WatchParking.closed_blocking", hang_limit);
+  auto [tx, rx] = watch::channel<int>(0);
+  auto r = std::make_optional(std::move(rx));
+  int fired = 0;
+  {
+    const thread_hook hook(test_point::parking, [&fired, &r] {
+      ++fired;
+      r.reset();
+    });
+    tx.closed_blocking();
+  }
+  EXPECT_EQ(fired, 1);
+  EXPECT_TRUE(tx.is_closed());
+}
+
+// Last one out: a parked thread that sees the version (it never slept, or its spin saw it) may
+// destroy the whole channel while the send is still notifying and releasing the old value. The
+// send is stopped right after its change (test point `woken`); the channel's destruction must
+// wait for it (the queue's pin), and nothing of the state may be touched after (ASan).
+struct watch_pair {
+  int_channel ch = watch::channel<int>(0);
+};
+
+TEST(WatchParking, AParkedReceiverMayDestroyTheChannelWhileTheSendNotifies) {
+  waiter_destroys_while_the_waker_returns(
+      [] { return std::make_unique<watch_pair>(); },
+      [](watch_pair& w) { ASSERT_TRUE(w.ch.first.send(1).ok()); },
+      [](watch_pair& w) { EXPECT_TRUE(w.ch.second.changed_blocking().ok()); });
+}
+
+TEST(WatchParking, EightParkedThreadsAreAllWokenByEverySend) {
+  // Real sleepers: each thread announces itself at the parking point, so most of them sleep in
+  // the kernel when the send comes (the rest are on their way: the key covers them). Every round
+  // must wake all eight, with the round's value.
+  constexpr int threads_n = 8;
+  constexpr int rounds = 50;
+  const lifetime::watchdog hang("WatchParking.eight_threads", hang_limit);
+  auto [tx, rx] = watch::channel<int>(0);
+  std::atomic<int> bad{0};
+  std::vector<std::unique_ptr<std::latch>> parked;
+  std::vector<std::unique_ptr<std::latch>> acked;
+  for (int i = 0; i < rounds; ++i) {
+    parked.push_back(std::make_unique<std::latch>(threads_n));
+    acked.push_back(std::make_unique<std::latch>(threads_n));
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < threads_n; ++t) {
+    threads.emplace_back([r = rx, &parked, &acked, &bad]() mutable {
+      for (int i = 0; i < rounds; ++i) {
+        const auto index = static_cast<std::size_t>(i);
+        bool announced = false;
+        {
+          const thread_hook hook(test_point::parking, [&] {
+            announced = true;
+            parked[index]->count_down();
+          });
+          if (!r.changed_blocking().ok() || *r.borrow_and_update() != i + 1) bad.fetch_add(1);
+        }
+        if (!announced) bad.fetch_add(1);  // it cannot have completed without parking
+        acked[index]->count_down();
+      }
+    });
+  }
+  for (int i = 0; i < rounds; ++i) {
+    parked[static_cast<std::size_t>(i)]->wait();
+    ASSERT_TRUE(tx.send(i + 1).ok());
+    acked[static_cast<std::size_t>(i)]->wait();
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/broadcast_parking.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -80,8 +81,9 @@ class value_cell {
 };
 
 /// The one shared state of a channel: the current value, the version word, the receivers' wait
-/// queue and the sender's. Reference-counted by the handles (the sender and every receiver);
-/// each handle releases its reference as the very last thing it does with the state.
+/// queue and the sender's, and the words plain threads park on. Reference-counted by the handles
+/// (the sender and every receiver); each handle releases its reference as the very last thing it
+/// does with the state.
 template <class T>
 class state {
  public:
@@ -90,14 +92,12 @@ class state {
   static constexpr std::uint64_t one_version = 2;
 
   template <class... Args>
-  explicit state(std::in_place_t /*unused*/, Args&&... args)
-      : current_(make_cell(std::forward<Args>(args)...)) {}
+  explicit state(std::in_place_t /*unused*/, Args&&... args) {
+    cells_.current = make_cell(std::forward<Args>(args)...);
+  }
   state(const state&) = delete;
   state& operator=(const state&) = delete;
-  ~state() {
-    value_cell<T>::release_and_free(current_);
-    delete spare_;
-  }
+  ~state() = default;  // cells_ frees the values, once queue_ has waited out a pinned send
 
   // ---- Versions and receivers ----------------------------------------------------------------
 
@@ -118,19 +118,58 @@ class state {
     handles_.fetch_add(1, std::memory_order_relaxed);
   }
 
-  /// A receiver handle goes (its last access): the last one completes the sender's closed() waits.
+  /// A receiver handle goes (its last access): the last one completes the sender's closed() waits,
+  /// parked or queued. The handle's reference keeps the state alive through the wake-ups.
   void receiver_leaves() noexcept {
-    if (receivers_.fetch_sub(1, std::memory_order_acq_rel) == 1) closed_waiters_.wake_all();
+    if (receivers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      sender_parking_.changed();  // after the count: a sender that sees the new key sees 0
+      sender_parking_.notify();
+      closed_waiters_.wake_all();
+    }
     release();
   }
 
-  /// The sender goes (its last access): ends every pending change wait closed.
+  /// The sender goes (its last access): ends every pending change wait closed, parked or queued.
+  /// The sender's reference keeps the state alive through the wake-ups.
   void sender_leaves() noexcept {
     queue_.wake([this](core::wait_list& waiters, core::wake_batch& batch) {
       version_.store(version_.load(std::memory_order_relaxed) | closed_bit, std::memory_order_release);
       waiters.claim_all(batch, wait_status::closed);
+      receivers_parking_.changed();
     });
+    receivers_parking_.notify();
     release();
+  }
+
+  // ---- Plain threads' waits without a node (no stop token, no timeout) -------------------------
+
+  /// A receiver's changed_blocking(): sleeps on the receivers' parking word until a version newer
+  /// than `seen` exists (marks it seen: ok) or the sender is gone with nothing newer (closed).
+  /// The key is read before the version word: a send after that read has moved the key, so the
+  /// sleep returns at once; a send before it is seen by the check (the key's acquire pairs with
+  /// the release of the send's bump, made after its version store). No change is missed.
+  [[nodiscard]] result<void> park_until_changed(std::uint64_t& seen) const noexcept {
+    for (;;) {
+      const std::uint32_t key = receivers_parking_.key();
+      const std::uint64_t word = version_word();
+      if (version_of(word) != seen) {
+        seen = version_of(word);
+        return {};
+      }
+      if (is_closed(word)) return wait_status::closed;
+      core::at_test_point(core::test_point::parking);
+      receivers_parking_.sleep(key);
+    }
+  }
+
+  /// The sender's closed_blocking(): sleeps on its parking word until no receiver is left.
+  void park_until_no_receivers() const noexcept {
+    for (;;) {
+      const std::uint32_t key = sender_parking_.key();
+      if (receiver_count() == 0) return;
+      core::at_test_point(core::test_point::parking);
+      sender_parking_.sleep(key);
+    }
   }
 
   // ---- Reading ---------------------------------------------------------------------------------
@@ -143,12 +182,12 @@ class state {
   };
   [[nodiscard]] snapshot borrow() noexcept {
     const std::lock_guard lock(queue_.mutex());
-    current_->acquire();
-    return {current_, version_.load(std::memory_order_relaxed)};
+    cells_.current->acquire();
+    return {cells_.current, version_.load(std::memory_order_relaxed)};
   }
 
-  /// The sender only (the one writer of current_, so no lock is needed to read it).
-  [[nodiscard]] const T& current_value_for_sender() noexcept { return current_->value(); }
+  /// The sender only (the one writer of the current cell, so no lock is needed to read it).
+  [[nodiscard]] const T& current_value_for_sender() noexcept { return cells_.current->value(); }
 
   // ---- Writing (the sender only: its mutating calls are not concurrent) --------------------
 
@@ -156,7 +195,7 @@ class state {
   /// constructing the value throws, nothing changed.
   template <class... Args>
   [[nodiscard]] value_cell<T>* make_cell(Args&&... args) {
-    value_cell<T>* cell = spare_ != nullptr ? std::exchange(spare_, nullptr) : new value_cell<T>;
+    value_cell<T>* cell = cells_.spare != nullptr ? std::exchange(cells_.spare, nullptr) : new value_cell<T>;
     try {
       cell->construct(std::forward<Args>(args)...);
     } catch (...) {
@@ -173,10 +212,13 @@ class state {
   }
 
   /// Makes `cell` current, bumps the version and wakes every waiting receiver. Under the lock:
-  /// the swap, the version, the claim. After unlocking and before resolving anyone, the old
+  /// the swap, the version, the claim of the queued waits, the bump of the parking word. After
+  /// unlocking, while the state is pinned: one notify for every parked thread, then the old
   /// value's channel reference is dropped (its destructor, user code, runs here if no guard holds
-  /// it), while the state is pinned. Then the batch is resolved: nothing of the state, or of the
-  /// sender, is touched after that (a receiver resumed inline may destroy both).
+  /// it). A parked thread, or one that sees the version lock-free, may destroy every handle at
+  /// once (last one out): the pin keeps the state until the unpin. Then the batch is resolved:
+  /// nothing of the state, or of the sender, is touched after that (a receiver resumed inline may
+  /// destroy both).
   void publish(value_cell<T>* cell) noexcept {
     publish_then(cell, [this](value_cell<T>* old) noexcept {
       if (old->release()) discard(old);
@@ -196,8 +238,8 @@ class state {
 
  private:
   void recycle(value_cell<T>* cell) noexcept {
-    if (spare_ == nullptr) {
-      spare_ = cell;
+    if (cells_.spare == nullptr) {
+      cells_.spare = cell;
     } else {
       delete cell;
     }
@@ -211,11 +253,13 @@ class state {
     value_cell<T>* old = nullptr;
     {
       const std::lock_guard lock(queue_.mutex());
-      old = std::exchange(current_, cell);
+      old = std::exchange(cells_.current, cell);
       version_.store(version_.load(std::memory_order_relaxed) + one_version, std::memory_order_release);
       queue_.waiters().claim_all(batch);
-      core::at_test_point(core::test_point::woken);
+      receivers_parking_.changed();
     }
+    core::at_test_point(core::test_point::woken);
+    receivers_parking_.notify();  // one system call at most, however many threads are parked
     retire(old);
     queue_.unpin();  // the last access to the state: a receiver resumed below may destroy it
     batch.resolve_all();
@@ -225,13 +269,32 @@ class state {
     if (handles_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 
-  value_cell<T>* spare_ = nullptr;         // the sender's only (declared first: make_cell reads it)
-  value_cell<T>* current_;                 // guarded by queue_.mutex(); written by the sender only
+  /// The cells the channel owns: the current value's and the sender's spare. Freed by this
+  /// member's destructor, which runs after queue_'s (declared before it): the last handle may go
+  /// while a send, still pinned, drops the old value into the spare (last one out), and queue_'s
+  /// destructor waits for that send to unpin.
+  struct owned_cells {
+    value_cell<T>* spare = nullptr;    // the sender's only
+    value_cell<T>* current = nullptr;  // guarded by queue_.mutex(); written by the sender only
+    owned_cells() = default;
+    owned_cells(const owned_cells&) = delete;
+    owned_cells& operator=(const owned_cells&) = delete;
+    ~owned_cells() {
+      if (current != nullptr) value_cell<T>::release_and_free(current);
+      delete spare;
+    }
+  };
+
+  owned_cells cells_;                      // declared first: make_cell reads the spare
   std::atomic<std::uint64_t> version_{0};  // written under queue_.mutex(), read lock-free
   std::atomic<std::size_t> receivers_{1};  // receiver handles
   std::atomic<std::size_t> handles_{2};    // receivers + the sender
-  core::wait_queue queue_;                 // receivers' changed() and wait_for() waits
-  core::wait_queue closed_waiters_;        // the sender's closed() waits
+  // The parking words: before queue_, whose destructor waits for pinned wakers (a send notifies
+  // the receivers' word before it unpins).
+  core::broadcast_parking receivers_parking_;  // receivers' untimed, uncancellable waits
+  core::broadcast_parking sender_parking_;     // the sender's closed_blocking()
+  core::wait_queue queue_;                     // receivers' changed() and wait_for() waits
+  core::wait_queue closed_waiters_;            // the sender's closed() waits
 };
 
 /// A receiver's wait for a version it has not seen: ok (marking it seen), or closed when the
@@ -376,7 +439,9 @@ std::pair<sender<T>, receiver<T>> channel(Args&&... args);
 ///   the internal lock.
 /// - Waking: a send wakes every receiver waiting in changed() or wait_for() at that moment; the
 ///   waiters are claimed under the lock and resolved after it, each on its own scheduler (or
-///   inline on the sending thread for a coroutine without one). A receiver resumed inline may
+///   inline on the sending thread for a coroutine without one). Threads blocked in the forms
+///   without a stop token or timeout sleep on one word instead, which the send notifies once
+///   after unlocking (one system call however many sleep). A receiver resumed inline may
 ///   destroy its handle, the sender, anything: the send touches nothing after waking.
 /// - closed() completes once every receiver is gone (receiver_count() reaches 0); a later
 ///   subscribe() does not undo a completed closed().
@@ -492,7 +557,7 @@ class [[nodiscard]] sender {
   /// As closed(), or until `stop` is requested; yields result<void>: ok or cancelled.
   auto closed(std::stop_token stop) { return closed_forms::await_until_stopped(std::move(stop), live()); }
   /// Blocks the calling thread until every receiver is gone.
-  void closed_blocking() { closed_forms::block(live()); }
+  void closed_blocking() { live()->park_until_no_receivers(); }
   /// As closed_blocking(), or until `stop` is requested: ok or cancelled.
   result<void> closed_blocking(std::stop_token stop) {
     return closed_forms::block_until_stopped(std::move(stop), live());
@@ -529,7 +594,10 @@ class [[nodiscard]] sender {
 ///   (marking the latest seen; several sends in between are one change), closed once the sender
 ///   is gone and nothing newer is unseen. No change is missed: the lock-free check and the
 ///   locked re-check-and-queue see every version published before them, and a send after the
-///   queueing claims the wait (the version and the queue change under the same lock).
+///   queueing claims the wait (the version and the queue change under the same lock). A
+///   blocking form without a stop token or timeout queues nothing: it reads the channel's
+///   parking word before its check, and a send after that read has moved the word, so its sleep
+///   returns at once.
 /// - has_changed() yields result<bool>: whether a newer version exists, or closed as soon as the
 ///   sender is gone (tokio's rule: even with an unseen version).
 /// - wait_for(pred) checks the current value first, then each new version, until pred(const T&)
@@ -544,7 +612,8 @@ class [[nodiscard]] sender {
 ///   consumed by a change, so nothing needs passing on. A stop already requested ends a wait
 ///   cancelled at once, without checking.
 /// - Waking: each waiting receiver resumes on its own scheduler (or inline on the sending thread
-///   for a coroutine without one). Fairness: all waiters of a version wake together.
+///   for a coroutine without one); threads blocked without a stop token or timeout are released
+///   together by one notify. Fairness: all waiters of a version wake together.
 /// - Threads: a receiver object is used by one thread at a time (copy it for another task); it
 ///   must outlive its waits and not be moved while one is pending.
 template <class T>
@@ -608,7 +677,7 @@ class [[nodiscard]] receiver {
     return changed_forms::await_until_stopped(std::move(stop), live(), &seen_);
   }
   /// Blocks the calling thread until changed() would complete: ok or closed.
-  result<void> changed_blocking() { return changed_forms::block(live(), &seen_); }
+  result<void> changed_blocking() { return live()->park_until_changed(seen_); }
   /// As changed_blocking(), or until `stop` is requested: ok, closed or cancelled.
   result<void> changed_blocking(std::stop_token stop) {
     return changed_forms::block_until_stopped(std::move(stop), live(), &seen_);
@@ -673,7 +742,9 @@ class [[nodiscard]] receiver {
       if (std::invoke(pred, std::as_const(*guard))) return guard;
       if (detail::state<T>::is_closed(snap.word)) return wait_status::closed;
       const result<void> r =
-          asyncband::detail::block_wait<detail::changed_wait<T>, true>(stop, deadline, s, &seen_);
+          stop.stop_possible() || deadline
+              ? asyncband::detail::block_wait<detail::changed_wait<T>, true>(stop, deadline, s, &seen_)
+              : s->park_until_changed(seen_);
       if (!r.ok()) return r.status();
     }
   }

@@ -45,7 +45,8 @@ enum class test_point : unsigned char {
   destroying,          ///< A primitive's destructor, before it waits out wakers still inside it.
   queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
-  claimed_position       ///< A broadcast send claimed its position and has not written it yet.
+  claimed_position,      ///< A broadcast send claimed its position and has not written it yet.
+  parking  ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
 };
 
 #ifdef ASYNCBAND_TESTING
