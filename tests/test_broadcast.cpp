@@ -313,17 +313,6 @@ void expect_handed_back(const send_probe<T>& p, send_status why) {
   EXPECT_EQ(p.back_id(), p.id) << "send " << p.id;
 }
 
-/// A coroutine type with no scheduler hook: its waits resume inline on the resolving thread.
-struct bare_coroutine {
-  struct promise_type {
-    bare_coroutine get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
-
 // ---------------------------------------------------------------------------------------------
 // Both modes
 

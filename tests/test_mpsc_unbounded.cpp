@@ -151,17 +151,6 @@ task<void> receive_into(unbounded_receiver<T>& rx, reception<T>& r, bool can_can
   }
 }
 
-/// A coroutine type with no scheduler hook: its waits resume inline on the resolving thread.
-struct bare_coroutine {
-  struct promise_type {
-    bare_coroutine get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
-
 /// try_recv that must yield `expected`.
 template <class T>
 void expect_try_recv(unbounded_receiver<T>& rx, int expected) {

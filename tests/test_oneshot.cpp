@@ -191,17 +191,6 @@ void spawn_receive(test_scheduler& s, oneshot::receiver<T>& rx, bool stoppable, 
   }
 }
 
-/// A coroutine type with no scheduler hook: its waits resume inline on the resolving thread.
-struct bare_coroutine {
-  struct promise_type {
-    bare_coroutine get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
-
 /// Every way to receive once, each yielding result<T>.
 enum class recv_form {
   await,               ///< co_await recv() (through block_on: a coroutine without a scheduler)

@@ -74,17 +74,6 @@ task<void> acquire_into(semaphore& sem, acquisition& a, bool cancellable) {
   }
 }
 
-/// A coroutine type with no scheduler hook: its waits resume inline on the resolving thread.
-struct bare_coroutine {
-  struct promise_type {
-    bare_coroutine get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
-
 constexpr bool cancellable = true;
 constexpr bool plain = false;
 

@@ -351,17 +351,6 @@ TEST(Resumption, WithASchedulerTheWakerOnlyPosts) {
   EXPECT_EQ(p.resumed, 1);
 }
 
-/// A bare coroutine type with no scheduler hook: its waiters resume inline on the waking thread.
-struct bare_coroutine {
-  struct promise_type {
-    bare_coroutine get_return_object() { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
-
 TEST(Resumption, WithoutASchedulerTheWakerResumesInline) {
   gate g;
   std::thread::id resumed_on;

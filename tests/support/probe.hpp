@@ -9,7 +9,9 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <stop_token>
 #include <type_traits>
@@ -117,5 +119,16 @@ void run_inline(test_scheduler& s, task<T>& t) {
   t.handle().promise().set_scheduler(s.ref());
   t.handle().resume();
 }
+
+/// A coroutine type with no scheduler hook: its waits resume inline on the resolving thread.
+struct bare_coroutine {
+  struct promise_type {
+    bare_coroutine get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
 
 }  // namespace asyncband_test
