@@ -57,11 +57,13 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
       }
     }
     queue_.wake([this](detail::wait_list& waiters, detail::wake_batch& batch) {
-      if (waiters.empty()) {  // the waiters left meanwhile
+      // Heads whose when_any another branch won are claimed cancelled: the permit is not theirs.
+      detail::waiter* const head = waiters.committed_front(batch);
+      if (head == nullptr) {  // the waiters left meanwhile
         state_.store(permit, std::memory_order_release);
         return;
       }
-      static_cast<wait_node&>(*waiters.front()).holds_permit = true;
+      static_cast<wait_node&>(*head).holds_permit = true;
       waiters.claim_front(batch);
       if (waiters.empty()) state_.store(0, std::memory_order_relaxed);
     });

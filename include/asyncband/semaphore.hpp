@@ -459,6 +459,8 @@ class semaphore_waiter : public waiter {
   [[nodiscard]] std::size_t missing() const noexcept { return needed_ - granted_; }
   [[nodiscard]] std::size_t granted() const noexcept { return granted_; }
   void grant(std::size_t n) noexcept { granted_ += n; }
+  /// Takes back everything granted so far (a branch that lost its when_any); returns how much.
+  std::size_t ungrant() noexcept { return std::exchange(granted_, 0); }
 
  protected:
   semaphore_permit take_permit() noexcept { return {semaphore_, needed_}; }
@@ -525,9 +527,7 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, semaphore_, count_, std::move(make_));
-    semaphore_ = nullptr;
-    return wait_.publish(resume_target(h, scheduler_of(h)));
+    return publish(resume_target(h, scheduler_of(h)), nullptr);
   }
 
   value_type await_resume() {
@@ -536,6 +536,15 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
   }
 
  private:
+  friend struct select_access<acquire_awaiter>;
+
+  /// Builds the waiting operation (the awaiter's arguments move into its node) and publishes it.
+  bool publish(resume_target target, commit_point* commit) noexcept {
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, semaphore_, count_, std::move(make_));
+    semaphore_ = nullptr;
+    return wait_.publish(target, nothing_to_do{}, commit);
+  }
+
   semaphore* semaphore_;
   std::size_t count_;
   Make make_;
@@ -574,9 +583,7 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    const Source s = std::exchange(source_, Source{});
-    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
-    return wait_.publish(resume_target(h, scheduler_of(h)));
+    return publish(resume_target(h, scheduler_of(h)), nullptr);
   }
 
   value_type await_resume() {
@@ -585,10 +592,60 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   }
 
  private:
+  friend struct select_access<source_awaiter>;
+
+  /// Builds the waiting operation from the source (which empties) and publishes it.
+  bool publish(resume_target target, commit_point* commit) noexcept {
+    const Source s = std::exchange(source_, Source{});
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
+    return wait_.publish(target, nothing_to_do{}, commit);
+  }
+
   Source source_;
   union {
     wait_type wait_;  // constructed by await_suspend
   };
+};
+
+/// when_any drives an uncontended acquisition as the plain co_await does (one CAS in poll), and
+/// a contended one through the node it then builds: committed before it is granted anything.
+template <class Make, bool Fallible>
+struct select_access<acquire_awaiter<Make, Fallible>> {
+  using awaiter = acquire_awaiter<Make, Fallible>;
+  using outcome = typename awaiter::value_type;
+
+  static bool spent(const awaiter& a) noexcept { return a.semaphore_ == nullptr; }
+  static bool poll(awaiter& a) { return a.await_ready(); }
+  static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
+    return a.publish(target, &commit);
+  }
+  static const void* id(awaiter& a) noexcept { return &a.wait_.node(); }
+  static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
+  static outcome win(awaiter& a) { return a.await_resume(); }
+  static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
+    if (started) a.wait_.discard();
+    return cancelled_outcome<outcome>();
+  }
+};
+
+/// As for acquire_awaiter: a mutex's or rwlock's lock as a when_any branch.
+template <class Source>
+struct select_access<source_awaiter<Source>> {
+  using awaiter = source_awaiter<Source>;
+  using outcome = typename awaiter::value_type;
+
+  static bool spent(const awaiter& a) noexcept { return !a.source_; }
+  static bool poll(awaiter& a) { return a.await_ready(); }
+  static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
+    return a.publish(target, &commit);
+  }
+  static const void* id(awaiter& a) noexcept { return &a.wait_.node(); }
+  static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
+  static outcome win(awaiter& a) { return a.await_resume(); }
+  static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
+    if (started) a.wait_.discard();
+    return cancelled_outcome<outcome>();
+  }
 };
 
 /// The five forms of an acquisition yielding `make(permit)`: wait_forms, with the plain
@@ -682,7 +739,11 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
     const std::size_t given = std::min(n, head.missing());
     head.grant(given);
     n -= given;
-    if (head.missing() == 0) waiters.claim_front(batch);
+    if (head.missing() != 0) continue;
+    // Complete: commit it before it takes the permits. A branch whose when_any another branch
+    // won gives back what it was partly granted, and is claimed cancelled.
+    if (!head.commit()) n += head.ungrant();
+    waiters.claim_front(batch, head.missing() == 0 ? wait_status::ok : wait_status::cancelled);
   }
   if (waiters.empty() && deficit_ == 0) {  // contended (count 0) until now: only tickets move
     std::uint64_t s = state_.load(std::memory_order_relaxed);

@@ -32,6 +32,7 @@
 #include <stop_token>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "../result.hpp"
 #include "../scheduler.hpp"
@@ -237,10 +238,12 @@ class pending_wait {
   /// has touched the frame after await_suspend handed it away: LLVM 56301/65054).
   /// `linked()` runs right after the node is queued, before anything can resume the wait (a
   /// condvar unlocks its mutex there: after registering, and before it can be resumed).
+  /// `commit`: the when_any this wait is a branch of (see commit_point), or nullptr.
   template <class Linked = nothing_to_do>
-  [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target, Linked linked = {}) noexcept {
+  [[gnu::noinline]] [[nodiscard]] bool publish(resume_target target, Linked linked = {},
+                                               commit_point* commit = nullptr) noexcept {
     at_test_point(test_point::queueing);  // a change made here must be seen by enqueue()'s re-check
-    node_.prepare(target);
+    node_.prepare(target, commit);
     if (node_.enqueue()) {
       linked();
       return false;
@@ -264,10 +267,11 @@ class pending_wait {
   void keep_grant() noexcept { stop_.disarm(); }
 
   /// Instead of finish(), for a completed wait whose outcome nobody will take (a bridge's
-  /// handler destroyed unrun): passes on a grant it received, as a late cancellation would.
-  void discard() noexcept {
+  /// handler destroyed unrun, a when_any branch that lost): passes on a grant it received, as a
+  /// late cancellation would. True if there was one.
+  bool discard() noexcept {
     stop_.disarm();
-    pass_on_grant(node_);
+    return pass_on_grant(node_);
   }
 
   /// After completion (or resolution): what the wait yields.
@@ -300,6 +304,37 @@ class pending_wait {
   stop_registration<Node, Cancellable> stop_;
 };
 
+/// How asyncband::when_any drives an awaiter as one of its branches; specialized next to each
+/// selectable awaiter type (a friend of it), with these static members:
+///   using outcome = ...;                 what `co_await a` yields (void: std::monostate)
+///   bool spent(A&)                       awaited (or selected) before: it may not start again
+///   bool poll(A&)                        completes without publishing (nothing is published yet,
+///                                        so no other branch can have won: it wins if true)
+///   bool publish(A&, resume_target, commit_point&)   as pending_wait::publish: true if pending
+///   const void* id(A&)                   what the branch commits as (its node), after publish
+///   void cancel(A&)                      a published wait's cancellation (status cancelled)
+///   outcome win(A&)                      the winner's outcome, as `co_await a` would yield it
+///   std::optional<outcome> lose(A&, bool started)   a loser: passes on a grant it received, and
+///                                        returns what comes back to the caller (a send's value),
+///                                        or the cancelled outcome, if the outcome can say so
+template <class Awaiter>
+struct select_access;
+
+/// What a when_any keeps of a branch's outcome: the outcome, or std::monostate for a wait that
+/// yields nothing.
+template <class Outcome>
+using stored_outcome_t = std::conditional_t<std::is_void_v<Outcome>, std::monostate, Outcome>;
+
+/// The cancelled outcome of a losing branch, if its outcome type can express one.
+template <class Outcome>
+std::optional<stored_outcome_t<Outcome>> cancelled_outcome() {
+  if constexpr (std::is_constructible_v<Outcome, wait_status>) {
+    return Outcome(wait_status::cancelled);
+  } else {
+    return std::nullopt;
+  }
+}
+
 /// The awaiter of every waiting operation; lives in the awaiting coroutine's frame.
 /// The awaiters carry [[nodiscard]] with a reason (a forgotten co_await starts no wait); the
 /// functions returning them do not repeat a plain [[nodiscard]], which would hide it under g++.
@@ -322,7 +357,29 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait
   wait_yield_t<Node, Cancellable> await_resume() { return wait_.finish(); }
 
  private:
+  friend struct select_access<wait_awaiter>;
   pending_wait<Node, Cancellable> wait_;
+};
+
+/// Every wait_awaiter is a when_any branch: the node commits before anything is granted, and a
+/// losing node passes on what it was granted (pending_wait::discard).
+template <wait_node Node, bool Cancellable>
+struct select_access<wait_awaiter<Node, Cancellable>> {
+  using awaiter = wait_awaiter<Node, Cancellable>;
+  using outcome = wait_yield_t<Node, Cancellable>;
+
+  static bool spent(const awaiter& a) noexcept { return a.wait_.was_published(); }
+  static bool poll(awaiter& a) noexcept { return a.wait_.try_complete(); }
+  static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
+    return a.wait_.publish(target, nothing_to_do{}, &commit);
+  }
+  static const void* id(awaiter& a) noexcept { return &a.wait_.node(); }
+  static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
+  static outcome win(awaiter& a) { return a.wait_.finish(); }
+  static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
+    if (started) a.wait_.discard();
+    return cancelled_outcome<outcome>();
+  }
 };
 
 using steady_deadline = std::optional<std::chrono::steady_clock::time_point>;

@@ -160,6 +160,39 @@ class resume_target {
 };
 
 // ---------------------------------------------------------------------------------------------
+class waiter;
+
+/// The commit point of a when_any: one atomic word that the first of its branches to commit
+/// takes. A waker about to hand a grant to a branch's node commits it first, under the
+/// primitive's lock (waiter::commit()); a branch whose when_any another branch has won is never
+/// granted anything: its waker drops it as cancelled and serves the next waiter. Completions
+/// that grant nothing (a broadcast, a closed channel, a value that stays in the channel until
+/// taken) commit when they are resolved, and only the winner takes.
+class commit_point {
+ public:
+  commit_point() noexcept = default;
+  commit_point(const commit_point&) = delete;
+  commit_point& operator=(const commit_point&) = delete;
+
+  /// True if `who` has won (now, or before): the first call decides for good.
+  bool try_commit(const void* who) noexcept {
+    const void* expected = nullptr;
+    return winner_.compare_exchange_strong(expected, who, std::memory_order_acq_rel,
+                                           std::memory_order_acquire) ||
+           expected == who;
+  }
+  /// Whether someone other than `who` has won.
+  [[nodiscard]] bool lost(const void* who) const noexcept {
+    const void* const w = winner_.load(std::memory_order_acquire);
+    return w != nullptr && w != who;
+  }
+  [[nodiscard]] const void* winner() const noexcept { return winner_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<const void*> winner_{nullptr};
+};
+
+// ---------------------------------------------------------------------------------------------
 /// The intrusive node of one waiting operation. Primitives derive from it to add what a waiter
 /// carries (a requested count, a generation, a value).
 class waiter {
@@ -183,12 +216,20 @@ class waiter {
   bool linked = false;
   wait_status status = wait_status::ok;
 
-  /// Before publication: where the waiter continues once resolved, and not linked yet.
-  void prepare(resume_target t) noexcept {
+  /// Before publication: where the waiter continues once resolved, and not linked yet; `commit`
+  /// is the when_any the wait is a branch of (nullptr for a plain wait).
+  void prepare(resume_target t, commit_point* commit = nullptr) noexcept {
     target_ = t;
+    commit_ = commit;
     next = prev = nullptr;
     linked = false;
   }
+
+  /// A waker, under the primitive's lock, before it grants this (linked) node anything: true if
+  /// the node may take it (a plain wait, or the branch that wins its when_any); false if
+  /// another branch of its when_any has won: the waker then claims it as cancelled instead, and
+  /// passes the grant on.
+  [[nodiscard]] bool commit() noexcept { return commit_ == nullptr || commit_->try_commit(this); }
   [[nodiscard]] bool resumes_inline() const noexcept { return target_.runs_inline(); }
 
   /// The waiting side, once setup is done: returns true if the waiter must stay suspended
@@ -250,6 +291,7 @@ class waiter {
   union {
     resume_target target_;  // set by prepare(); a union member, so that nothing initializes it before
   };
+  commit_point* commit_;  // set by prepare()
   std::atomic<std::uint8_t> handshake_{0};
   std::atomic<bool> claimed_{false};
 };
@@ -439,6 +481,14 @@ class wait_list {
     remove(w);
     w.status = status;
     batch.add(w);
+  }
+
+  /// For a waker about to grant something to the head: commits the head (waiter::commit()) and
+  /// returns it, after claiming as cancelled every head that lost its when_any (it must not be
+  /// granted anything; its when_any is cancelling it). nullptr if nobody is left.
+  waiter* committed_front(wake_batch& batch) noexcept {
+    while (head_ != nullptr && !head_->commit()) claim_front(batch, wait_status::cancelled);
+    return head_;
   }
 
   /// Unlinks every waiter into the batch, in FIFO order.

@@ -1,0 +1,272 @@
+// asyncband/when_any.hpp: waiting for the first of several asyncband operations, losing nothing.
+#pragma once
+
+#include <array>
+#include <coroutine>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <stop_token>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "detail/any_engine.hpp"
+#include "detail/wait_operation.hpp"
+#include "scheduler.hpp"
+
+namespace asyncband {
+namespace detail {
+
+/// An awaiter when_any can drive: select_access<A> is specialized for it.
+template <class A>
+concept selectable = requires { typename select_access<std::remove_cvref_t<A>>::outcome; };
+
+template <class A>
+using select_access_of = select_access<std::remove_cvref_t<A>>;
+
+template <class A>
+using branch_outcome_t = stored_outcome_t<typename select_access_of<A>::outcome>;
+
+/// Settles a branch into its stored outcome (a wait that yields nothing stores std::monostate).
+template <class A>
+branch_outcome_t<A> win_branch(A& op) {
+  if constexpr (std::is_void_v<typename select_access_of<A>::outcome>) {
+    select_access_of<A>::win(op);
+    return {};
+  } else {
+    return select_access_of<A>::win(op);
+  }
+}
+
+}  // namespace detail
+
+/// What `co_await when_any(op0, op1, ...)` yields: which operation won, its outcome, and what the
+/// others handed back.
+///
+/// - index(): the winning operation, or npos if the when_any's own stop token ended it first
+///   (cancelled()).
+/// - get<I>(): the outcome of operation I: for the winner, exactly what `co_await op_I` would
+///   have yielded; for a loser, its cancelled outcome when its type can say so (result<T>,
+///   send_result<T>: a losing send's value is in it), else nothing (has<I>() is false).
+template <class... Outcomes>
+class [[nodiscard]] any_result {
+ public:
+  /// index() when no operation won (the when_any's stop token did).
+  static constexpr std::size_t npos = detail::no_branch;
+
+  /// The winning operation's position in the argument list, or npos.
+  [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  /// The when_any's own stop token ended it: no operation won, none took anything.
+  [[nodiscard]] bool cancelled() const noexcept { return index_ == npos; }
+
+  /// Whether operation I has an outcome here (the winner always has, unless it yields nothing).
+  template <std::size_t I>
+  [[nodiscard]] bool has() const noexcept {
+    return std::get<I>(outcomes_).has_value();
+  }
+  /// The outcome of operation I. Throws std::bad_optional_access if has<I>() is false.
+  template <std::size_t I>
+  [[nodiscard]] auto& get() & {
+    return std::get<I>(outcomes_).value();
+  }
+  /// As above, moved out.
+  template <std::size_t I>
+  [[nodiscard]] auto&& get() && {
+    return std::move(std::get<I>(outcomes_).value());
+  }
+
+ private:
+  template <class... Ops>
+  friend class any_awaiter;
+
+  explicit any_result(std::size_t index) noexcept : index_(index) {}
+
+  std::size_t index_;
+  std::tuple<std::optional<Outcomes>...> outcomes_;
+};
+
+/// The awaiter of when_any(op...): lives in the awaiting frame and refers to the operations,
+/// which must live until it completes (temporaries of the same co_await expression do).
+template <class... Ops>
+class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaiter {
+  static constexpr std::size_t count = sizeof...(Ops);
+
+ public:
+  /// The result type.
+  using result_type = any_result<detail::branch_outcome_t<Ops>...>;
+
+  /// Built by when_any.
+  any_awaiter(std::stop_token stop, Ops&... ops) noexcept
+      : ops_(ops...), stop_(std::move(stop)), engine_(table, this, branches_.data(), count) {}
+  any_awaiter(const any_awaiter&) = delete;
+  any_awaiter& operator=(const any_awaiter&) = delete;
+  /// A coroutine destroyed while suspended here cancels every operation and passes on what any
+  /// of them had been granted.
+  ~any_awaiter() {
+    if (suspended_ && !finished_) [[unlikely]]
+      abandon();
+  }
+
+  /// Polls the operations in order, without publishing any: the first ready one wins. Throws
+  /// std::logic_error if an operation was awaited (or selected) before.
+  bool await_ready() {
+    std::apply([](auto&... op) { (check_fresh(op), ...); }, ops_);
+    if (stop_.stop_requested()) return true;  // cancelled: no operation is touched
+    polled_ = poll(std::make_index_sequence<count>{});
+    return polled_ != detail::no_branch;
+  }
+
+  /// Publishes the operations in order until one wins; the others are then cancelled.
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    suspended_ = true;
+    return engine_.start(detail::resume_target(h, scheduler_of(h)), stop_);
+  }
+
+  /// The winner's outcome, and the losers' handed-back values; the losers' grants are passed on.
+  result_type await_resume() {
+    finished_ = true;
+    engine_.disarm_stop();
+    const std::size_t winner = suspended_ ? engine_.winner() : polled_;
+    const std::size_t started = suspended_ ? engine_.published() : 0;
+    result_type r(winner);
+    settle(r, winner, started, std::make_index_sequence<count>{});
+    return r;
+  }
+
+ private:
+  template <class Op>
+  static void check_fresh(const Op& op) {
+    if (detail::select_access_of<Op>::spent(op)) detail::throw_awaited_again();
+  }
+
+  template <std::size_t... I>
+  std::size_t poll(std::index_sequence<I...> /*unused*/) noexcept {
+    std::size_t ready = detail::no_branch;
+    // In order, stopping at the first ready one: the later ones are not touched.
+    static_cast<void>(
+        ((detail::select_access_of<Ops>::poll(std::get<I>(ops_)) ? (ready = I, true) : false) || ...));
+    return ready;
+  }
+
+  /// Losers first (their grants go back even if the winner's outcome throws), then the winner.
+  template <std::size_t... I>
+  void settle(result_type& r, std::size_t winner, std::size_t started, std::index_sequence<I...> /*unused*/) {
+    ((I != winner ? static_cast<void>(std::get<I>(r.outcomes_) =
+                                          detail::select_access_of<Ops>::lose(std::get<I>(ops_), I < started))
+                  : static_cast<void>(0)),
+     ...);
+    ((I == winner ? static_cast<void>(std::get<I>(r.outcomes_).emplace(detail::win_branch(std::get<I>(ops_))))
+                  : static_cast<void>(0)),
+     ...);
+  }
+
+  void abandon() noexcept {
+    engine_.abandon();
+    settle_abandoned(std::make_index_sequence<count>{});
+  }
+  template <std::size_t... I>
+  void settle_abandoned(std::index_sequence<I...> /*unused*/) noexcept {
+    const std::size_t started = engine_.published();
+    // Nothing is delivered: a granted permit, lock or unit passes on; values stay in channels.
+    (static_cast<void>(lose_quietly(std::get<I>(ops_), I < started)), ...);
+  }
+  template <class Op>
+  static bool lose_quietly(Op& op, bool started) noexcept {
+    try {
+      static_cast<void>(detail::select_access_of<Op>::lose(op, started));
+    } catch (...) {  // a handed-back value's move threw: nobody is left to receive it anyway
+    }
+    return true;
+  }
+
+  // The branch table: index -> the operation of that position.
+  template <std::size_t... I>
+  static bool publish_at(void* self, std::size_t i, detail::resume_target t, detail::commit_point& c,
+                         std::index_sequence<I...> /*unused*/) noexcept {
+    auto& ops = static_cast<any_awaiter*>(self)->ops_;
+    bool pending = false;
+    static_cast<void>((
+        (i == I ? (pending = detail::select_access_of<Ops>::publish(std::get<I>(ops), t, c), true) : false) ||
+        ...));
+    return pending;
+  }
+  template <std::size_t... I>
+  static const void* id_at(void* self, std::size_t i, std::index_sequence<I...> /*unused*/) noexcept {
+    auto& ops = static_cast<any_awaiter*>(self)->ops_;
+    const void* id = nullptr;
+    static_cast<void>(
+        ((i == I ? (id = detail::select_access_of<Ops>::id(std::get<I>(ops)), true) : false) || ...));
+    return id;
+  }
+  template <std::size_t... I>
+  static void cancel_at(void* self, std::size_t i, std::index_sequence<I...> /*unused*/) noexcept {
+    auto& ops = static_cast<any_awaiter*>(self)->ops_;
+    static_cast<void>(
+        ((i == I ? (detail::select_access_of<Ops>::cancel(std::get<I>(ops)), true) : false) || ...));
+  }
+  static constexpr detail::any_branch_table table{
+      [](void* self, std::size_t i, detail::resume_target t, detail::commit_point& c) noexcept {
+        return publish_at(self, i, t, c, std::make_index_sequence<count>{});
+      },
+      [](void* self, std::size_t i) noexcept { return id_at(self, i, std::make_index_sequence<count>{}); },
+      [](void* self, std::size_t i) noexcept { cancel_at(self, i, std::make_index_sequence<count>{}); },
+  };
+
+  std::tuple<Ops&...> ops_;
+  std::stop_token stop_;
+  std::array<detail::any_branch, count> branches_{};
+  detail::any_engine_base engine_;
+  std::size_t polled_ = detail::no_branch;
+  bool suspended_ = false;
+  bool finished_ = false;
+};
+
+/// Waits for the first of several asyncband operations and cancels the others, losing nothing.
+///
+/// `auto r = co_await asyncband::when_any(rx1.recv(), rx2.recv(), mtx.lock());`
+///
+/// Contract
+/// - Exactly one operation wins: the first to be committed at the when_any's one atomic commit
+///   point. A primitive commits a waiting operation before it grants it anything (a permit, a
+///   lock, a capacity unit, an auto-reset permit), under its own lock; an operation that is
+///   granted nothing (a broadcast, a value that stays in its channel until taken, a close)
+///   commits when it completes. Two completions at the same instant on two threads: one wins.
+/// - Every other operation is cancelled and gives back what it had: a primitive never grants a
+///   losing operation anything (its waker serves the next waiter instead); a value a losing
+///   receive was woken for stays in the channel, at its head; a losing send's value comes back
+///   in the result (get<I>(), send_status::cancelled); an operation that completed at once
+///   during publication but lost passes its grant on as a cancelled wait does.
+/// - Order: the operations are first polled in argument order without waiting (the first ready
+///   one wins and the later ones are not touched), then published in order.
+/// - The awaiting coroutine resumes once every operation is settled (nothing of it is left in a
+///   primitive), on its own scheduler when its task type has one, else inline on the thread that
+///   settled the last operation.
+/// - `when_any(stop, ops...)`: a stop request that comes first ends it with no winner
+///   (cancelled()), every operation losing; a stop already requested touches nothing.
+/// - An operation with its own stop token that ends cancelled has completed: it wins, with its
+///   cancelled outcome. A barrier's or phaser's arrival is not a grant: it is kept.
+/// - The operations are awaiters returned by the primitives (any wait, acquire, lock, recv or
+///   send); each is used once, and must outlive the co_await (temporaries of the same
+///   expression do). Destroying the coroutine while it waits here cancels everything and passes
+///   on what any operation had been granted.
+template <class... Ops>
+  requires(sizeof...(Ops) > 0 && (detail::selectable<Ops> && ...))
+any_awaiter<std::remove_reference_t<Ops>...> when_any(Ops&&... ops) {
+  return any_awaiter<std::remove_reference_t<Ops>...>(std::stop_token{}, ops...);
+}
+
+/// As above; a stop request on `stop` that comes before any operation completes ends it with no
+/// winner, every operation cancelled.
+template <class... Ops>
+  requires(sizeof...(Ops) > 0 && (detail::selectable<Ops> && ...))
+any_awaiter<std::remove_reference_t<Ops>...> when_any(std::stop_token stop, Ops&&... ops) {
+  return any_awaiter<std::remove_reference_t<Ops>...>(std::move(stop), ops...);
+}
+
+}  // namespace asyncband

@@ -1,0 +1,323 @@
+// Tests for asyncband::when_any: polling order, waiting on several primitives, the one winner,
+// nothing lost by the losers (grants skipped or passed on, values left at the channel's head, a
+// send's value handed back), the when_any's own stop token, a coroutine destroyed while it waits,
+// deterministic commit races at the waiter core's test points, and a bounded threaded stress.
+#include "asyncband/when_any.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "asyncband/asyncband.hpp"
+#include "asyncband/block_on.hpp"
+#include "asyncband/runtime/task.hpp"
+#include "asyncband/runtime/test_scheduler.hpp"
+#include "support/probe.hpp"
+#include "support/stress.hpp"
+
+namespace {
+
+using namespace asyncband_test;
+using asyncband::auto_reset_event;
+using asyncband::block_on;
+using asyncband::when_any;
+
+/// What a coroutine saw of one when_any.
+struct seen {
+  std::optional<std::size_t> index;
+  int resumed = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Polling: the first ready operation wins, the later ones are not touched
+
+TEST(WhenAny, TheFirstReadyOperationWinsAndTheLaterOnesAreNotTouched) {
+  auto_reset_event a(true);
+  auto_reset_event b(true);
+  auto r = block_on(when_any(a.wait(), b.wait()));
+  EXPECT_EQ(r.index(), 0U);
+  EXPECT_FALSE(a.is_set());
+  EXPECT_TRUE(b.is_set()) << "the second event's permit was taken by a losing branch";
+}
+
+TEST(WhenAny, ALaterReadyOperationWinsWhenTheFirstIsNotReady) {
+  auto_reset_event a;
+  auto_reset_event b(true);
+  asyncband::manual_reset_event c(true);
+  auto r = block_on(when_any(a.wait(), b.wait(), c.wait()));
+  EXPECT_EQ(r.index(), 1U);
+  EXPECT_FALSE(b.is_set());
+  EXPECT_FALSE(a.is_set());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting
+
+task<void> wait_any_of_two(auto_reset_event& a, auto_reset_event& b, seen& out) {
+  auto r = co_await when_any(a.wait(), b.wait());
+  out.index = r.index();
+  ++out.resumed;
+}
+
+TEST(WhenAny, WaitsUntilOneCompletesAndCancelsTheOther) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto_reset_event b;
+  seen out;
+  auto t = wait_any_of_two(a, b, out);
+  start_on(s, t);
+  s.run();
+  EXPECT_EQ(out.resumed, 0);
+  b.notify_one();
+  s.run();
+  EXPECT_EQ(out.resumed, 1);
+  EXPECT_EQ(out.index, 1U);
+  a.notify_one();  // nobody waits on `a` any more: the permit is stored
+  EXPECT_TRUE(a.is_set());
+  EXPECT_FALSE(b.is_set());
+}
+
+task<void> receive_either(asyncband::mpsc::receiver<int>& x, asyncband::mpsc::receiver<int>& y,
+                          std::optional<std::size_t>& index, std::optional<int>& value) {
+  auto r = co_await when_any(x.recv(), y.recv());
+  index = r.index();
+  value = r.index() == 0 ? *r.get<0>() : *r.get<1>();
+}
+
+TEST(WhenAny, ReceivesFromWhicheverChannelHasAValueAndTheOtherKeepsItsValues) {
+  test_scheduler s;
+  auto [tx1, rx1] = asyncband::mpsc::bounded<int>(4);
+  auto [tx2, rx2] = asyncband::mpsc::bounded<int>(4);
+  std::optional<std::size_t> index;
+  std::optional<int> value;
+  auto t = receive_either(rx1, rx2, index, value);
+  start_on(s, t);
+  s.run();
+  EXPECT_FALSE(index);
+  EXPECT_TRUE(tx2.try_send(7).ok());
+  s.run();
+  EXPECT_EQ(index, 1U);
+  EXPECT_EQ(value, 7);
+  EXPECT_TRUE(tx1.try_send(1).ok());
+  EXPECT_EQ(*rx1.try_recv(), 1);  // the losing receive is over: the receiver is free again
+}
+
+TEST(WhenAny, ALosingReceiveLeavesTheValueAtTheHeadOfItsChannel) {
+  auto [tx1, rx1] = asyncband::mpsc::unbounded<int>();
+  auto [tx2, rx2] = asyncband::mpsc::unbounded<int>();
+  EXPECT_TRUE(tx1.send(1).ok());
+  EXPECT_TRUE(tx2.send(2).ok());
+  EXPECT_TRUE(tx2.send(3).ok());
+  auto r = block_on(when_any(rx1.recv(), rx2.recv()));
+  ASSERT_EQ(r.index(), 0U);
+  EXPECT_EQ(*r.get<0>(), 1);
+  EXPECT_TRUE(r.has<1>());
+  EXPECT_TRUE(r.get<1>().cancelled());
+  EXPECT_EQ(*rx2.try_recv(), 2);
+  EXPECT_EQ(*rx2.try_recv(), 3);
+}
+
+TEST(WhenAny, ALosingSendHandsItsValueBackInTheResult) {
+  auto [tx, rx] = asyncband::mpsc::bounded<std::unique_ptr<int>>(1);
+  EXPECT_TRUE(tx.try_send(std::make_unique<int>(1)).ok());  // full
+  auto_reset_event ev(true);
+  auto r = block_on(when_any(tx.send(std::make_unique<int>(2)), ev.wait()));
+  ASSERT_EQ(r.index(), 1U);
+  ASSERT_TRUE(r.has<0>());
+  EXPECT_TRUE(r.get<0>().cancelled());
+  ASSERT_NE(r.get<0>().value(), nullptr);
+  EXPECT_EQ(*r.get<0>().value(), 2);
+  EXPECT_EQ(rx.len(), 1U);
+}
+
+task<void> lock_either(asyncband::mutex<>& m1, asyncband::mutex<>& m2, seen& out) {
+  auto r = co_await when_any(m1.lock(), m2.lock());
+  out.index = r.index();
+  ++out.resumed;
+}
+
+TEST(WhenAny, LocksWhicheverMutexIsFreedFirstAndLeavesTheOtherToItsNextWaiter) {
+  test_scheduler s;
+  asyncband::mutex<> m1;
+  asyncband::mutex<> m2;
+  auto g1 = m1.try_lock();
+  auto g2 = m2.try_lock();
+  ASSERT_TRUE(g1 && g2);
+  seen out;
+  auto t = lock_either(m1, m2, out);
+  start_on(s, t);
+  s.run();
+  g2.reset();  // hands m2 to the when_any
+  s.run();
+  EXPECT_EQ(out.index, 1U);
+  g1.reset();  // the losing lock left m1's queue: m1 is free
+  EXPECT_TRUE(m1.try_lock().has_value());
+  EXPECT_TRUE(m2.try_lock().has_value()) << "the winner's guard was dropped with the result";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commit point: two completions racing, one winner, nothing granted to the loser
+
+TEST(WhenAnyRace, ANotifyOnTheLosingEventAfterTheWinnerCommittedStoresItsPermit) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto_reset_event b;
+  seen out;
+  auto t = wait_any_of_two(a, b, out);
+  start_on(s, t);
+  s.run();
+  // a's notify claims (commits) the first branch; before it resolves, b is notified: the second
+  // branch has lost, so b's waker skips it and stores the permit.
+  bool stored_at_once = false;
+  s.at(test_point::claimed_for_wake, [&] {
+    b.notify_one();
+    stored_at_once = b.is_set();  // not handed to the loser and given back later: never its
+  });
+  a.notify_one();
+  s.run();
+  EXPECT_EQ(out.index, 0U);
+  EXPECT_TRUE(stored_at_once) << "the permit went to a branch that had lost";
+  EXPECT_TRUE(b.is_set());
+  EXPECT_FALSE(a.is_set());
+}
+
+TEST(WhenAnyRace, AReleaseOnTheLosingSemaphoreAfterTheWinnerCommittedStaysAvailable) {
+  test_scheduler s;
+  asyncband::semaphore x(0);
+  asyncband::semaphore y(0);
+  std::optional<std::size_t> index;
+  auto body = [](asyncband::semaphore& x, asyncband::semaphore& y,
+                 std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(x.acquire(2), y.acquire(2));
+    index = r.index();
+  };
+  auto t = body(x, y, index);
+  start_on(s, t);
+  s.run();
+  std::size_t available_at_once = 0;
+  s.at(test_point::claimed_for_wake, [&] {
+    y.release(2);
+    available_at_once = y.available();
+  });
+  x.release(2);
+  s.run();
+  EXPECT_EQ(index, 0U);
+  EXPECT_EQ(available_at_once, 2U) << "the permits went to a branch that had lost";
+  EXPECT_EQ(y.available(), 2U);
+  EXPECT_EQ(x.available(), 2U) << "the winner's permit was returned with the result";
+}
+
+TEST(WhenAnyRace, ABranchCompletingDuringItsPublicationAfterAnotherWonPassesItsPermitOn) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto_reset_event b;
+  seen out;
+  auto t = wait_any_of_two(a, b, out);
+  start_on(s, t);
+  // The first branch publishes; as the second is about to queue, `a` is notified (the first
+  // branch wins) and `b` gets a permit, which the second branch takes at once as it publishes.
+  s.at(test_point::queueing, [] {});
+  s.at(test_point::queueing, [&] {
+    a.notify_one();
+    b.notify_one();
+  });
+  s.run();
+  EXPECT_EQ(out.index, 0U);
+  EXPECT_TRUE(b.is_set()) << "the losing branch kept the permit it took during publication";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The when_any's own stop token
+
+task<void> wait_any_until_stopped(auto_reset_event& a, auto_reset_event& b, std::stop_token stop, seen& out) {
+  auto r = co_await when_any(std::move(stop), a.wait(), b.wait());
+  out.index = r.index();
+  ++out.resumed;
+}
+
+TEST(WhenAny, ItsStopTokenEndsItWithNoWinnerAndCancelsEveryOperation) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto_reset_event b;
+  std::stop_source stop;
+  seen out;
+  auto t = wait_any_until_stopped(a, b, stop.get_token(), out);
+  start_on(s, t);
+  s.run();
+  stop.request_stop();
+  s.run();
+  EXPECT_EQ(out.index, asyncband::any_result<std::monostate>::npos);
+  a.notify_one();
+  b.notify_one();
+  EXPECT_TRUE(a.is_set());
+  EXPECT_TRUE(b.is_set());
+}
+
+TEST(WhenAny, AStopAlreadyRequestedTouchesNoOperation) {
+  auto_reset_event a(true);
+  std::stop_source stop;
+  stop.request_stop();
+  auto r = block_on(when_any(stop.get_token(), a.wait()));
+  EXPECT_TRUE(r.cancelled());
+  EXPECT_TRUE(a.is_set());
+}
+
+// ---------------------------------------------------------------------------------------------
+// A coroutine destroyed while it waits in a when_any
+
+TEST(WhenAny, DestroyingTheWaitingCoroutineCancelsEveryOperation) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto_reset_event b;
+  seen out;
+  {
+    auto t = wait_any_of_two(a, b, out);
+    start_on(s, t);
+    s.run();
+  }
+  a.notify_one();
+  b.notify_one();
+  EXPECT_TRUE(a.is_set());
+  EXPECT_TRUE(b.is_set());
+  EXPECT_EQ(out.resumed, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads: every permit is received by exactly one when_any, or stays stored
+
+TEST(WhenAnyStress, EveryPermitIsTakenByExactlyOneWinnerOrStaysAvailable) {
+  // Two threads release permits one by one into two semaphores while a third takes one from
+  // whichever has one, forgetting it. A permit granted to a losing branch and lost, or taken
+  // twice, breaks the sum.
+  constexpr int per_releaser = 20000;
+  asyncband::semaphore x(0);
+  asyncband::semaphore y(0);
+  std::atomic<int> released{0};
+  const int taken = [&] {
+    std::thread rx([&] {
+      for (int i = 0; i < per_releaser; ++i) x.release(), released.fetch_add(1);
+    });
+    std::thread ry([&] {
+      for (int i = 0; i < per_releaser; ++i) y.release(), released.fetch_add(1);
+    });
+    int n = 0;
+    repeat_for(2 * per_releaser, std::chrono::seconds(5), [&](int) {
+      auto r = block_on(when_any(x.acquire(1), y.acquire(1)));
+      (r.index() == 0 ? r.get<0>() : r.get<1>()).forget();
+      ++n;
+      return released.load() < 2 * per_releaser || x.available() + y.available() != 0;
+    });
+    rx.join();
+    ry.join();
+    return n;
+  }();
+  EXPECT_EQ(static_cast<std::size_t>(taken) + x.available() + y.available(), 2U * per_releaser);
+}
+
+}  // namespace
