@@ -321,3 +321,83 @@ TEST(WhenAnyStress, EveryPermitIsTakenByExactlyOneWinnerOrStaysAvailable) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// A range of operations: when_any_of and select_loop
+
+task<void> receive_from_any(std::vector<asyncband::mpsc::receiver<int>>& rxs,
+                            std::vector<std::pair<std::size_t, int>>& got, int rounds) {
+  asyncband::select_loop loop(rxs, [](asyncband::mpsc::receiver<int>& rx) { return rx.recv(); });
+  for (int i = 0; i < rounds; ++i) {
+    auto& round = co_await loop.next();
+    got.emplace_back(round.index(), *round.get());
+  }
+}
+
+TEST(WhenAnyOf, ReceivesFromWhicheverOfNChannelsHasAValueRoundAfterRound) {
+  test_scheduler s;
+  std::vector<asyncband::mpsc::sender<int>> txs;
+  std::vector<asyncband::mpsc::receiver<int>> rxs;
+  for (int i = 0; i < 4; ++i) {
+    auto [tx, rx] = asyncband::mpsc::bounded<int>(2);
+    txs.push_back(std::move(tx));
+    rxs.push_back(std::move(rx));
+  }
+  std::vector<std::pair<std::size_t, int>> got;
+  auto t = receive_from_any(rxs, got, 3);
+  start_on(s, t);
+  s.run();
+  EXPECT_TRUE(got.empty());
+  EXPECT_TRUE(txs[2].try_send(20).ok());
+  s.run();
+  EXPECT_TRUE(txs[3].try_send(30).ok());
+  EXPECT_TRUE(txs[1].try_send(10).ok());
+  s.run();  // the third round polls: channel 1 comes first in the range
+  ASSERT_EQ(got.size(), 3U);
+  EXPECT_EQ(got[0], (std::pair<std::size_t, int>{2, 20}));
+  EXPECT_EQ(got[1], (std::pair<std::size_t, int>{3, 30}));
+  EXPECT_EQ(got[2], (std::pair<std::size_t, int>{1, 10}));
+}
+
+TEST(WhenAnyOf, AOneShotSelectionOwnsItsOutcomesAndLosersKeepTheirValues) {
+  std::vector<asyncband::mpsc::unbounded_sender<int>> txs;
+  std::vector<asyncband::mpsc::unbounded_receiver<int>> rxs;
+  for (int i = 0; i < 3; ++i) {
+    auto [tx, rx] = asyncband::mpsc::unbounded<int>();
+    txs.push_back(std::move(tx));
+    rxs.push_back(std::move(rx));
+  }
+  EXPECT_TRUE(txs[1].send(11).ok());
+  EXPECT_TRUE(txs[2].send(22).ok());
+  auto r = block_on(asyncband::when_any_of(rxs, [](auto& rx) { return rx.recv(); }));
+  ASSERT_EQ(r.index(), 1U);
+  EXPECT_EQ(*r.get(), 11);
+  EXPECT_EQ(r.size(), 3U);
+  EXPECT_EQ(*rxs[2].try_recv(), 22);
+}
+
+TEST(WhenAnyOf, SendsToWhicheverChannelHasRoomAndTheOthersHandTheirValuesBack) {
+  std::vector<asyncband::mpsc::sender<std::unique_ptr<int>>> txs;
+  std::vector<asyncband::mpsc::receiver<std::unique_ptr<int>>> rxs;
+  for (int i = 0; i < 3; ++i) {
+    auto [tx, rx] = asyncband::mpsc::bounded<std::unique_ptr<int>>(1);
+    if (i != 2) {
+      EXPECT_TRUE(tx.try_send(std::make_unique<int>(-1)).ok());  // full
+    }
+    txs.push_back(std::move(tx));
+    rxs.push_back(std::move(rx));
+  }
+  int next = 0;
+  auto r = block_on(
+      asyncband::when_any_of(txs, [&next](auto& tx) { return tx.send(std::make_unique<int>(next++)); }));
+  ASSERT_EQ(r.index(), 2U);
+  EXPECT_TRUE(r.get().ok());
+  ASSERT_TRUE(r.has(0) && r.has(1));
+  EXPECT_EQ(*r.get(0).value(), 0);
+  EXPECT_EQ(*r.get(1).value(), 1);
+  EXPECT_EQ(**rxs[2].try_recv(), 2);
+}
+
+}  // namespace

@@ -7,6 +7,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <ranges>
 #include <span>
 #include <stdexcept>
 #include <stop_token>
@@ -267,6 +268,236 @@ template <class... Ops>
   requires(sizeof...(Ops) > 0 && (detail::selectable<Ops> && ...))
 any_awaiter<std::remove_reference_t<Ops>...> when_any(std::stop_token stop, Ops&&... ops) {
   return any_awaiter<std::remove_reference_t<Ops>...>(std::move(stop), ops...);
+}
+
+/// What a when_any over a range of operations yields (when_any_of, select_loop::next): which
+/// operation won, its outcome, and what the others handed back.
+template <class Outcome>
+class [[nodiscard]] selection {
+ public:
+  /// index() when no operation won (the stop token did).
+  static constexpr std::size_t npos = detail::no_branch;
+
+  /// The winning operation's position in the range, or npos.
+  [[nodiscard]] std::size_t index() const noexcept { return index_; }
+  /// The stop token ended it: no operation won, none took anything.
+  [[nodiscard]] bool cancelled() const noexcept { return index_ == npos; }
+  /// How many operations took part.
+  [[nodiscard]] std::size_t size() const noexcept { return outcomes_.size(); }
+
+  /// Whether operation i has an outcome here (the winner; a loser whose outcome carries
+  /// something back, such as a send's value, or can say cancelled).
+  [[nodiscard]] bool has(std::size_t i) const noexcept {
+    return i < outcomes_.size() && outcomes_[i].has_value();
+  }
+  /// The outcome of operation i. Throws std::bad_optional_access if has(i) is false.
+  [[nodiscard]] Outcome& get(std::size_t i) { return outcomes_.at(i).value(); }
+  /// The winner's outcome. Throws std::bad_optional_access if nothing won or it yields nothing.
+  [[nodiscard]] Outcome& get() { return cancelled() ? no_outcome() : get(index_); }
+
+ private:
+  template <class, class>
+  friend class select_loop;
+
+  [[noreturn]] static Outcome& no_outcome() { throw std::bad_optional_access(); }
+
+  /// For a new round: every outcome empty, the storage kept.
+  void reset(std::size_t count) {
+    outcomes_.clear();
+    outcomes_.resize(count);
+    index_ = npos;
+  }
+
+  std::size_t index_ = npos;
+  std::vector<std::optional<Outcome>> outcomes_;
+};
+
+/// A when_any over the operations `make(source)` for every source of a range, repeated: the
+/// select-in-a-loop form. Its storage (the operations, their outcomes) is reused from one round
+/// to the next, so a loop allocates nothing after its first round, unless the range grows.
+///
+/// `asyncband::select_loop loop(receivers, [](auto& rx) { return rx.recv(); });`
+/// `for (;;) { auto& round = co_await loop.next(); ... round.index() ... round.get() ... }`
+///
+/// The contract is when_any's: one winner decided at one commit point, the other operations
+/// cancelled losing nothing (a value a losing receive was woken for stays at its channel's head,
+/// a losing send's value comes back in the selection). next() builds the round's operations
+/// when it is awaited; the range must outlive the loop, and may change between rounds (not
+/// during one). The selection a round yields is valid until the next round starts.
+template <class Range, class Make>
+class select_loop {
+ public:
+  /// The operation built for each source.
+  using operation_type = std::invoke_result_t<Make&, std::ranges::range_reference_t<Range>>;
+  /// What each operation's outcome is kept as.
+  using outcome_type = detail::branch_outcome_t<operation_type>;
+  static_assert(detail::selectable<operation_type>, "make(source) must return an asyncband awaiter");
+
+  /// Refers to `sources` (which must outlive the loop) and keeps `make`.
+  select_loop(Range& sources, Make make) : sources_(&sources), make_(std::move(make)) {}
+  select_loop(const select_loop&) = delete;
+  select_loop& operator=(const select_loop&) = delete;
+  ~select_loop() = default;
+
+  class round;
+
+  /// One round: `co_await loop.next()` yields selection<outcome_type>& (valid until the next
+  /// round). With `stop`: a stop request that comes first ends the round with no winner.
+  round next(std::stop_token stop = {}) { return round(*this, std::move(stop)); }
+
+  /// The awaiter of one round; lives in the awaiting frame.
+  class [[nodiscard("co_await it: nothing waits until it is awaited")]] round {
+   public:
+    round(select_loop& loop, std::stop_token stop) noexcept : loop_(&loop), stop_(std::move(stop)) {}
+    round(const round&) = delete;
+    round& operator=(const round&) = delete;
+    /// Destroying the coroutine while it waits cancels every operation, passing on their grants.
+    ~round() {
+      if (suspended_ && !finished_) [[unlikely]]
+        abandon();
+      loop_->destroy_operations();
+    }
+
+    /// Builds the operations and polls them in order: the first ready one wins.
+    bool await_ready() {
+      loop_->build_operations();
+      engine_.emplace(table, this, loop_->branches_.data(), loop_->count_);
+      if (stop_.stop_requested()) return true;
+      for (std::size_t i = 0; i < loop_->count_; ++i) {
+        if (access::poll(loop_->op(i))) {
+          polled_ = i;
+          return true;
+        }
+      }
+      return false;
+    }
+    /// Publishes the operations in order until one wins; the others are then cancelled.
+    template <class Promise>
+    bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+      suspended_ = true;
+      return engine_->start(detail::resume_target(h, scheduler_of(h)), stop_);
+    }
+    /// The round's selection; the losers' grants are passed on.
+    selection<outcome_type>& await_resume() {
+      finished_ = true;
+      engine_->disarm_stop();
+      const std::size_t winner = suspended_ ? engine_->winner() : polled_;
+      const std::size_t started = suspended_ ? engine_->published() : 0;
+      selection<outcome_type>& r = loop_->selection_;
+      r.reset(loop_->count_);
+      for (std::size_t i = 0; i < loop_->count_; ++i) {
+        if (i != winner) r.outcomes_[i] = access::lose(loop_->op(i), i < started);
+      }
+      r.index_ = winner;
+      if (winner != detail::no_branch) r.outcomes_[winner].emplace(detail::win_branch(loop_->op(winner)));
+      loop_->destroy_operations();
+      return r;
+    }
+
+   private:
+    using access = detail::select_access_of<operation_type>;
+
+    void abandon() noexcept {
+      engine_->abandon();
+      const std::size_t started = engine_->published();
+      for (std::size_t i = 0; i < loop_->count_; ++i) {
+        try {
+          static_cast<void>(access::lose(loop_->op(i), i < started));
+        } catch (...) {  // a handed-back value's move threw: nobody is left to receive it anyway
+        }
+      }
+    }
+
+    static round& self(void* p) noexcept { return *static_cast<round*>(p); }
+    static constexpr detail::any_branch_table table{
+        [](void* p, std::size_t i, detail::resume_target t, detail::commit_point& c) noexcept {
+          return access::publish(self(p).loop_->op(i), t, c);
+        },
+        [](void* p, std::size_t i) noexcept -> const void* { return access::id(self(p).loop_->op(i)); },
+        [](void* p, std::size_t i) noexcept { access::cancel(self(p).loop_->op(i)); },
+    };
+
+    select_loop* loop_;
+    std::stop_token stop_;
+    std::optional<detail::any_engine_base> engine_;  // built when the round is awaited
+    std::size_t polled_ = detail::no_branch;
+    bool suspended_ = false;
+    bool finished_ = false;
+  };
+
+ private:
+  struct alignas(operation_type) op_storage {
+    unsigned char bytes[sizeof(operation_type)];
+  };
+
+  operation_type& op(std::size_t i) noexcept {
+    return *std::launder(reinterpret_cast<operation_type*>(ops_[i].bytes));
+  }
+
+  /// Builds one operation per source, in place (make's prvalue is never moved), growing the
+  /// storage only if the range grew. If make throws, the ones built are destroyed.
+  void build_operations() {
+    destroy_operations();
+    const auto n = static_cast<std::size_t>(std::ranges::distance(*sources_));
+    if (n == 0) throw std::invalid_argument("asyncband::select_loop: no operation to wait for");
+    if (n > capacity_) {
+      ops_ = std::make_unique<op_storage[]>(n);
+      branches_.resize(n);
+      capacity_ = n;
+    }
+    for (auto&& source : *sources_) {
+      ::new (static_cast<void*>(ops_[count_].bytes)) operation_type(make_(source));
+      ++count_;
+    }
+  }
+  void destroy_operations() noexcept {
+    while (count_ != 0) op(--count_).~operation_type();
+  }
+
+  Range* sources_;
+  Make make_;
+  std::unique_ptr<op_storage[]> ops_;
+  std::vector<detail::any_branch> branches_;
+  std::size_t capacity_ = 0;
+  std::size_t count_ = 0;  // operations built for the current round
+  selection<outcome_type> selection_;
+};
+
+/// The awaiter of when_any_of: a select_loop of its own, for one round.
+template <class Range, class Make>
+class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_of_awaiter {
+ public:
+  /// Built by when_any_of.
+  any_of_awaiter(Range& sources, Make make, std::stop_token stop)
+      : loop_(sources, std::move(make)), round_(loop_, std::move(stop)) {}
+  any_of_awaiter(const any_of_awaiter&) = delete;
+  any_of_awaiter& operator=(const any_of_awaiter&) = delete;
+  ~any_of_awaiter() = default;
+
+  /// As select_loop::round.
+  bool await_ready() { return round_.await_ready(); }
+  /// As select_loop::round.
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    return round_.await_suspend(h);
+  }
+  /// The selection, owned by the caller.
+  selection<typename select_loop<Range, Make>::outcome_type> await_resume() {
+    return std::move(round_.await_resume());
+  }
+
+ private:
+  select_loop<Range, Make> loop_;
+  typename select_loop<Range, Make>::round round_;
+};
+
+/// Waits for the first of the operations `make(source)`, one per source of `sources` (receive
+/// from whichever of N channels is ready), with when_any's contract; yields
+/// selection<outcome>. Allocates the operations' storage once; for a select in a loop, use
+/// select_loop, which reuses it.
+template <class Range, class Make>
+any_of_awaiter<Range, Make> when_any_of(Range& sources, Make make, std::stop_token stop = {}) {
+  return {sources, std::move(make), std::move(stop)};
 }
 
 }  // namespace asyncband
