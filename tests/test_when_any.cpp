@@ -288,6 +288,37 @@ TEST(WhenAny, DestroyingTheWaitingCoroutineCancelsEveryOperation) {
   EXPECT_EQ(out.resumed, 0);
 }
 
+task<void> wait_set_or_notified(asyncband::manual_reset_event& m, auto_reset_event& b, seen& out) {
+  auto r = co_await when_any(m.wait(), b.wait());
+  out.index = r.index();
+  ++out.resumed;
+}
+
+bare_coroutine destroy_after(asyncband::manual_reset_event& m, std::optional<task<void>>& victim) {
+  co_await m.wait();
+  victim.reset();
+}
+
+TEST(WhenAny, ACoroutineDestroyedByAnInlineWaiterOfTheSameWakeUpIsNotWaitedFor) {
+  // set() claims the bare coroutine and the when_any's first branch in one batch; the bare
+  // coroutine, resumed inline first, destroys the when_any's coroutine, whose branch is still in
+  // that batch, further up this stack: waiting for it there would never end.
+  test_scheduler s;
+  asyncband::manual_reset_event m;
+  auto_reset_event b;
+  seen out;
+  std::optional<task<void>> victim;
+  destroy_after(m, victim);
+  victim.emplace(wait_set_or_notified(m, b, out));
+  start_on(s, *victim);
+  s.run();
+  m.set();
+  EXPECT_FALSE(victim.has_value());
+  EXPECT_EQ(out.resumed, 0);
+  b.notify_one();
+  EXPECT_TRUE(b.is_set()) << "the destroyed when_any's branch stayed queued on b";
+}
+
 // ---------------------------------------------------------------------------------------------
 // Threads: every permit is received by exactly one when_any, or stays stored
 
@@ -399,5 +430,194 @@ TEST(WhenAnyOf, SendsToWhicheverChannelHasRoomAndTheOthersHandTheirValuesBack) {
   EXPECT_EQ(*r.get(1).value(), 1);
   EXPECT_EQ(**rxs[2].try_recv(), 2);
 }
+
+}  // namespace
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Each primitive as a branch: it wins with its own outcome, or loses leaving the primitive as if
+// it had never been waited on.
+
+/// Runs `body` (a coroutine awaiting a when_any that records the winner) on a test scheduler:
+/// after it is queued, `wake` makes exactly one operation complete.
+template <class Body, class Wake>
+std::optional<std::size_t> winner_after(Body body, Wake wake) {
+  test_scheduler s;
+  std::optional<std::size_t> index;
+  auto t = body(index);
+  start_on(s, t);
+  s.run();
+  EXPECT_FALSE(index) << "completed before the wake-up";
+  wake();
+  s.run();
+  return index;
+}
+
+TEST(WhenAnyPrimitives, LatchWinsOrLosesWithoutAnEffect) {
+  asyncband::latch l(1);
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(l.wait(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  EXPECT_EQ(winner_after(body, [&] { l.count_down(); }), 0U);
+  EXPECT_FALSE(ev.is_set());
+}
+
+TEST(WhenAnyPrimitives, RwlockReadLosesAndTheWriterAfterItIsNotHeldUp) {
+  asyncband::rwlock<int> rw(0);
+  auto w = rw.try_write();
+  ASSERT_TRUE(w);
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(rw.read(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  w.reset();
+  EXPECT_TRUE(rw.try_write().has_value()) << "the losing read is still queued or holds the lock";
+  w = rw.try_write();
+  EXPECT_EQ(winner_after(body, [&] { w.reset(); }), 0U);
+  EXPECT_TRUE(rw.try_write().has_value()) << "the winner's read guard was dropped with the result";
+}
+
+TEST(WhenAnyPrimitives, OneshotReceiveLosesAndTheValueSentLaterIsStillReceived) {
+  auto ends1 = asyncband::oneshot::channel<int>();
+  auto& tx = ends1.first;
+  auto& rx = ends1.second;
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(rx.recv(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  EXPECT_TRUE(tx.send(5).ok());
+  EXPECT_EQ(*rx.recv_blocking(), 5);
+}
+
+TEST(WhenAnyPrimitives, OneshotValueWokenForALosingReceiveStaysInTheChannel) {
+  test_scheduler s;
+  auto ends2 = asyncband::oneshot::channel<int>();
+  auto& tx = ends2.first;
+  auto& rx = ends2.second;
+  auto_reset_event ev;
+  std::optional<std::size_t> index;
+  const auto body = [&](std::optional<std::size_t>& out) -> task<void> {
+    auto r = co_await when_any(ev.wait(), rx.recv());
+    out = r.index();
+  };
+  auto t = body(index);
+  start_on(s, t);
+  s.run();
+  // ev's waker commits the first branch; before it resolves, the value arrives and wakes the
+  // receive, which has lost: the value must stay in the channel.
+  s.at(test_point::claimed_for_wake, [&] { EXPECT_TRUE(tx.send(9).ok()); });
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(index, 0U);
+  EXPECT_EQ(*rx.recv_blocking(), 9);
+}
+
+TEST(WhenAnyPrimitives, BroadcastReceiveLosesAndKeepsItsPlace) {
+  auto ends3 = asyncband::broadcast::overflow<int>(4);
+  auto& tx = ends3.first;
+  auto& rx = ends3.second;
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(rx.recv(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  EXPECT_TRUE(tx.send(1).ok());
+  EXPECT_EQ(*rx.try_recv(), 1);
+  EXPECT_EQ(winner_after(body, [&] { EXPECT_TRUE(tx.send(2).ok()); }), 0U);
+  EXPECT_TRUE(rx.try_recv().empty()) << "the winner's message was received once";
+}
+
+TEST(WhenAnyPrimitives, BoundedBroadcastSendLosesAndHandsItsValueBack) {
+  auto ends4 = asyncband::broadcast::bounded<int>(1);
+  auto& tx = ends4.first;
+  auto& rx = ends4.second;
+  auto_reset_event ev(true);
+  EXPECT_TRUE(tx.try_send(1).ok());  // full until rx reads
+  auto r = block_on(when_any(tx.send(2), ev.wait()));
+  ASSERT_EQ(r.index(), 1U);
+  EXPECT_TRUE(r.get<0>().cancelled());
+  EXPECT_EQ(r.get<0>().value(), 2);
+  EXPECT_EQ(*rx.try_recv(), 1);
+  EXPECT_TRUE(tx.try_send(3).ok()) << "the losing send kept a unit of capacity";
+}
+
+TEST(WhenAnyPrimitives, WatchChangeLosesAndStaysUnseen) {
+  auto ends5 = asyncband::watch::channel<int>(0);
+  auto& tx = ends5.first;
+  auto& rx = ends5.second;
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(rx.changed(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  EXPECT_EQ(winner_after(body, [&] { EXPECT_TRUE(tx.send(1).ok()); }), 0U);
+  auto r = block_on(when_any(rx.changed(), asyncband::manual_reset_event(true).wait()));
+  EXPECT_EQ(r.index(), 1U) << "the winner's change was not marked seen";
+}
+
+TEST(WhenAnyPrimitives, ShutdownSignalEndsAServiceLoopsReceive) {
+  auto p = asyncband::shutdown::make_pair();
+  auto ends6 = asyncband::mpsc::bounded<int>(2);
+  auto& tx = ends6.first;
+  auto& rx = ends6.second;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(p.second.is_shutdown(), rx.recv());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { EXPECT_TRUE(tx.try_send(1).ok()); }), 1U);
+  EXPECT_EQ(winner_after(body, [&] { p.first.shutdown(); }), 0U);
+}
+
+TEST(WhenAnyPrimitives, ReserveLosesAndItsCapacityUnitGoesToTheNextSend) {
+  auto ends7 = asyncband::mpsc::bounded<int>(1);
+  auto& tx = ends7.first;
+  auto& rx = ends7.second;
+  EXPECT_TRUE(tx.try_send(1).ok());
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(tx.reserve(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  EXPECT_EQ(*rx.try_recv(), 1);
+  EXPECT_TRUE(tx.try_send(2).ok()) << "the losing reserve kept the unit";
+}
+
+TEST(WhenAnyPrimitives, APartlyGrantedAcquisitionThatLosesReturnsWhatItHad) {
+  asyncband::semaphore sem(1);
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(sem.acquire(2), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  EXPECT_EQ(sem.available(), 1U);
+}
+
+TEST(WhenAnyPrimitives, ABarrierArrivalIsKeptEvenWhenItsWaitLoses) {
+  asyncband::barrier b(2);
+  auto_reset_event ev;
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(b.wait(), ev.wait());
+    index = r.index();
+  };
+  EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
+  static_cast<void>(b.wait_blocking());  // completes the generation with the kept arrival
+}
+
+// Not selectable: waits that run user code or re-lock in their own protocol.
+static_assert(!asyncband::detail::selectable<decltype(std::declval<asyncband::condvar&>().wait(
+                  std::declval<asyncband::mutex_guard<int>>()))>);
+static_assert(asyncband::detail::selectable<decltype(std::declval<asyncband::semaphore&>().acquire(1))>);
 
 }  // namespace

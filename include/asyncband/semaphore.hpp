@@ -619,7 +619,7 @@ struct select_access<acquire_awaiter<Make, Fallible>> {
   static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
     return a.publish(target, &commit);
   }
-  static const void* id(awaiter& a) noexcept { return &a.wait_.node(); }
+  static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
   static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
   static outcome win(awaiter& a) { return a.await_resume(); }
   static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
@@ -639,7 +639,7 @@ struct select_access<source_awaiter<Source>> {
   static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
     return a.publish(target, &commit);
   }
-  static const void* id(awaiter& a) noexcept { return &a.wait_.node(); }
+  static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
   static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
   static outcome win(awaiter& a) { return a.await_resume(); }
   static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {

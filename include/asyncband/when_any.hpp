@@ -198,12 +198,12 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaite
     return pending;
   }
   template <std::size_t... I>
-  static const void* id_at(void* self, std::size_t i, std::index_sequence<I...> /*unused*/) noexcept {
+  static detail::waiter& node_at(void* self, std::size_t i, std::index_sequence<I...> /*unused*/) noexcept {
     auto& ops = static_cast<any_awaiter*>(self)->ops_;
-    const void* id = nullptr;
+    detail::waiter* node = nullptr;
     static_cast<void>(
-        ((i == I ? (id = detail::select_access_of<Ops>::id(std::get<I>(ops)), true) : false) || ...));
-    return id;
+        ((i == I ? (node = &detail::select_access_of<Ops>::node(std::get<I>(ops)), true) : false) || ...));
+    return *node;
   }
   template <std::size_t... I>
   static void cancel_at(void* self, std::size_t i, std::index_sequence<I...> /*unused*/) noexcept {
@@ -215,7 +215,9 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaite
       [](void* self, std::size_t i, detail::resume_target t, detail::commit_point& c) noexcept {
         return publish_at(self, i, t, c, std::make_index_sequence<count>{});
       },
-      [](void* self, std::size_t i) noexcept { return id_at(self, i, std::make_index_sequence<count>{}); },
+      [](void* self, std::size_t i) noexcept -> detail::waiter& {
+        return node_at(self, i, std::make_index_sequence<count>{});
+      },
       [](void* self, std::size_t i) noexcept { cancel_at(self, i, std::make_index_sequence<count>{}); },
   };
 
@@ -413,7 +415,7 @@ class select_loop {
         [](void* p, std::size_t i, detail::resume_target t, detail::commit_point& c) noexcept {
           return access::publish(self(p).loop_->op(i), t, c);
         },
-        [](void* p, std::size_t i) noexcept -> const void* { return access::id(self(p).loop_->op(i)); },
+        [](void* p, std::size_t i) noexcept -> detail::waiter& { return access::node(self(p).loop_->op(i)); },
         [](void* p, std::size_t i) noexcept { access::cancel(self(p).loop_->op(i)); },
     };
 

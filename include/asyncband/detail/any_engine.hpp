@@ -42,7 +42,7 @@ struct any_branch {
 /// is written once for the variadic and the dynamic forms.
 struct any_branch_table {
   bool (*publish)(void* owner, std::size_t i, resume_target target, commit_point& commit) noexcept;
-  const void* (*id)(void* owner, std::size_t i) noexcept;
+  waiter& (*node)(void* owner, std::size_t i) noexcept;
   void (*cancel)(void* owner, std::size_t i) noexcept;
 };
 
@@ -77,7 +77,7 @@ class any_engine_base {
       if (table_->publish(owner_, i, target_for(branches_[i]), commit_)) continue;
       // Completed during its publication: settled here, with no callback.
       state_.fetch_sub(unit, std::memory_order_relaxed);  // never the last: the setup holds one
-      if (commit_.try_commit(table_->id(owner_, i))) {
+      if (commit_.try_commit(&table_->node(owner_, i))) {
         winner_ = i;
         state_.fetch_or(won_bit, std::memory_order_acq_rel);
       }
@@ -95,6 +95,12 @@ class any_engine_base {
     assert(before >= unit && "asyncband::when_any destroyed while its resumption was in flight");
     commit_.try_commit(this);  // every branch loses from here: wakers skip them
     for (std::size_t i = 0; i < published_; ++i) table_->cancel(owner_, i);
+    // A branch claimed by a waker further down this very stack (a coroutine it resumed inline
+    // is destroying this one) would be resolved only after we return: resolve it now instead.
+    for (std::size_t i = 0; i < published_; ++i) {
+      waiter& node = table_->node(owner_, i);
+      if (wake_batch::withdraw(node)) node.resolve();
+    }
     while ((state_.load(std::memory_order_acquire) & ~flag_bits) != unit) std::this_thread::yield();
     winner_ = no_branch;
   }
@@ -131,7 +137,7 @@ class any_engine_base {
   }
 
   void resolved(std::size_t i) noexcept {
-    if (commit_.try_commit(table_->id(owner_, i))) {
+    if (commit_.try_commit(&table_->node(owner_, i))) {
       winner_ = i;
       announce_won();
     }

@@ -311,7 +311,7 @@ class pending_wait {
 ///   bool poll(A&)                        completes without publishing (nothing is published yet,
 ///                                        so no other branch can have won: it wins if true)
 ///   bool publish(A&, resume_target, commit_point&)   as pending_wait::publish: true if pending
-///   const void* id(A&)                   what the branch commits as (its node), after publish
+///   waiter& node(A&)                     its node (what it commits as), after publish
 ///   void cancel(A&)                      a published wait's cancellation (status cancelled)
 ///   outcome win(A&)                      the winner's outcome, as `co_await a` would yield it
 ///   std::optional<outcome> lose(A&, bool started)   a loser: passes on a grant it received, and
@@ -373,7 +373,7 @@ struct select_access<wait_awaiter<Node, Cancellable>> {
   static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
     return a.wait_.publish(target, nothing_to_do{}, &commit);
   }
-  static const void* id(awaiter& a) noexcept { return &a.wait_.node(); }
+  static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
   static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
   static outcome win(awaiter& a) { return a.wait_.finish(); }
   static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {

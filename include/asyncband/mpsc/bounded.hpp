@@ -447,7 +447,7 @@ struct select_access_for_send {
     a.suspended_ = true;
     return acquire::publish(a.acquire_, target, commit);
   }
-  static const void* id(awaiter& a) noexcept { return acquire::id(a.acquire_); }
+  static asyncband::detail::waiter& node(awaiter& a) noexcept { return acquire::node(a.acquire_); }
   static void cancel(awaiter& a) noexcept { acquire::cancel(a.acquire_); }
   static outcome win(awaiter& a) { return a.await_resume(); }
   static std::optional<outcome> lose(awaiter& a, bool started) {
