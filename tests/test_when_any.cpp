@@ -401,3 +401,120 @@ TEST(WhenAnyOf, SendsToWhicheverChannelHasRoomAndTheOthersHandTheirValuesBack) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Review findings (h-review): each test below fails on 8b1988f.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "support/fuse_payload.hpp"
+
+namespace {
+
+// 1. A losing branch whose handed-back value throws while it is moved into the result: the
+//    winner is never settled, so its grant (here the permit an acquisition took while polled) is
+//    never turned into a permit, and is lost for good.
+TEST(WhenAnyReview, ALoserWhoseValueThrowsOnItsWayBackStillPassesOnTheWinnersGrant) {
+  auto [tx, rx] = asyncband::mpsc::bounded<fuse_payload>(1);
+  ASSERT_TRUE(tx.try_send(fuse_payload(0)).ok());  // full: the send is not ready
+  asyncband::semaphore sem(1);
+  {
+    auto send = tx.send(fuse_payload(1));
+    auto acquire = sem.acquire(1);
+    fuse_payload::arm(1);  // the next move (handing the send's value back) throws
+    EXPECT_THROW(static_cast<void>(block_on(when_any(send, acquire))), fuse_blown);
+    fuse_payload::disarm();
+  }
+  EXPECT_EQ(sem.available(), 1U) << "the winning acquisition's permit was lost";
+}
+
+// 2. A branch that completed during its publication (a barrier's last arrival) but lost is
+//    cancelled again by the sweep, which locks its primitive. The arrival resumed the barrier's
+//    other waiters inline, and one of them destroyed the barrier (last one out, which a plain
+//    `co_await b.wait()` allows): the sweep then locks freed memory. Seen under ASan
+//    (heap-use-after-free); a plain build reads freed memory silently.
+bare_coroutine wait_then_destroy(std::unique_ptr<asyncband::barrier>& b) {
+  co_await b->wait();
+  b.reset();
+}
+bare_coroutine just_wait(asyncband::barrier& b) { co_await b.wait(); }
+
+task<void> event_or_barrier(auto_reset_event& a, asyncband::barrier& b, seen& out) {
+  auto r = co_await when_any(a.wait(), b.wait());
+  out.index = r.index();
+  ++out.resumed;
+}
+
+TEST(WhenAnyReview, TheSweepDoesNotTouchTheBarrierOfABranchThatCompletedDuringItsPublication) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto b = std::make_unique<asyncband::barrier>(3);
+  asyncband::barrier* const raw = b.get();
+  wait_then_destroy(b);  // first arrival, queued
+  seen out;
+  auto t = event_or_barrier(a, *raw, out);
+  start_on(s, t);
+  s.at(test_point::queueing, [] {});  // branch 0 (a) queues
+  s.at(test_point::queueing, [&] {    // branch 1 (the barrier) is about to arrive and queue
+    a.notify_one();                   // branch 0 wins
+    just_wait(*raw);                  // second arrival: the when_any's arrival is the last
+  });
+  s.run();
+  EXPECT_EQ(b, nullptr);
+  EXPECT_EQ(out.index, 0U);
+  EXPECT_EQ(out.resumed, 1);
+}
+
+// 3. The sweep's cancellation of a semaphore branch passes its partial grant on and resumes the
+//    next waiter inline, inside the winner's callback; that waiter destroys the when_any's
+//    coroutine (suspended, its resumption not handed on: allowed, as for a plain wait, see
+//    SemaphoreDestroyDeathTest.AWaiterServedByACancellationMayDestroyTheCancelledWaiter). The
+//    destructor's abandon() waits for the winner's unit, held further up this very stack:
+//    it never ends (and the sweep would go on in a freed frame if it did).
+bare_coroutine acquire_then_destroy(asyncband::semaphore& y, std::optional<task<void>>& victim,
+                                    bool& ran) {
+  auto permit = co_await y.acquire(1);
+  victim.reset();
+  ran = true;
+}
+
+task<void> acquire_either(asyncband::semaphore& x, asyncband::semaphore& y, seen& out) {
+  auto r = co_await when_any(x.acquire(1), y.acquire(2));
+  out.index = r.index();
+  ++out.resumed;
+}
+
+void a_waiter_served_by_the_sweep_destroys_the_when_any() {
+  test_scheduler s;
+  asyncband::semaphore x(0);
+  asyncband::semaphore y(1);  // the second branch gets 1 of its 2 as a partial grant
+  seen out;
+  std::optional<task<void>> victim;
+  victim.emplace(acquire_either(x, y, out));
+  start_on(s, *victim);
+  s.run();
+  bool ran = false;
+  acquire_then_destroy(y, victim, ran);  // queued behind the when_any's branch on y
+  x.release(1);  // branch 0 wins; its sweep cancels branch 1, whose permit serves the waiter
+  s.run();
+  EXPECT_TRUE(ran);
+  EXPECT_FALSE(victim.has_value());
+  EXPECT_EQ(out.resumed, 0);
+  EXPECT_EQ(x.available() + y.available(), 2U);
+}
+
+TEST(WhenAnyReviewDeathTest, AWaiterServedByTheSweepMayDestroyTheWhenAnysCoroutine) {
+  EXPECT_EXIT(
+      {
+        alarm(5);
+        a_waiter_served_by_the_sweep_destroys_the_when_any();
+        std::fflush(nullptr);
+        std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
