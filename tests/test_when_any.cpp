@@ -6,8 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -18,6 +22,7 @@
 #include "asyncband/block_on.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "support/fuse_payload.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 
@@ -405,13 +410,6 @@ TEST(WhenAnyOf, SendsToWhicheverChannelHasRoomAndTheOthersHandTheirValuesBack) {
 // ---------------------------------------------------------------------------------------------
 // Review findings (h-review): each test below fails on 8b1988f.
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
-
-#include "support/fuse_payload.hpp"
-
 namespace {
 
 // 1. A losing branch whose handed-back value throws while it is moved into the result: the
@@ -440,7 +438,9 @@ bare_coroutine wait_then_destroy(std::unique_ptr<asyncband::barrier>& b) {
   co_await b->wait();
   b.reset();
 }
-bare_coroutine just_wait(asyncband::barrier& b) { co_await b.wait(); }
+bare_coroutine just_wait(asyncband::barrier& b) {
+  co_await b.wait();
+}
 
 task<void> event_or_barrier(auto_reset_event& a, asyncband::barrier& b, seen& out) {
   auto r = co_await when_any(a.wait(), b.wait());
@@ -474,8 +474,7 @@ TEST(WhenAnyReview, TheSweepDoesNotTouchTheBarrierOfABranchThatCompletedDuringIt
 //    SemaphoreDestroyDeathTest.AWaiterServedByACancellationMayDestroyTheCancelledWaiter). The
 //    destructor's abandon() waits for the winner's unit, held further up this very stack:
 //    it never ends (and the sweep would go on in a freed frame if it did).
-bare_coroutine acquire_then_destroy(asyncband::semaphore& y, std::optional<task<void>>& victim,
-                                    bool& ran) {
+bare_coroutine acquire_then_destroy(asyncband::semaphore& y, std::optional<task<void>>& victim, bool& ran) {
   auto permit = co_await y.acquire(1);
   victim.reset();
   ran = true;
