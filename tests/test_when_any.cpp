@@ -6,8 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -18,6 +22,7 @@
 #include "asyncband/block_on.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "support/fuse_payload.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 
@@ -211,6 +216,30 @@ TEST(WhenAnyRace, AReleaseOnTheLosingSemaphoreAfterTheWinnerCommittedStaysAvaila
   EXPECT_EQ(available_at_once, 2U) << "the permits went to a branch that had lost";
   EXPECT_EQ(y.available(), 2U);
   EXPECT_EQ(x.available(), 2U) << "the winner's permit was returned with the result";
+}
+
+TEST(WhenAnyRace, ALosingAcquisitionIsNotGivenEvenPartOfARelease) {
+  test_scheduler s;
+  auto_reset_event ev;
+  asyncband::semaphore sem(0);
+  std::optional<std::size_t> index;
+  const auto body = [&](std::optional<std::size_t>& out) -> task<void> {
+    auto r = co_await when_any(ev.wait(), sem.acquire(2));
+    out = r.index();
+  };
+  auto t = body(index);
+  start_on(s, t);
+  s.run();
+  std::size_t available_at_once = 0;
+  s.at(test_point::claimed_for_wake, [&] {
+    sem.release(1);  // the acquisition has lost: the permit stays available, not parked in it
+    available_at_once = sem.available();
+  });
+  ev.notify_one();
+  s.run();
+  EXPECT_EQ(index, 0U);
+  EXPECT_EQ(available_at_once, 1U);
+  EXPECT_EQ(sem.available(), 1U);
 }
 
 TEST(WhenAnyRace, ABranchCompletingDuringItsPublicationAfterAnotherWonPassesItsPermitOn) {
@@ -619,5 +648,115 @@ TEST(WhenAnyPrimitives, ABarrierArrivalIsKeptEvenWhenItsWaitLoses) {
 static_assert(!asyncband::detail::selectable<decltype(std::declval<asyncband::condvar&>().wait(
                   std::declval<asyncband::mutex_guard<int>>()))>);
 static_assert(asyncband::detail::selectable<decltype(std::declval<asyncband::semaphore&>().acquire(1))>);
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Found by the race review of the first version: a test for each window it found.
+
+namespace {
+
+// 1. A losing branch whose handed-back value throws while it is moved into the result: the
+//    winner is never settled, so its grant (here the permit an acquisition took while polled) is
+//    never turned into a permit, and is lost for good.
+TEST(WhenAnyReview, ALoserWhoseValueThrowsOnItsWayBackStillPassesOnTheWinnersGrant) {
+  auto [tx, rx] = asyncband::mpsc::bounded<fuse_payload>(1);
+  ASSERT_TRUE(tx.try_send(fuse_payload(0)).ok());  // full: the send is not ready
+  asyncband::semaphore sem(1);
+  {
+    auto send = tx.send(fuse_payload(1));
+    auto acquire = sem.acquire(1);
+    fuse_payload::arm(1);  // the next move (handing the send's value back) throws
+    EXPECT_THROW(static_cast<void>(block_on(when_any(send, acquire))), fuse_blown);
+    fuse_payload::disarm();
+  }
+  EXPECT_EQ(sem.available(), 1U) << "the winning acquisition's permit was lost";
+}
+
+// 2. A branch that completed during its publication (a barrier's last arrival) but lost is
+//    cancelled again by the sweep, which locks its primitive. The arrival resumed the barrier's
+//    other waiters inline, and one of them destroyed the barrier (last one out, which a plain
+//    `co_await b.wait()` allows): the sweep then locks freed memory. Seen under ASan
+//    (heap-use-after-free); a plain build reads freed memory silently.
+bare_coroutine wait_then_destroy(std::unique_ptr<asyncband::barrier>& b) {
+  co_await b->wait();
+  b.reset();
+}
+bare_coroutine just_wait(asyncband::barrier& b) {
+  co_await b.wait();
+}
+
+task<void> event_or_barrier(auto_reset_event& a, asyncband::barrier& b, seen& out) {
+  auto r = co_await when_any(a.wait(), b.wait());
+  out.index = r.index();
+  ++out.resumed;
+}
+
+TEST(WhenAnyReview, TheSweepDoesNotTouchTheBarrierOfABranchThatCompletedDuringItsPublication) {
+  test_scheduler s;
+  auto_reset_event a;
+  auto b = std::make_unique<asyncband::barrier>(3);
+  asyncband::barrier* const raw = b.get();
+  wait_then_destroy(b);  // first arrival, queued
+  seen out;
+  auto t = event_or_barrier(a, *raw, out);
+  start_on(s, t);
+  s.at(test_point::queueing, [] {});  // branch 0 (a) queues
+  s.at(test_point::queueing, [&] {    // branch 1 (the barrier) is about to arrive and queue
+    a.notify_one();                   // branch 0 wins
+    just_wait(*raw);                  // second arrival: the when_any's arrival is the last
+  });
+  s.run();
+  EXPECT_EQ(b, nullptr);
+  EXPECT_EQ(out.index, 0U);
+  EXPECT_EQ(out.resumed, 1);
+}
+
+// 3. The sweep's cancellation of a semaphore branch passes its partial grant on and serves the
+//    next waiter, a coroutine without a scheduler, which destroys the when_any's coroutine. Run
+//    inside the sweep, it found that coroutine suspended and its destructor waited for the
+//    winner's unit, held further up this very stack: forever. Now what the sweep wakes runs
+//    after the winner's release, as in a plain cancelled wait whose passed-on grant serves the
+//    next waiter (SemaphoreDestroyDeathTest.AWaiterServedByACancellationMayDestroyTheCancelledWaiter):
+//    the when_any's coroutine (no scheduler) has resumed and finished by then.
+bare_coroutine acquire_then_destroy(asyncband::semaphore& y, std::optional<task<void>>& victim, bool& ran) {
+  auto permit = co_await y.acquire(1);
+  victim.reset();
+  ran = true;
+}
+
+task<void> acquire_either(asyncband::semaphore& x, asyncband::semaphore& y, seen& out) {
+  auto r = co_await when_any(x.acquire(1), y.acquire(2));
+  out.index = r.index();
+  ++out.resumed;
+}
+
+void a_waiter_served_by_the_sweep_destroys_the_when_any() {
+  asyncband::semaphore x(0);
+  asyncband::semaphore y(1);  // the second branch gets 1 of its 2 as a partial grant
+  seen out;
+  std::optional<task<void>> victim;
+  victim.emplace(acquire_either(x, y, out));
+  victim->handle().resume();  // no scheduler: resumed inline by whoever settles it
+  bool ran = false;
+  acquire_then_destroy(y, victim, ran);  // queued behind the when_any's branch on y
+  x.release(1);  // branch 0 wins; its sweep cancels branch 1, whose permit serves the waiter
+  EXPECT_TRUE(ran);
+  EXPECT_FALSE(victim.has_value());
+  EXPECT_EQ(out.resumed, 1);
+  EXPECT_EQ(out.index, 0U);
+  EXPECT_EQ(x.available() + y.available(), 2U);
+}
+
+TEST(WhenAnyReviewDeathTest, AWaiterServedByTheSweepMayDestroyTheWhenAnysCoroutine) {
+  EXPECT_EXIT(
+      {
+        alarm(5);
+        a_waiter_served_by_the_sweep_destroys_the_when_any();
+        std::fflush(nullptr);
+        std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
 
 }  // namespace

@@ -622,8 +622,10 @@ struct select_access<acquire_awaiter<Make, Fallible>> {
   static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
   static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
   static outcome win(awaiter& a) { return a.await_resume(); }
-  static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
+  static void pass_on(awaiter& a, bool started) noexcept {
     if (started) a.wait_.discard();
+  }
+  static std::optional<stored_outcome_t<outcome>> handed_back(awaiter& /*unused*/) {
     return cancelled_outcome<outcome>();
   }
 };
@@ -642,8 +644,10 @@ struct select_access<source_awaiter<Source>> {
   static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
   static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
   static outcome win(awaiter& a) { return a.await_resume(); }
-  static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
+  static void pass_on(awaiter& a, bool started) noexcept {
     if (started) a.wait_.discard();
+  }
+  static std::optional<stored_outcome_t<outcome>> handed_back(awaiter& /*unused*/) {
     return cancelled_outcome<outcome>();
   }
 };
@@ -736,6 +740,11 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
   n -= repaid;
   while (n != 0 && !waiters.empty()) {
     auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
+    if (head.lost()) {  // its when_any is over: not even part of a grant is its
+      n += head.ungrant();
+      waiters.claim_front(batch, wait_status::cancelled);
+      continue;
+    }
     const std::size_t given = std::min(n, head.missing());
     head.grant(given);
     n -= given;

@@ -155,35 +155,29 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaite
     return ready;
   }
 
-  /// Losers first (their grants go back even if the winner's outcome throws), then the winner.
+  /// The losers' grants go back first (noexcept), then the winner's outcome is built, then what
+  /// the losers hand back: an exception from a user type on the way leaves no grant behind.
   template <std::size_t... I>
   void settle(result_type& r, std::size_t winner, std::size_t started, std::index_sequence<I...> /*unused*/) {
-    ((I != winner ? static_cast<void>(std::get<I>(r.outcomes_) =
-                                          detail::select_access_of<Ops>::lose(std::get<I>(ops_), I < started))
-                  : static_cast<void>(0)),
-     ...);
+    pass_on_losers(winner, started, std::index_sequence<I...>{});
     ((I == winner ? static_cast<void>(std::get<I>(r.outcomes_).emplace(detail::win_branch(std::get<I>(ops_))))
                   : static_cast<void>(0)),
      ...);
+    ((I != winner ? static_cast<void>(std::get<I>(r.outcomes_) =
+                                          detail::select_access_of<Ops>::handed_back(std::get<I>(ops_)))
+                  : static_cast<void>(0)),
+     ...);
+  }
+  template <std::size_t... I>
+  void pass_on_losers(std::size_t winner, std::size_t started,
+                      std::index_sequence<I...> /*unused*/) noexcept {
+    ((I != winner ? detail::select_access_of<Ops>::pass_on(std::get<I>(ops_), I < started) : void()), ...);
   }
 
   void abandon() noexcept {
     engine_.abandon();
-    settle_abandoned(std::make_index_sequence<count>{});
-  }
-  template <std::size_t... I>
-  void settle_abandoned(std::index_sequence<I...> /*unused*/) noexcept {
-    const std::size_t started = engine_.published();
-    // Nothing is delivered: a granted permit, lock or unit passes on; values stay in channels.
-    (static_cast<void>(lose_quietly(std::get<I>(ops_), I < started)), ...);
-  }
-  template <class Op>
-  static bool lose_quietly(Op& op, bool started) noexcept {
-    try {
-      static_cast<void>(detail::select_access_of<Op>::lose(op, started));
-    } catch (...) {  // a handed-back value's move threw: nobody is left to receive it anyway
-    }
-    return true;
+    // Nothing is delivered: a granted permit, lock or unit passes on; values stay where they are.
+    pass_on_losers(detail::no_branch, engine_.published(), std::make_index_sequence<count>{});
   }
 
   // The branch table: index -> the operation of that position.
@@ -363,7 +357,7 @@ class select_loop {
     /// Builds the operations and polls them in order: the first ready one wins.
     bool await_ready() {
       loop_->build_operations();
-      engine_.emplace(table, this, loop_->branches_.data(), loop_->count_);
+      engine_.emplace(table, this, loop_->branches_.get(), loop_->count_);
       if (stop_.stop_requested()) return true;
       for (std::size_t i = 0; i < loop_->count_; ++i) {
         if (access::poll(loop_->op(i))) {
@@ -385,13 +379,17 @@ class select_loop {
       engine_->disarm_stop();
       const std::size_t winner = suspended_ ? engine_->winner() : polled_;
       const std::size_t started = suspended_ ? engine_->published() : 0;
-      selection<outcome_type>& r = loop_->selection_;
-      r.reset(loop_->count_);
+      // As any_awaiter::settle: grants back first, then the winner, then what the losers hand back.
       for (std::size_t i = 0; i < loop_->count_; ++i) {
-        if (i != winner) r.outcomes_[i] = access::lose(loop_->op(i), i < started);
+        if (i != winner) access::pass_on(loop_->op(i), i < started);
       }
+      selection<outcome_type>& r = loop_->selection_;
+      r.reset(loop_->count_);  // within the capacity reserved when the operations were built
       r.index_ = winner;
       if (winner != detail::no_branch) r.outcomes_[winner].emplace(detail::win_branch(loop_->op(winner)));
+      for (std::size_t i = 0; i < loop_->count_; ++i) {
+        if (i != winner) r.outcomes_[i] = access::handed_back(loop_->op(i));
+      }
       loop_->destroy_operations();
       return r;
     }
@@ -402,12 +400,7 @@ class select_loop {
     void abandon() noexcept {
       engine_->abandon();
       const std::size_t started = engine_->published();
-      for (std::size_t i = 0; i < loop_->count_; ++i) {
-        try {
-          static_cast<void>(access::lose(loop_->op(i), i < started));
-        } catch (...) {  // a handed-back value's move threw: nobody is left to receive it anyway
-        }
-      }
+      for (std::size_t i = 0; i < loop_->count_; ++i) access::pass_on(loop_->op(i), i < started);
     }
 
     static round& self(void* p) noexcept { return *static_cast<round*>(p); }
@@ -443,8 +436,9 @@ class select_loop {
     const auto n = static_cast<std::size_t>(std::ranges::distance(*sources_));
     if (n == 0) throw std::invalid_argument("asyncband::select_loop: no operation to wait for");
     if (n > capacity_) {
+      selection_.outcomes_.reserve(n);  // settling a round then allocates nothing
       ops_ = std::make_unique<op_storage[]>(n);
-      branches_.resize(n);
+      branches_ = std::make_unique<detail::any_branch[]>(n);
       capacity_ = n;
     }
     for (auto&& source : *sources_) {
@@ -459,7 +453,7 @@ class select_loop {
   Range* sources_;
   Make make_;
   std::unique_ptr<op_storage[]> ops_;
-  std::vector<detail::any_branch> branches_;
+  std::unique_ptr<detail::any_branch[]> branches_;
   std::size_t capacity_ = 0;
   std::size_t count_ = 0;  // operations built for the current round
   selection<outcome_type> selection_;

@@ -34,8 +34,12 @@ class any_engine_base;
 
 /// One branch's callback context: the resume target of its node is (on_resolved, &branch).
 struct any_branch {
-  any_engine_base* engine;
-  std::size_t index;
+  any_engine_base* engine = nullptr;
+  std::size_t index = 0;
+  /// Its wait is over and nothing of it is left in its primitive (resolved, or completed during
+  /// its publication): the sweep and abandon() leave it alone, since its primitive may already
+  /// be gone (a waiter its completion resumed may have destroyed it: last one out).
+  std::atomic<bool> settled{false};
 };
 
 /// What the protocol needs of the awaiter that owns the branches, type-erased so that the engine
@@ -71,19 +75,27 @@ class any_engine_base {
     }
     for (std::size_t i = 0; i < count_; ++i) {
       if (commit_.winner() != nullptr) break;  // decided: publish nothing more
-      branches_[i] = any_branch{this, i};
+      any_branch& b = branches_[i];
+      b.engine = this;
+      b.index = i;
+      b.settled.store(false, std::memory_order_relaxed);
       state_.fetch_add(unit, std::memory_order_relaxed);  // the branch's, before it can resolve
       published_ = i + 1;
-      if (table_->publish(owner_, i, target_for(branches_[i]), commit_)) continue;
+      if (table_->publish(owner_, i, target_for(b), commit_)) continue;
       // Completed during its publication: settled here, with no callback.
+      b.settled.store(true, std::memory_order_relaxed);
       state_.fetch_sub(unit, std::memory_order_relaxed);  // never the last: the setup holds one
       if (commit_.try_commit(&table_->node(owner_, i))) {
         winner_ = i;
         state_.fetch_or(won_bit, std::memory_order_acq_rel);
       }
     }
+    wake_collector wakeups;  // what the sweep's cancellations wake runs after our release
     if ((state_.fetch_or(setup_done_bit, std::memory_order_acq_rel) & won_bit) != 0) sweep();
-    return !release_unit_from_setup();
+    wakeups.stop_collecting();
+    const bool last = release_unit_from_setup();
+    wakeups.resolve();
+    return !last;
   }
 
   /// The awaiter's destructor, for a coroutine destroyed while suspended in the when_any: makes
@@ -94,7 +106,7 @@ class any_engine_base {
     [[maybe_unused]] const std::uint32_t before = state_.fetch_add(unit, std::memory_order_acq_rel);
     assert(before >= unit && "asyncband::when_any destroyed while its resumption was in flight");
     commit_.try_commit(this);  // every branch loses from here: wakers skip them
-    for (std::size_t i = 0; i < published_; ++i) table_->cancel(owner_, i);
+    cancel_unsettled(no_branch);
     // A branch claimed by a waker further down this very stack (a coroutine it resumed inline
     // is destroying this one) would be resolved only after we return: resolve it now instead.
     for (std::size_t i = 0; i < published_; ++i) {
@@ -136,23 +148,36 @@ class any_engine_base {
     b.engine->resolved(b.index);
   }
 
+  /// A branch's node was resolved. The winner sweeps the losers while it holds its unit; what
+  /// their cancellations wake (a permit passed on serves the next waiter) runs only after its
+  /// release: code resumed there may destroy this coroutine, which must not wait for itself.
   void resolved(std::size_t i) noexcept {
+    branches_[i].settled.store(true, std::memory_order_release);
+    wake_collector wakeups;
     if (commit_.try_commit(&table_->node(owner_, i))) {
       winner_ = i;
       announce_won();
     }
+    wakeups.stop_collecting();
     release_unit();
+    wakeups.resolve();
   }
 
   /// The when_any's own stop request: contends for the commit point like a branch, holding a
   /// unit of its own meanwhile (taken first: if none is left, the when_any is over already).
   void stop_requested() noexcept {
-    if ((state_.fetch_add(unit, std::memory_order_acq_rel) & ~flag_bits) == 0) return;
+    if ((state_.fetch_add(unit, std::memory_order_acq_rel) & ~flag_bits) == 0) {
+      state_.fetch_sub(unit, std::memory_order_relaxed);  // over already (await_resume waits for us)
+      return;
+    }
+    wake_collector wakeups;
     if (commit_.try_commit(this)) {
       winner_ = no_branch;
       announce_won();
     }
+    wakeups.stop_collecting();
     release_unit();
+    wakeups.resolve();
   }
 
   /// After a commit: the second of (won, setup done) sweeps.
@@ -160,11 +185,17 @@ class any_engine_base {
     if ((state_.fetch_or(won_bit, std::memory_order_acq_rel) & setup_done_bit) != 0) sweep();
   }
 
-  /// Cancels every published branch but the winner (a settled one ignores it).
-  void sweep() noexcept {
-    const std::size_t winner = commit_.winner() == this ? no_branch : winner_;
+  /// Cancels every published branch but the winner.
+  void sweep() noexcept { cancel_unsettled(commit_.winner() == this ? no_branch : winner_); }
+
+  /// Cancels the published branches still waiting, except `keep`. A settled branch is not
+  /// touched: its primitive may be gone.
+  void cancel_unsettled(std::size_t keep) noexcept {
     for (std::size_t i = 0; i < published_; ++i) {
-      if (i != winner) table_->cancel(owner_, i);
+      if (i == keep || branches_[i].settled.load(std::memory_order_acquire)) continue;
+      table_->cancel(owner_, i);
+      // Out of its primitive now (unlinked here, or claimed by a waker that resolves it).
+      branches_[i].settled.store(true, std::memory_order_release);
     }
   }
 

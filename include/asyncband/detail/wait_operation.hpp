@@ -314,9 +314,10 @@ class pending_wait {
 ///   waiter& node(A&)                     its node (what it commits as), after publish
 ///   void cancel(A&)                      a published wait's cancellation (status cancelled)
 ///   outcome win(A&)                      the winner's outcome, as `co_await a` would yield it
-///   std::optional<outcome> lose(A&, bool started)   a loser: passes on a grant it received, and
-///                                        returns what comes back to the caller (a send's value),
-///                                        or the cancelled outcome, if the outcome can say so
+///   void pass_on(A&, bool started)       a loser (noexcept): passes on a grant it received
+///   std::optional<outcome> handed_back(A&)   a loser, after pass_on: what comes back to the caller
+///                                        (a send's value), or the cancelled outcome if the
+///                                        outcome type can say so
 template <class Awaiter>
 struct select_access;
 
@@ -376,8 +377,10 @@ struct select_access<wait_awaiter<Node, Cancellable>> {
   static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
   static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
   static outcome win(awaiter& a) { return a.wait_.finish(); }
-  static std::optional<stored_outcome_t<outcome>> lose(awaiter& a, bool started) {
+  static void pass_on(awaiter& a, bool started) noexcept {
     if (started) a.wait_.discard();
+  }
+  static std::optional<stored_outcome_t<outcome>> handed_back(awaiter& /*unused*/) {
     return cancelled_outcome<outcome>();
   }
 };

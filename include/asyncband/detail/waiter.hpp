@@ -230,6 +230,9 @@ class waiter {
   /// another branch of its when_any has won: the waker then claims it as cancelled instead, and
   /// passes the grant on.
   [[nodiscard]] bool commit() noexcept { return commit_ == nullptr || commit_->try_commit(this); }
+  /// Under the primitive's lock: another branch of this (linked) node's when_any has won, so
+  /// nothing may be granted to it, not even part of a grant.
+  [[nodiscard]] bool lost() const noexcept { return commit_ != nullptr && commit_->lost(this); }
   [[nodiscard]] bool resumes_inline() const noexcept { return target_.runs_inline(); }
 
   /// The waiting side, once setup is done: returns true if the waiter must stay suspended
@@ -299,6 +302,8 @@ class waiter {
 // ---------------------------------------------------------------------------------------------
 /// Waiters claimed under a lock, resolved after it is released. Singly linked through `next`.
 class wake_batch {
+  friend class wake_collector;
+
  public:
   wake_batch() noexcept = default;
   wake_batch(const wake_batch&) = delete;
@@ -430,6 +435,39 @@ class wake_batch {
   waiter* head_ = nullptr;
   waiter* tail_ = nullptr;
   wake_batch* outer_ = nullptr;  // the batch this thread was resolving when this one started
+};
+
+/// For a caller that must be done with its own state before any waiter code runs on this
+/// thread (a when_any's sweep, which holds a unit of its coroutine while it cancels the losing
+/// branches, whose cancellations may serve other waiters): while it collects, the members of
+/// batches resolved on this thread that would run waiter code here (inline coroutines,
+/// continuations) are appended to its own batch instead; resolve() runs them afterwards.
+/// After stop_collecting() the batch stays registered as one this thread is resolving, so that
+/// a frame destroyed meanwhile (by code the caller resumes) can withdraw a node from it.
+class wake_collector {
+ public:
+  wake_collector() noexcept : previous_deferring_(std::exchange(wake_batch::deferring_here(), true)) {
+    batch_.outer_ = std::exchange(wake_batch::resolving_here(), &batch_);
+  }
+  wake_collector(const wake_collector&) = delete;
+  wake_collector& operator=(const wake_collector&) = delete;
+  ~wake_collector() { resolve(); }
+
+  /// Wake-ups on this thread run on the spot again.
+  void stop_collecting() noexcept { wake_batch::deferring_here() = previous_deferring_; }
+  /// Resolves what was collected (once).
+  void resolve() noexcept {
+    if (resolved_) return;
+    resolved_ = true;
+    stop_collecting();
+    wake_batch::resolving_here() = batch_.outer_;
+    batch_.resolve_all();
+  }
+
+ private:
+  wake_batch batch_;
+  bool previous_deferring_;
+  bool resolved_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------

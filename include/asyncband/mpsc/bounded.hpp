@@ -450,8 +450,8 @@ struct select_access_for_send {
   static asyncband::detail::waiter& node(awaiter& a) noexcept { return acquire::node(a.acquire_); }
   static void cancel(awaiter& a) noexcept { acquire::cancel(a.acquire_); }
   static outcome win(awaiter& a) { return a.await_resume(); }
-  static std::optional<outcome> lose(awaiter& a, bool started) {
-    if (started) static_cast<void>(acquire::lose(a.acquire_, true));
+  static void pass_on(awaiter& a, bool started) noexcept { acquire::pass_on(a.acquire_, started); }
+  static std::optional<outcome> handed_back(awaiter& a) {
     return outcome(send_status::cancelled, std::move(a.value_));
   }
 };
