@@ -22,6 +22,7 @@
 #include "asyncband/block_on.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/runtime/thread_pool.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -757,6 +758,90 @@ TEST(WhenAnyReviewDeathTest, AWaiterServedByTheSweepMayDestroyTheWhenAnysCorouti
         std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+}  // namespace
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Threads and a pool: selects racing producers, cancellations and a quit signal
+
+task<std::pair<int, int>> route_until_quit(asyncband::runtime::thread_pool& pool,
+                                           asyncband::mpsc::receiver<int>& a,
+                                           asyncband::mpsc::unbounded_receiver<int>& b,
+                                           asyncband::manual_reset_event& quit) {
+  co_await pool.schedule();
+  int routed = 0;
+  for (;;) {
+    auto r = co_await when_any(quit.wait(), a.recv(), b.recv());
+    if (r.index() == 0) break;
+    ++routed;
+  }
+  int drained = 0;
+  while (a.try_recv()) ++drained;
+  while (b.try_recv()) ++drained;
+  co_return std::pair{routed, drained};
+}
+
+TEST(WhenAnyStress, ARouterOnAPoolLosesNoValueAndReceivesNoneTwice) {
+  constexpr int per_producer = 3000;
+  repeat_for(20, std::chrono::seconds(5), [&](int) {
+    asyncband::runtime::thread_pool pool(2);
+    auto [atx, arx] = asyncband::mpsc::bounded<int>(8);
+    auto [btx, brx] = asyncband::mpsc::unbounded<int>();
+    asyncband::manual_reset_event quit;
+    std::thread pa([&tx = atx] {
+      for (int i = 0; i < per_producer; ++i) static_cast<void>(tx.send_blocking(i));
+    });
+    std::thread pb([&tx = btx] {
+      for (int i = 0; i < per_producer; ++i) static_cast<void>(tx.send(i));
+    });
+    std::thread quitter([&] {
+      pa.join();
+      pb.join();
+      quit.set();
+    });
+    const auto [routed, drained] = block_on(route_until_quit(pool, arx, brx, quit));
+    quitter.join();
+    EXPECT_EQ(routed + drained, 2 * per_producer);
+  });
+}
+
+task<int> fan_in_rounds(asyncband::runtime::thread_pool& pool,
+                        std::vector<asyncband::mpsc::receiver<int>>& feeds, int rounds) {
+  co_await pool.schedule();
+  std::vector<int> next(feeds.size(), 0);
+  asyncband::select_loop loop(feeds, [](asyncband::mpsc::receiver<int>& rx) { return rx.recv(); });
+  int in_order = 0;
+  for (int i = 0; i < rounds; ++i) {
+    auto& round = co_await loop.next();
+    const std::size_t f = round.index();
+    if (round.get().ok() && *round.get() == next[f]) ++in_order;
+    ++next[f];
+  }
+  co_return in_order;
+}
+
+TEST(WhenAnyStress, ASelectLoopOverFourFeedsReceivesEveryValueOnceInOrder) {
+  constexpr int feeds_count = 4;
+  constexpr int per_feed = 2000;
+  asyncband::runtime::thread_pool pool(2);
+  std::vector<asyncband::mpsc::receiver<int>> feeds;
+  std::vector<asyncband::mpsc::sender<int>> senders;
+  for (int f = 0; f < feeds_count; ++f) {
+    auto [tx, rx] = asyncband::mpsc::bounded<int>(4);
+    feeds.push_back(std::move(rx));
+    senders.push_back(std::move(tx));
+  }
+  std::vector<std::thread> producers;
+  for (auto& tx : senders) {
+    producers.emplace_back([&tx] {
+      for (int i = 0; i < per_feed; ++i) static_cast<void>(tx.send_blocking(i));
+    });
+  }
+  EXPECT_EQ(block_on(fan_in_rounds(pool, feeds, feeds_count * per_feed)), feeds_count * per_feed);
+  for (auto& t : producers) t.join();
 }
 
 }  // namespace
