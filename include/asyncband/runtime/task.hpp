@@ -9,6 +9,7 @@
 #include <concepts>
 #include <coroutine>
 #include <exception>
+#include <optional>
 #include <stop_token>
 #include <type_traits>
 #include <utility>
@@ -186,34 +187,34 @@ struct spawned {
   std::coroutine_handle<promise_type> handle;
 };
 
-/// What a spawned root yields into its outcome: return_value, or return_void for a void task.
-template <class Promise, class T>
+/// Where a spawned root keeps its task's value: return_value into `value`; nothing for a void
+/// task (return_void).
+template <class T>
 struct spawned_return {
+  std::optional<T> value;
   template <class U>
     requires std::is_convertible_v<U&&, T>
-  void return_value(U&& value) {
-    static_cast<Promise*>(this)->outcome.template emplace<1>(std::forward<U>(value));
+  void return_value(U&& v) {
+    value.emplace(std::forward<U>(v));
   }
 };
-template <class Promise>
-struct spawned_return<Promise, void> {
-  void return_void() noexcept { static_cast<Promise*>(this)->outcome.template emplace<1>(); }
+template <>
+struct spawned_return<void> {
+  void return_void() noexcept {}
 };
 
 /// The frame of a spawned task, owned twice: by the running root until its final suspension and
 /// by the join_handle until it is dropped or detached. The last owner frees it.
 template <class T>
-class spawned_promise : public spawned_return<spawned_promise<T>, T> {
+class spawned_promise : public spawned_return<T> {
   using handle_type = std::coroutine_handle<spawned_promise>;
 
  public:
-  using value_type = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
-
   scheduler_ref scheduler;
-  /// Set once `outcome` is final; join_handle waits on it.
+  /// Set once the outcome (the value, or `error`) is final; join_handle waits on it.
   manual_reset_event finished;
-  /// Empty while running; then the value (monostate for void) or the exception.
-  std::variant<std::monostate, value_type, std::exception_ptr> outcome;
+  /// What escaped the task, if anything.
+  std::exception_ptr error;
   /// Whether a join took the outcome; written before the handle lets go of the frame.
   bool taken = false;
 
@@ -228,14 +229,14 @@ class spawned_promise : public spawned_return<spawned_promise<T>, T> {
     };
     return finish{};
   }
-  void unhandled_exception() noexcept { outcome.template emplace<2>(std::current_exception()); }
+  void unhandled_exception() noexcept { error = std::current_exception(); }
 
   /// One owner lets go; the last one frees the frame. An exception that nobody took by then can
   /// no longer be observed: it terminates, as an exception escaping a std::thread does.
   static void release(handle_type h) noexcept {
     spawned_promise& p = h.promise();
     if (p.owners_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (p.outcome.index() == 2 && !p.taken) std::terminate();
+    if (p.error && !p.taken) std::terminate();
     h.destroy();
   }
 
@@ -243,8 +244,8 @@ class spawned_promise : public spawned_return<spawned_promise<T>, T> {
   T take() {
     assert(!taken && "asyncband::runtime::join_handle: the outcome was taken already");
     taken = true;
-    if (outcome.index() == 2) std::rethrow_exception(std::get<2>(outcome));
-    if constexpr (!std::is_void_v<T>) return std::move(std::get<1>(outcome));
+    if (error) std::rethrow_exception(error);
+    if constexpr (!std::is_void_v<T>) return std::move(*this->value);
   }
 
  private:
