@@ -6,14 +6,23 @@
 // the single-threaded checks, a one-slot scheduler of each kind.
 #include <gtest/gtest.h>
 
+#include <asyncband/barrier.hpp>
+#include <asyncband/block_on.hpp>
+#include <asyncband/broadcast.hpp>
+#include <asyncband/condvar.hpp>
 #include <asyncband/detail/awaitable_traits.hpp>
 #include <asyncband/latch.hpp>
 #include <asyncband/manual_reset_event.hpp>
+#include <asyncband/mpsc/bounded.hpp>
 #include <asyncband/mpsc/unbounded.hpp>
+#include <asyncband/mutex.hpp>
+#include <asyncband/once.hpp>
+#include <asyncband/oneshot.hpp>
 #include <asyncband/resume_on.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/semaphore.hpp>
+#include <asyncband/watch.hpp>
 #include <atomic>
 #include <condition_variable>
 #include <coroutine>
@@ -25,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <stop_token>
 #include <thread>
 #include <type_traits>
@@ -535,6 +545,104 @@ TEST(ResumeOn, AnAsyncbandTaskAwaitedThroughItRunsOnTheSchedulerToo) {
   while (sched.run()) {
   }
   EXPECT_EQ(got, 9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every kind of awaiter the library returns: a wait that suspended continues on the scheduler,
+// never on the waking thread (one-slot scheduler, this thread wakes).
+
+template <class MakeWait>
+foreign_task continue_after(slot_scheduler& sched, MakeWait make_wait, bool& done) {
+  if constexpr (std::is_void_v<yield_of<MakeWait>>) {
+    co_await ab::resume_on(sched, make_wait());
+  } else {
+    [[maybe_unused]] const auto outcome = co_await ab::resume_on(sched, make_wait());
+  }
+  done = true;
+}
+
+/// Starts a waiter on make_wait(); wake() completes its wait on this thread.
+template <class MakeWait, class Wake>
+void continues_on_the_scheduler(MakeWait make_wait, Wake wake) {
+  slot_scheduler sched;
+  bool done = false;
+  continue_after(sched, make_wait, done);
+  EXPECT_FALSE(done) << "the wait did not suspend";
+  wake();
+  EXPECT_FALSE(done) << "continued on the waking thread";
+  while (sched.run()) {
+  }
+  EXPECT_TRUE(done);
+}
+
+ab::runtime::task<void> wait_event(ab::manual_reset_event& ev) {
+  co_await ev.wait();
+}
+
+TEST(ResumeOn, EveryKindOfAwaiterContinuesOnTheScheduler) {
+  {
+    SCOPED_TRACE("mutex lock");
+    ab::mutex<int> m(0);
+    std::optional<ab::mutex_guard<int>> held = m.try_lock();
+    continues_on_the_scheduler([&m] { return m.lock(); }, [&held] { held.reset(); });
+  }
+  {
+    SCOPED_TRACE("condvar wait");
+    ab::mutex<int> m(0);
+    ab::condvar cv;
+    auto guard = m.try_lock();
+    continues_on_the_scheduler([&] { return cv.wait(std::move(*guard)); }, [&cv] { cv.notify_one(); });
+  }
+  {
+    SCOPED_TRACE("bounded channel send");
+    auto [tx_, rx_] = ab::mpsc::bounded<int>(1);
+    auto& tx = tx_;
+    auto& rx = rx_;
+    ASSERT_TRUE(tx.try_send(1).ok());
+    continues_on_the_scheduler([&tx] { return tx.send(2); }, [&rx] { (void)rx.try_recv(); });
+  }
+  {
+    SCOPED_TRACE("oneshot receive");
+    auto [tx_, rx_] = ab::oneshot::channel<int>();
+    auto& tx = tx_;
+    auto& rx = rx_;
+    continues_on_the_scheduler([&rx] { return rx.recv(); }, [&tx] { (void)tx.send(3); });
+  }
+  {
+    SCOPED_TRACE("once: a caller waiting for another's run");
+    ab::once o;
+    ab::manual_reset_event ev;
+    slot_scheduler runner_sched;
+    bool ran = false;
+    continue_after(
+        runner_sched, [&] { return o.call_once([&ev] { return wait_event(ev); }); }, ran);
+    continues_on_the_scheduler([&o] { return o.call_once([] {}); },
+                               [&] {
+                                 ev.set();
+                                 while (runner_sched.run()) {
+                                 }
+                               });
+    EXPECT_TRUE(ran);
+  }
+  {
+    SCOPED_TRACE("watch changed");
+    auto [tx_, rx_] = ab::watch::channel<int>(0);
+    auto& tx = tx_;
+    auto& rx = rx_;
+    continues_on_the_scheduler([&rx] { return rx.changed(); }, [&tx] { (void)tx.send(1); });
+  }
+  {
+    SCOPED_TRACE("broadcast receive");
+    auto [tx_, rx_] = ab::broadcast::overflow<int>(2);
+    auto& tx = tx_;
+    auto& rx = rx_;
+    continues_on_the_scheduler([&rx] { return rx.recv(); }, [&tx] { (void)tx.send(4); });
+  }
+  {
+    SCOPED_TRACE("barrier wait");
+    ab::barrier b(2);
+    continues_on_the_scheduler([&b] { return b.wait(); }, [&b] { (void)ab::block_on(b.wait()); });
+  }
 }
 
 owned_foreign_task acquire_and_hold(slot_scheduler& sched, ab::semaphore& sem, bool& done) {
