@@ -18,6 +18,7 @@
 #include "oneshot.hpp"
 #include "phaser.hpp"
 #include "result.hpp"
+#include "resume_on.hpp"
 #include "rwlock.hpp"
 #include "scheduler.hpp"
 #include "semaphore.hpp"

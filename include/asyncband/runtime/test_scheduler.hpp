@@ -46,10 +46,11 @@ class test_scheduler {
   [[nodiscard]] scheduler_ref ref() noexcept { return scheduler_ref::of(*this); }
   [[nodiscard]] schedule_on schedule() noexcept { return schedule_on(ref()); }
 
-  /// Queues a task to start on this scheduler; it first runs at a later step.
+  /// Queues a task to start on this scheduler; it first runs at a later step. Returns its
+  /// join_handle (dropping it detaches the task).
   template <class T>
-  void spawn(task<T> t) {
-    runtime::spawn(ref(), std::move(t));
+  join_handle<T> spawn(task<T> t) {
+    return runtime::spawn(ref(), std::move(t));
   }
 
   /// Resumes one ready coroutine; false if none was ready.
