@@ -26,3 +26,4 @@
 #include "singleflight.hpp"
 #include "wait_group.hpp"
 #include "watch.hpp"
+#include "when_any.hpp"

@@ -25,6 +25,8 @@ namespace asyncband {
 ///   the waiter resumes. A waiter that had already been handed a permit by notify_one passes it
 ///   on, as if notify_one were called again: the permit goes to the next waiter or is stored.
 ///   A notify_all wake-up is not a permit and is not passed on.
+/// - when_any: a wait that lost its when_any is never handed the permit (notify_one commits the
+///   head first and stores the permit, or serves the next waiter, when it lost).
 /// - Fairness: FIFO. notify_one always serves the head of the queue; a new wait never takes a
 ///   permit while others are queued (a permit is only stored when no one waits).
 /// - The event must outlive every pending wait.

@@ -24,6 +24,8 @@ struct barrier_wait_result {
 /// many waits have arrived, and the next generation starts at once.
 ///
 /// Contract
+/// - when_any: a barrier wait arrives when it starts, and keeps its arrival if it loses (an
+///   arrival is a side effect, not a grant).
 /// - Arrival commits when the wait starts (before any suspension). A wait whose stop token is
 ///   already stopped when it starts does not arrive. A wait cancelled after it started keeps
 ///   its arrival: the generation still completes when the others arrive; only the waiting ends.

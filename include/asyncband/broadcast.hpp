@@ -162,6 +162,8 @@ std::pair<bounded_sender<T>, bounded_receiver<T>> bounded(std::size_t capacity) 
 /// closes when the last sender goes (or one calls close()).
 ///
 /// Contract
+/// - when_any: a bounded send that lost its when_any is never granted a unit, and its value comes
+///   back in the when_any's result (send_status::cancelled).
 /// - Every message goes to every receiver subscribed when it was sent (a subscription and a send
 ///   are ordered by one short lock: a receiver subscribed during a send either gets that message
 ///   or starts after it, never half). Receivers see the messages in the order their sends
@@ -318,6 +320,7 @@ class sender {
 /// another one. Destroying it unsubscribes.
 ///
 /// Contract
+/// - when_any: a receive moves its cursor only if it wins; a losing one keeps its place.
 /// - recv() yields recv_result<T>: the next message (a copy; see below), lagged(n) (overflow
 ///   only: the receiver fell `capacity` behind and the n oldest messages it had not read were
 ///   overwritten; its next receive returns the oldest message still held), or closed once the

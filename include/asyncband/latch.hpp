@@ -22,6 +22,7 @@ namespace asyncband {
 ///   latch's lock, each on its own scheduler (inline for coroutines without one).
 /// - Errors: a negative initial count or arrival, an initial count above max(), or an arrival
 ///   larger than the remaining count throws std::invalid_argument and leaves the count unchanged.
+/// - when_any: the count reaching zero completes a branch with nothing to give back.
 /// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
 ///   the final arrival claims the waiter. A stop already requested ends the wait at once.
 /// - The latch must outlive every pending wait.

@@ -21,6 +21,7 @@ namespace asyncband {
 /// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
 ///   set() claims the waiter; otherwise it completes ok. A stop already requested when the wait
 ///   starts ends it cancelled at once. Nothing is granted, so nothing needs passing on.
+/// - when_any: a set completes a branch with nothing to give back; a losing wait leaves no trace.
 /// - Fairness: not applicable; all waiters are released together.
 /// - The event must outlive every pending wait.
 class manual_reset_event : public detail::wait_functions<manual_reset_event> {

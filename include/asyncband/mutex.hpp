@@ -163,6 +163,8 @@ class [[nodiscard]] owned_mutex_guard {
 ///   unlocking call has released every internal lock; the unlocker never runs the next holder on
 ///   its stack unless that holder has no scheduler (then it resumes inline, as with every
 ///   asyncband wait). `try_lock` and a new `lock` never barge past a waiter.
+/// - when_any: a lock that lost its when_any is never handed the mutex; unlock commits the oldest
+///   waiter before the hand-off and passes over one that lost.
 /// - Cancellation commits until the waiter resumes: a cancelled lock never holds the mutex; if
 ///   it had been handed the mutex already, the mutex passes to the next waiter (or is unlocked).
 /// - Uncontended lock and unlock are one CAS each, no internal lock.

@@ -271,6 +271,7 @@ class [[nodiscard]] sender {
 /// but not taken.
 ///
 /// Contract
+/// - when_any: a receive takes the value only if it wins; a losing one leaves it in the channel.
 /// - recv() yields result<T>: the value, or wait_status::closed when none will ever come (the
 ///   sender went without sending, the value was already taken, or the receiver closed before a
 ///   send committed). It is cancel-safe: a cancelled or destroyed receive takes nothing, and the

@@ -53,6 +53,7 @@ class phaser_observer_wait;
 /// participant keeps its phaser alive.
 ///
 /// Contract
+/// - when_any: a participant's wait arrives when it starts, and keeps its arrival if it loses.
 /// - Registration. enroll() adds one participant, enroll(n) n of them at once; each is a
 ///   move-only handle that owes one arrival in every phase while it is registered.
 ///   Linearization: a registration takes effect at one point, under the phaser's lock. A

@@ -120,6 +120,7 @@ class [[nodiscard]] rwlock_write_guard {
 ///   writer waits, later readers (including `try_read`) queue behind it, so writers cannot
 ///   starve; the readers queued behind a writer are let in together when it unlocks.
 ///   Built on asyncband::semaphore with max_readers() permits: a read takes one, a write all.
+/// - when_any: a read or write lock that lost its when_any is never granted the rwlock.
 /// - Cancellation commits until the waiter resumes: a cancelled lock never holds the rwlock,
 ///   and what it had been handed passes to the next waiters.
 /// - Uncontended read and write locks and unlocks are one CAS each.

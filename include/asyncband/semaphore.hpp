@@ -133,6 +133,8 @@ class [[nodiscard]] semaphore_permit {
 ///   the head of the queue, which keeps what it is given (a partial grant) until it has all it
 ///   asked for; only then does the next waiter receive any. `try_acquire` and a new `acquire`
 ///   never take permits while anybody is queued (no barging), so a large request cannot starve.
+/// - when_any: an acquisition that lost its when_any is never granted a permit, not even part of
+///   one: a release commits the head before completing its grant and passes over one that lost.
 /// - Cancellation commits until the waiter resumes: a waiter cancelled while queued gives its
 ///   partial grant to the next waiters; one cancelled after its grant was complete (stop
 ///   observed on resumption, or its frame destroyed) returns all of it. Nothing is lost.

@@ -261,6 +261,7 @@ class sender {
 ///   wait_group member: a copy beyond wait_group::max() receivers throws std::overflow_error.
 /// - Signal: is_shutdown_now(), the is_shutdown() forms and stop_token() all read the one flag
 ///   that shutdown() sets first (see sender). A receiver copied after shutdown sees it at once.
+/// - when_any: is_shutdown() completes a branch with nothing to give back (a service loop's quit).
 /// - Cancellation: is_shutdown(stop) commits to cancelled if the stop request is observed before
 ///   shutdown() claims the waiter; a stop already requested ends it at once. Nothing is granted,
 ///   so nothing needs passing on.

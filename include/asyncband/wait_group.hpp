@@ -39,6 +39,7 @@ struct wait_group_test_access;  // defined by the test suite only: reaches max()
 ///   released by the previous round's last departure.
 /// - Errors: a copy that would exceed max() members throws std::overflow_error and changes
 ///   nothing.
+/// - when_any: the wait leaves the group when it starts, even if it then loses.
 /// - Cancellation: wait(stop_token) commits to cancelled if the stop request is observed before
 ///   the last member's departure claims the waiter.
 /// - A moved-from handle has no group: it is not a member, and waiting on it is undefined.

@@ -606,6 +606,7 @@ class [[nodiscard]] sender {
 ///   for the first check, then on the thread whose send woke the wait (as a condvar's
 ///   predicate runs on the notifier's side); keep it short. If it throws, the wait ends and the
 ///   exception propagates from the co_await.
+/// - when_any: changed() marks the version seen only when it wins; a losing one leaves it unseen.
 /// - Cancellation (stop token): a wait commits to cancelled if the stop request is observed
 ///   before a send or the sender's departure claims it; a wait claimed first reports what
 ///   claimed it (ok or closed), even if stop was requested before it resumed. Nothing is

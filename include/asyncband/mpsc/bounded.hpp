@@ -482,6 +482,8 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 /// disconnects when the last producer (sender or owned permit) or the receiver goes.
 ///
 /// Contract
+/// - when_any: a send that lost its when_any is never granted a unit of capacity, and its value
+///   comes back in the when_any's result (send_status::cancelled); the same for reserve().
 /// - Order: values from one sender (one thread or coroutine sending in sequence) are received in
 ///   the order they were sent; sends from different producers interleave in the order in which
 ///   they claimed their places (one atomic step each, once it has its unit of capacity).
@@ -734,6 +736,8 @@ class [[nodiscard]] owned_permit {
 /// (later sends hand their value back) and destroys the values nobody received.
 ///
 /// Contract
+/// - when_any: a receive takes its value only if it wins; a losing one leaves the value at the
+///   head, for the next receive.
 /// - recv() yields result<T>: a value, or wait_status::closed once nothing can come any more
 ///   (every producer is gone, or the channel is closed and no permit or accepted send is
 ///   outstanding) and every accepted value has been received. It is cancel-safe: a cancelled

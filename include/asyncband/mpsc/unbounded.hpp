@@ -244,6 +244,8 @@ class unbounded_sender {
 /// and destroys the values nobody received.
 ///
 /// Contract
+/// - when_any: a receive takes its value only if it wins; a losing one leaves the value at the
+///   head, for the next receive.
 /// - recv() yields result<T>: a value, or wait_status::closed once every sender is gone (or the
 ///   channel is closed) and every accepted value has been received. Cancel-safe: a cancelled
 ///   or destroyed receive takes nothing.
