@@ -3,7 +3,8 @@
 //
 // Names are `select/case/impl`; impl is
 //   asyncband   co_await asyncband::when_any(rx0.recv(), rx1.recv()) on two asyncband::mpsc::bounded
-//   loop        asyncband::select_loop over the two receivers (the range form, storage reused)
+//   (the case select/ready_loop/asyncband is select/ready with asyncband::select_loop over the
+//   two receivers: the range form, its storage reused from round to round)
 //   hand_built  the pattern users write without a select: a std::stop_source per round and
 //               runtime::when_all of two child tasks, each `co_await rx.recv(token)` and requesting
 //               stop when it receives (a value received by the second child after the stop is
@@ -205,7 +206,7 @@ void wake_asio(benchmark::State& state) {
 
 int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("select/ready/asyncband", ready_asyncband);
-  benchmark::RegisterBenchmark("select/ready/loop", ready_loop);
+  benchmark::RegisterBenchmark("select/ready_loop/asyncband", ready_loop);
   benchmark::RegisterBenchmark("select/ready/hand_built", ready_hand_built);
   benchmark::RegisterBenchmark("select/wake/asyncband", wake_asyncband);
   benchmark::RegisterBenchmark("select/wake/hand_built", wake_hand_built);
