@@ -65,7 +65,9 @@ TEST(WhenAny, ALaterReadyOperationWinsWhenTheFirstIsNotReady) {
 // ---------------------------------------------------------------------------------------------
 // Waiting
 
-task<void> wait_any_of_two(auto_reset_event& a, auto_reset_event& b, seen& out) {
+/// Waits for the first of `a.wait()` and `b.wait()` and records it in `out`.
+template <class A, class B>
+task<void> wait_either(A& a, B& b, seen& out) {
   auto r = co_await when_any(a.wait(), b.wait());
   out.index = r.index();
   ++out.resumed;
@@ -76,7 +78,7 @@ TEST(WhenAny, WaitsUntilOneCompletesAndCancelsTheOther) {
   auto_reset_event a;
   auto_reset_event b;
   seen out;
-  auto t = wait_any_of_two(a, b, out);
+  auto t = wait_either(a, b, out);
   start_on(s, t);
   s.run();
   EXPECT_EQ(out.resumed, 0);
@@ -175,7 +177,7 @@ TEST(WhenAnyRace, ANotifyOnTheLosingEventAfterTheWinnerCommittedStoresItsPermit)
   auto_reset_event a;
   auto_reset_event b;
   seen out;
-  auto t = wait_any_of_two(a, b, out);
+  auto t = wait_either(a, b, out);
   start_on(s, t);
   s.run();
   // a's notify claims (commits) the first branch; before it resolves, b is notified: the second
@@ -248,7 +250,7 @@ TEST(WhenAnyRace, ABranchCompletingDuringItsPublicationAfterAnotherWonPassesItsP
   auto_reset_event a;
   auto_reset_event b;
   seen out;
-  auto t = wait_any_of_two(a, b, out);
+  auto t = wait_either(a, b, out);
   start_on(s, t);
   // The first branch publishes; as the second is about to queue, `a` is notified (the first
   // branch wins) and `b` gets a permit, which the second branch takes at once as it publishes.
@@ -307,7 +309,7 @@ TEST(WhenAny, DestroyingTheWaitingCoroutineCancelsEveryOperation) {
   auto_reset_event b;
   seen out;
   {
-    auto t = wait_any_of_two(a, b, out);
+    auto t = wait_either(a, b, out);
     start_on(s, t);
     s.run();
   }
@@ -316,12 +318,6 @@ TEST(WhenAny, DestroyingTheWaitingCoroutineCancelsEveryOperation) {
   EXPECT_TRUE(a.is_set());
   EXPECT_TRUE(b.is_set());
   EXPECT_EQ(out.resumed, 0);
-}
-
-task<void> wait_set_or_notified(asyncband::manual_reset_event& m, auto_reset_event& b, seen& out) {
-  auto r = co_await when_any(m.wait(), b.wait());
-  out.index = r.index();
-  ++out.resumed;
 }
 
 bare_coroutine destroy_after(asyncband::manual_reset_event& m, std::optional<task<void>>& victim) {
@@ -339,7 +335,7 @@ TEST(WhenAny, ACoroutineDestroyedByAnInlineWaiterOfTheSameWakeUpIsNotWaitedFor) 
   seen out;
   std::optional<task<void>> victim;
   destroy_after(m, victim);
-  victim.emplace(wait_set_or_notified(m, b, out));
+  victim.emplace(wait_either(m, b, out));
   start_on(s, *victim);
   s.run();
   m.set();
@@ -484,13 +480,20 @@ std::optional<std::size_t> winner_after(Body body, Wake wake) {
   return index;
 }
 
+/// The body of a coroutine (for winner_after) racing `make_op()` against `ev.wait()`, which
+/// records the index of the winner.
+template <class MakeOp>
+auto racing(auto_reset_event& ev, MakeOp make_op) {
+  return [&ev, make_op](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(make_op(), ev.wait());
+    index = r.index();
+  };
+}
+
 TEST(WhenAnyPrimitives, LatchWinsOrLosesWithoutAnEffect) {
   asyncband::latch l(1);
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(l.wait(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return l.wait(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   EXPECT_EQ(winner_after(body, [&] { l.count_down(); }), 0U);
   EXPECT_FALSE(ev.is_set());
@@ -501,10 +504,7 @@ TEST(WhenAnyPrimitives, RwlockReadLosesAndTheWriterAfterItIsNotHeldUp) {
   auto w = rw.try_write();
   ASSERT_TRUE(w);
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(rw.read(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return rw.read(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   w.reset();
   EXPECT_TRUE(rw.try_write().has_value()) << "the losing read is still queued or holds the lock";
@@ -518,10 +518,7 @@ TEST(WhenAnyPrimitives, OneshotReceiveLosesAndTheValueSentLaterIsStillReceived) 
   auto& tx = ends1.first;
   auto& rx = ends1.second;
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(rx.recv(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return rx.recv(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   EXPECT_TRUE(tx.send(5).ok());
   EXPECT_EQ(*rx.recv_blocking(), 5);
@@ -555,10 +552,7 @@ TEST(WhenAnyPrimitives, BroadcastReceiveLosesAndKeepsItsPlace) {
   auto& tx = ends3.first;
   auto& rx = ends3.second;
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(rx.recv(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return rx.recv(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   EXPECT_TRUE(tx.send(1).ok());
   EXPECT_EQ(*rx.try_recv(), 1);
@@ -585,10 +579,7 @@ TEST(WhenAnyPrimitives, WatchChangeLosesAndStaysUnseen) {
   auto& tx = ends5.first;
   auto& rx = ends5.second;
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(rx.changed(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return rx.changed(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   EXPECT_EQ(winner_after(body, [&] { EXPECT_TRUE(tx.send(1).ok()); }), 0U);
   auto r = block_on(when_any(rx.changed(), asyncband::manual_reset_event(true).wait()));
@@ -614,10 +605,7 @@ TEST(WhenAnyPrimitives, ReserveLosesAndItsCapacityUnitGoesToTheNextSend) {
   auto& rx = ends7.second;
   EXPECT_TRUE(tx.try_send(1).ok());
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(tx.reserve(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return tx.reserve(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   EXPECT_EQ(*rx.try_recv(), 1);
   EXPECT_TRUE(tx.try_send(2).ok()) << "the losing reserve kept the unit";
@@ -626,10 +614,7 @@ TEST(WhenAnyPrimitives, ReserveLosesAndItsCapacityUnitGoesToTheNextSend) {
 TEST(WhenAnyPrimitives, APartlyGrantedAcquisitionThatLosesReturnsWhatItHad) {
   asyncband::semaphore sem(1);
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(sem.acquire(2), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return sem.acquire(2); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   EXPECT_EQ(sem.available(), 1U);
 }
@@ -637,10 +622,7 @@ TEST(WhenAnyPrimitives, APartlyGrantedAcquisitionThatLosesReturnsWhatItHad) {
 TEST(WhenAnyPrimitives, ABarrierArrivalIsKeptEvenWhenItsWaitLoses) {
   asyncband::barrier b(2);
   auto_reset_event ev;
-  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(b.wait(), ev.wait());
-    index = r.index();
-  };
+  const auto body = racing(ev, [&] { return b.wait(); });
   EXPECT_EQ(winner_after(body, [&] { ev.notify_one(); }), 1U);
   static_cast<void>(b.wait_blocking());  // completes the generation with the kept arrival
 }
@@ -687,12 +669,6 @@ bare_coroutine just_wait(asyncband::barrier& b) {
   co_await b.wait();
 }
 
-task<void> event_or_barrier(auto_reset_event& a, asyncband::barrier& b, seen& out) {
-  auto r = co_await when_any(a.wait(), b.wait());
-  out.index = r.index();
-  ++out.resumed;
-}
-
 TEST(WhenAnyReview, TheSweepDoesNotTouchTheBarrierOfABranchThatCompletedDuringItsPublication) {
   test_scheduler s;
   auto_reset_event a;
@@ -700,7 +676,7 @@ TEST(WhenAnyReview, TheSweepDoesNotTouchTheBarrierOfABranchThatCompletedDuringIt
   asyncband::barrier* const raw = b.get();
   wait_then_destroy(b);  // first arrival, queued
   seen out;
-  auto t = event_or_barrier(a, *raw, out);
+  auto t = wait_either(a, *raw, out);
   start_on(s, t);
   s.at(test_point::queueing, [] {});  // branch 0 (a) queues
   s.at(test_point::queueing, [&] {    // branch 1 (the barrier) is about to arrive and queue

@@ -18,6 +18,7 @@
 
 #include "broadcast/recv_result.hpp"
 #include "detail/fanout_ring.hpp"
+#include "detail/select_send.hpp"
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
@@ -83,9 +84,6 @@ send_result<T> finish_send(ring<T, true>* r, result<semaphore_permit>&& unit,
 /// `capacity` behind), then publishes. The value waits in the awaiter and comes back if the send
 /// does not deliver.
 template <class T, class Acquire>
-struct select_access_for_send;
-
-template <class T, class Acquire>
 class [[nodiscard("co_await it: the value is not sent until the send is awaited")]] send_awaiter {
  public:
   template <class... Args>
@@ -108,37 +106,14 @@ class [[nodiscard("co_await it: the value is not sent until the send is awaited"
   send_result<T> await_resume() { return finish_send(ring_, acquire_.await_resume(), std::move(value_)); }
 
  private:
-  template <class, class>
-  friend struct select_access_for_send;
+  friend struct asyncband::detail::send_select_access<send_awaiter>;
+  /// Sent, or awaited (or selected) before.
+  [[nodiscard]] bool spent() const noexcept { return suspended_; }
 
   ring<T, true>* ring_;
   T value_;
   Acquire acquire_;
   bool suspended_ = false;
-};
-
-/// A send as a when_any branch: its capacity wait is the branch; a losing send hands its value
-/// back in the result (send_status::cancelled), and a unit it was granted goes back.
-template <class T, class Acquire>
-struct select_access_for_send {
-  using awaiter = send_awaiter<T, Acquire>;
-  using outcome = send_result<T>;
-  using acquire = asyncband::detail::select_access<Acquire>;
-
-  static bool spent(const awaiter& a) noexcept { return a.suspended_; }
-  static bool poll(awaiter& a) { return a.await_ready(); }
-  static bool publish(awaiter& a, asyncband::detail::resume_target target,
-                      asyncband::detail::commit_point& commit) noexcept {
-    a.suspended_ = true;
-    return acquire::publish(a.acquire_, target, commit);
-  }
-  static asyncband::detail::waiter& node(awaiter& a) noexcept { return acquire::node(a.acquire_); }
-  static void cancel(awaiter& a) noexcept { acquire::cancel(a.acquire_); }
-  static outcome win(awaiter& a) { return a.await_resume(); }
-  static void pass_on(awaiter& a, bool started) noexcept { acquire::pass_on(a.acquire_, started); }
-  static std::optional<outcome> handed_back(awaiter& a) {
-    return outcome(send_status::cancelled, std::move(a.value_));
-  }
 };
 
 }  // namespace detail
@@ -429,5 +404,5 @@ namespace asyncband::detail {
 /// A bounded broadcast send is a when_any branch.
 template <class T, class Acquire>
 struct select_access<broadcast::detail::send_awaiter<T, Acquire>>
-    : broadcast::detail::select_access_for_send<T, Acquire> {};
+    : asyncband::detail::send_select_access<broadcast::detail::send_awaiter<T, Acquire>> {};
 }  // namespace asyncband::detail

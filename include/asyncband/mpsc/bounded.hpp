@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "../detail/channel_core.hpp"
+#include "../detail/select_send.hpp"
 #include "../detail/spin_lock.hpp"
 #include "../detail/wait_functions.hpp"
 #include "../detail/wait_queue.hpp"
@@ -383,9 +384,6 @@ using capacity_forms = asyncband::detail::acquire_forms<asyncband::detail::permi
 /// A send in a coroutine: takes a unit of capacity (awaiting it if the channel is full), then
 /// publishes. The value waits in the awaiter, and comes back if the send fails.
 template <class T, class Acquire>
-struct select_access_for_send;
-
-template <class T, class Acquire>
 class [[nodiscard("co_await it: the value is not sent until the send is awaited")]] send_awaiter {
  public:
   template <class... Args>
@@ -422,38 +420,15 @@ class [[nodiscard("co_await it: the value is not sent until the send is awaited"
   static constexpr bool sends_when_ready =
       std::is_same_v<Acquire, asyncband::detail::acquire_awaiter<asyncband::detail::permit_itself, true>>;
 
-  template <class, class>
-  friend struct select_access_for_send;
+  friend struct asyncband::detail::send_select_access<send_awaiter>;
+  /// Sent, or awaited (or selected) before.
+  [[nodiscard]] bool spent() const noexcept { return sent_ || suspended_; }
 
   bounded_state<T>* state_;
   T value_;
   Acquire acquire_;
   bool sent_ = false;
   bool suspended_ = false;
-};
-
-/// A send as a when_any branch: its capacity wait is the branch; a losing send hands its value
-/// back in the result (send_status::cancelled), and a unit it was granted goes back.
-template <class T, class Acquire>
-struct select_access_for_send {
-  using awaiter = send_awaiter<T, Acquire>;
-  using outcome = send_result<T>;
-  using acquire = asyncband::detail::select_access<Acquire>;
-
-  static bool spent(const awaiter& a) noexcept { return a.sent_ || a.suspended_; }
-  static bool poll(awaiter& a) { return a.await_ready(); }
-  static bool publish(awaiter& a, asyncband::detail::resume_target target,
-                      asyncband::detail::commit_point& commit) noexcept {
-    a.suspended_ = true;
-    return acquire::publish(a.acquire_, target, commit);
-  }
-  static asyncband::detail::waiter& node(awaiter& a) noexcept { return acquire::node(a.acquire_); }
-  static void cancel(awaiter& a) noexcept { acquire::cancel(a.acquire_); }
-  static outcome win(awaiter& a) { return a.await_resume(); }
-  static void pass_on(awaiter& a, bool started) noexcept { acquire::pass_on(a.acquire_, started); }
-  static std::optional<outcome> handed_back(awaiter& a) {
-    return outcome(send_status::cancelled, std::move(a.value_));
-  }
 };
 
 /// After the capacity wait: publishes with the unit, or hands the value back.
@@ -795,5 +770,5 @@ namespace asyncband::detail {
 /// A bounded MPSC send is a when_any branch.
 template <class T, class Acquire>
 struct select_access<mpsc::detail::send_awaiter<T, Acquire>>
-    : mpsc::detail::select_access_for_send<T, Acquire> {};
+    : asyncband::detail::send_select_access<mpsc::detail::send_awaiter<T, Acquire>> {};
 }  // namespace asyncband::detail
