@@ -749,67 +749,125 @@ auto async_outcome(Factory&& factory, CompletionToken&& token) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Named forms of async_op, for readability.
+// Named forms of async_op, for readability. Each has an executor-first form, as async_op: an
+// operation launched by a combinator with `deferred` (parallel_group) completes on the
+// executor it names, the default being asio::system_executor.
 
 /// `co_await async_lock(m, use_awaitable)`: m.lock(); yields std::optional<mutex_guard<T>>
 /// (engaged unless the error_code is set).
+template <asio_executor Executor, class Lockable, class CompletionToken>
+  requires requires(Lockable& m) {
+    { m.lock() } -> selectable_awaiter;
+  }
+auto async_lock(const Executor& ex, Lockable& m, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&m] { return m.lock(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class Lockable, class CompletionToken>
   requires requires(Lockable& m) {
     { m.lock() } -> selectable_awaiter;
   }
 auto async_lock(Lockable& m, CompletionToken&& token) {
-  return asio::async_op([&m] { return m.lock(); }, std::forward<CompletionToken>(token));
+  return asio::async_lock(boost::asio::system_executor(), m, std::forward<CompletionToken>(token));
 }
 
-/// rwlock::read(): shared access.
+/// rwlock::read(): shared access; yields std::optional<rwlock_read_guard<T>>.
+template <asio_executor Executor, class RwLock, class CompletionToken>
+  requires requires(RwLock& rw) {
+    { rw.read() } -> selectable_awaiter;
+  }
+auto async_read_lock(const Executor& ex, RwLock& rw, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&rw] { return rw.read(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class RwLock, class CompletionToken>
   requires requires(RwLock& rw) {
     { rw.read() } -> selectable_awaiter;
   }
 auto async_read_lock(RwLock& rw, CompletionToken&& token) {
-  return asio::async_op([&rw] { return rw.read(); }, std::forward<CompletionToken>(token));
+  return asio::async_read_lock(boost::asio::system_executor(), rw, std::forward<CompletionToken>(token));
 }
 
-/// rwlock::write(): exclusive access.
+/// rwlock::write(): exclusive access; yields std::optional<rwlock_write_guard<T>>.
+template <asio_executor Executor, class RwLock, class CompletionToken>
+  requires requires(RwLock& rw) {
+    { rw.write() } -> selectable_awaiter;
+  }
+auto async_write_lock(const Executor& ex, RwLock& rw, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&rw] { return rw.write(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class RwLock, class CompletionToken>
   requires requires(RwLock& rw) {
     { rw.write() } -> selectable_awaiter;
   }
 auto async_write_lock(RwLock& rw, CompletionToken&& token) {
-  return asio::async_op([&rw] { return rw.write(); }, std::forward<CompletionToken>(token));
+  return asio::async_write_lock(boost::asio::system_executor(), rw, std::forward<CompletionToken>(token));
 }
 
 /// semaphore::acquire(n): yields the semaphore_permit.
+template <asio_executor Executor, class CompletionToken>
+auto async_acquire(const Executor& ex, semaphore& sem, std::size_t n, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&sem, n] { return sem.acquire(n); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class CompletionToken>
 auto async_acquire(semaphore& sem, std::size_t n, CompletionToken&& token) {
-  return asio::async_op([&sem, n] { return sem.acquire(n); }, std::forward<CompletionToken>(token));
+  return asio::async_acquire(boost::asio::system_executor(), sem, n, std::forward<CompletionToken>(token));
 }
-
 /// semaphore::acquire(1).
+template <asio_executor Executor, class CompletionToken>
+auto async_acquire(const Executor& ex, semaphore& sem, CompletionToken&& token) {
+  return asio::async_acquire(ex, sem, 1, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class CompletionToken>
 auto async_acquire(semaphore& sem, CompletionToken&& token) {
-  return asio::async_acquire(sem, 1, std::forward<CompletionToken>(token));
+  return asio::async_acquire(boost::asio::system_executor(), sem, 1, std::forward<CompletionToken>(token));
 }
 
 /// rx.recv() on any channel's receiver (mpsc, oneshot, broadcast): yields the value; closed
 /// once nothing can come any more.
+template <asio_executor Executor, class Receiver, class CompletionToken>
+  requires requires(Receiver& rx) {
+    { rx.recv() } -> selectable_awaiter;
+  }
+auto async_recv(const Executor& ex, Receiver& rx, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&rx] { return rx.recv(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class Receiver, class CompletionToken>
   requires requires(Receiver& rx) {
     { rx.recv() } -> selectable_awaiter;
   }
 auto async_recv(Receiver& rx, CompletionToken&& token) {
-  return asio::async_op([&rx] { return rx.recv(); }, std::forward<CompletionToken>(token));
+  return asio::async_recv(boost::asio::system_executor(), rx, std::forward<CompletionToken>(token));
 }
 
 /// tx.send(value) on a bounded channel's sender (mpsc, broadcast): yields std::optional<T>, the
 /// value handed back when the send fails (engaged exactly when the error_code is set).
+template <asio_executor Executor, class Sender, class T, class CompletionToken>
+  requires requires(Sender& tx, T&& v) {
+    { tx.send(std::move(v)) } -> selectable_awaiter;
+  }
+auto async_send(const Executor& ex, Sender& tx, T value, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&tx, v = std::move(value)]() mutable { return tx.send(std::move(v)); },
+      std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
 template <class Sender, class T, class CompletionToken>
   requires requires(Sender& tx, T&& v) {
     { tx.send(std::move(v)) } -> selectable_awaiter;
   }
 auto async_send(Sender& tx, T value, CompletionToken&& token) {
-  return asio::async_op([&tx, v = std::move(value)]() mutable { return tx.send(std::move(v)); },
-                        std::forward<CompletionToken>(token));
+  return asio::async_send(boost::asio::system_executor(), tx, std::move(value),
+                          std::forward<CompletionToken>(token));
 }
 
 }  // namespace asyncband::asio
