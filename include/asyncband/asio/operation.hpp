@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "../asyncband.hpp"
+#include "../detail/spin_lock.hpp"
 #include "../detail/wait_operation.hpp"
 #include "error.hpp"
 
@@ -301,16 +302,38 @@ struct pending_op {
 /// shutdown(), so a waker or canceller of one of its operations must not run concurrently with
 /// the context's destruction (the header contract says so); the lock only orders the shutdown
 /// loop with operations resolved on other threads before it. (Wakers never hold a primitive's
-/// lock while they take this one, so taking primitives' locks under it is safe.)
+/// lock while they take this one, so taking primitives' locks under it is safe.) The lock is a
+/// spin lock: listing and unlisting are a few stores.
 class wait_service final : public boost::asio::execution_context::service {
  public:
   static inline boost::asio::execution_context::id id;
 
   explicit wait_service(boost::asio::execution_context& context) : service(context) {}
+  wait_service(const wait_service&) = delete;
+  wait_service& operator=(const wait_service&) = delete;
+  /// Invalidates every thread's cached lookup (of()): a later context may reuse the address.
+  ~wait_service() override { epoch().fetch_add(1, std::memory_order_release); }
+
+  /// The service of `context`. asio::use_service takes the registry's mutex and scans its list;
+  /// a pending operation asks for it each time, so the last answer is kept per thread, checked
+  /// against a global count of destroyed services.
+  static wait_service& of(boost::asio::execution_context& context) {
+    struct lookup {
+      const boost::asio::execution_context* context = nullptr;
+      wait_service* service = nullptr;
+      std::uint64_t epoch = 0;
+    };
+    thread_local lookup last;
+    const std::uint64_t now = epoch().load(std::memory_order_acquire);
+    if (last.context == &context && last.epoch == now) return *last.service;
+    wait_service& found = boost::asio::use_service<wait_service>(context);
+    last = lookup{&context, &found, now};
+    return found;
+  }
 
   /// Lists op; false if the context is shut down.
   bool add(pending_op& op) noexcept {
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(lock_);
     if (shut_down_) return false;
     op.prev = nullptr;
     op.next = head_;
@@ -329,7 +352,7 @@ class wait_service final : public boost::asio::execution_context::service {
       doomed_ = &op;
       return false;
     }
-    const std::lock_guard lock(mutex_);
+    const std::lock_guard lock(lock_);
     if (shut_down_) {
       destroy_now = true;
       return false;
@@ -341,6 +364,11 @@ class wait_service final : public boost::asio::execution_context::service {
   }
 
  private:
+  static std::atomic<std::uint64_t>& epoch() noexcept {
+    static std::atomic<std::uint64_t> destroyed{0};
+    return destroyed;
+  }
+
   static const wait_service*& shutting_down_here() noexcept {
     thread_local const wait_service* current = nullptr;
     return current;
@@ -348,7 +376,7 @@ class wait_service final : public boost::asio::execution_context::service {
 
   void shutdown() override {
     {
-      const std::lock_guard lock(mutex_);
+      const std::lock_guard lock(lock_);
       shut_down_ = true;
       shutting_down_here() = this;
       pending_op* op = std::exchange(head_, nullptr);
@@ -367,7 +395,7 @@ class wait_service final : public boost::asio::execution_context::service {
     }
   }
 
-  std::mutex mutex_;
+  asyncband::detail::spin_lock lock_;
   pending_op* head_ = nullptr;
   pending_op* doomed_ = nullptr;  // only on the shutting-down thread
   bool shut_down_ = false;
@@ -453,7 +481,6 @@ class operation final : public pending_op {
   operation(Factory& factory, Handler&& handler, const Executor& ex)
       : awaiter_(factory()),  // a prvalue: constructed right here (awaiters do not move)
         handler_(std::move(handler)),
-        executor_(ex),
         work_(track_work(ex)),
         slot_(boost::asio::get_associated_cancellation_slot(handler_)) {
     cancel = &cancel_listed;
@@ -493,7 +520,7 @@ class operation final : public pending_op {
   /// completes it if it was resolved meanwhile. Nothing is touched after the exchange on phase_
   /// unless this thread came second.
   void list_pending() noexcept {
-    service_ = &boost::asio::use_service<wait_service>(context_of(executor_));
+    service_ = &wait_service::of(context_of(executor()));
     if (!service_->add(*this)) {
       // The context is shut down already: end the wait now (if no waker committed it); the
       // resolution finds the service shut down and destroys the operation unrun.
@@ -523,7 +550,16 @@ class operation final : public pending_op {
     }
   }
 
-  void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
+  /// The handler's executor: the work-tracking one (copying a type-erased executor costs).
+  [[nodiscard]] const auto& executor() const noexcept {
+    if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+      return work_;
+    } else {
+      return work_.get_executor();
+    }
+  }
+
+  void post_completion() noexcept { boost::asio::post(executor(), completion(this)); }
 
   /// Cancels the wait if the cancellation wins the commit point (no waker has committed it).
   bool contend_and_cancel() noexcept {
@@ -656,8 +692,7 @@ class operation final : public pending_op {
 
   Awaiter awaiter_;  // first: built before the handler is moved in (a throwing factory leaves it)
   Handler handler_;
-  Executor executor_;
-  work_type work_;
+  work_type work_;  // the handler's executor, tracking outstanding work
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
   wait_service* service_ = nullptr;  // set once the operation is pending
   asyncband::detail::commit_point commit_;
