@@ -8,13 +8,12 @@
 //
 //   namespace ab = asyncband;
 //   namespace net = boost::asio;
-//   ab::semaphore_permit p = co_await ab::asio::async_op([&] { return sem.acquire(2); }, net::use_awaitable);
+//   auto permit = co_await ab::asio::async_op([&] { return sem.acquire(2); }, net::use_awaitable);
 //   auto [ec, value] = co_await ab::asio::async_recv(rx, net::as_tuple(net::use_awaitable));
-//   std::optional<T> back = co_await ab::asio::async_send(tx, std::move(v),
-//   net::redirect_error(net::use_awaitable, ec)); auto first = co_await (ab::asio::async_recv(rx,
-//   net::use_awaitable) || timer.async_wait(net::use_awaitable)); ab::result<ab::mutex_guard<int>> g =
-//   co_await ab::asio::async_outcome([&] { return m.lock(); }, net::use_awaitable); ab::wait_status s =
-//   co_await ab::asio::async_wait(event, net::use_awaitable);
+//   auto back = co_await ab::asio::async_send(tx, std::move(v), net::redirect_error(net::use_awaitable, ec));
+//   auto first = co_await (ab::asio::async_recv(rx, net::use_awaitable) || timer.async_wait(...));
+//   auto guard = co_await ab::asio::async_outcome([&] { return m.lock(); }, net::use_awaitable);
+//   ab::wait_status s = co_await ab::asio::async_wait(event, net::use_awaitable);
 //
 // Contract
 // - Operations: async_op([executor,] factory, token) runs the awaiter that `factory()` returns,
@@ -93,9 +92,20 @@
 //   granted passes on (a permit or lock to the next waiter; a send's value is destroyed unsent).
 //   Do not destroy the context concurrently with a wake-up or cancellation of one of its
 //   operations.
-// - Exceptions: a factory that throws (a second concurrent receive) throws from the initiating
-//   function, nothing started. A value whose move throws while the outcome is taken (on the
-//   handler's executor) propagates out of the executor's run(), the handler destroyed unrun.
+// - Exceptions: a factory that throws (a second concurrent receive: std::logic_error) throws
+//   from the initiation, nothing started: from the initiating call for callbacks, from the
+//   launch for deferred; under use_awaitable Asio (1.81) initiates after the coroutine
+//   suspended, so the exception propagates out of the executor's run(). A value whose move
+//   throws while the outcome is taken (on the handler's executor) propagates out of run() too,
+//   the handler destroyed unrun.
+// - Combinators: `||`, `&&` and parallel_group cancel the operations that lose, and those give
+//   back what they had (above). With parallel_group and `deferred`, pass the executor of the
+//   coroutine to the operation (`async_recv(ex, rx, deferred)`): an operation completes on the
+//   executor its initiation names, asio::system_executor by default, and the group's
+//   cancellation of it must be synchronized with that executor.
+// - g++ 12 destroys twice a braced temporary with a non-trivial destructor written inside a
+//   co_await expression (docs/design.md, Toolchain notes): build such an argument (a job struct
+//   passed to async_send) before the co_await.
 #pragma once
 
 #include <boost/asio/async_result.hpp>
