@@ -984,6 +984,50 @@ TEST_F(asio_late_cancel, latch_completes_cancelled) {
   EXPECT_EQ(seen, net::error::operation_aborted);
 }
 
+TEST_F(asio_late_cancel, barrier_completes_cancelled_and_keeps_its_arrival) {
+  ab::barrier bar(2);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return bar.wait(); }, [&](error_code ec, ab::barrier_wait_result) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  static_cast<void>(bar.wait_blocking());  // the second arrival completes the generation
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(bar.generation(), 1U);
+}
+
+TEST_F(asio_late_cancel, phaser_participant_completes_cancelled_and_keeps_its_arrival) {
+  auto ph = ab::phaser::create();
+  ab::phaser_participant a = ph->enroll().value();
+  ab::phaser_participant b = ph->enroll().value();
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return a.wait(); }, [&](error_code ec, ab::phase_id) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  static_cast<void>(b.arrive());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(ph->phase(), ab::phase_id(1));
+}
+
+TEST_F(asio_late_cancel, wait_group_completes_cancelled) {
+  std::optional<ab::wait_group> member(std::in_place);
+  ab::wait_group waiter = *member;
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return waiter.wait(); }, [&](error_code ec) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  member.reset();  // the last member leaves
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+}
+
 // Late, after the waker resolved the node and the completion was posted.
 
 TEST_F(asio_ops, cancelled_after_the_wake_before_the_handler_the_lock_passes_on) {
