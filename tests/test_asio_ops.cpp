@@ -1233,6 +1233,14 @@ TEST(asio_ops_lifetime, a_context_made_where_a_destroyed_one_was_gets_its_own_se
 // permits are conserved, every value sent is received exactly once, every send that lost to its
 // timer handed its value back.
 
+// The coroutines' executor is the strand type itself, not any_io_executor: a type-erased strand
+// is a reference-counted heap object whose count Asio releases with a fence, which TSan does not
+// model (it reports the last release on another thread as a race, in Asio's own code).
+using pool_strand = net::strand<net::thread_pool::executor_type>;
+using strand_timer = net::basic_waitable_timer<std::chrono::steady_clock,
+                                               net::wait_traits<std::chrono::steady_clock>, pool_strand>;
+constexpr net::use_awaitable_t<pool_strand> on_strand;
+
 TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
   using namespace net::experimental::awaitable_operators;
   constexpr int workers = 4;
@@ -1240,28 +1248,27 @@ TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
   net::thread_pool pool(2);
   ab::semaphore sem(2);
   auto [tx, rx] = ab::mpsc::bounded<int>(2);
-  std::atomic<int> acquired{0};
   std::atomic<int> sent{0};
   std::atomic<int> handed_back{0};
   std::vector<int> received;
 
   for (int w = 0; w < workers; ++w) {
     net::co_spawn(
-        net::make_strand(pool),
-        [&, w, tx = tx]() mutable -> net::awaitable<void> {
-          auto ex = co_await net::this_coro::executor;
+        pool_strand(pool.get_executor()),
+        [&, w, tx = tx]() mutable -> net::awaitable<void, pool_strand> {
+          const pool_strand ex = co_await net::this_coro::executor;
           for (int i = 0; i < rounds; ++i) {
-            net::steady_timer timer(ex, std::chrono::microseconds(i % 7));
-            auto r = co_await (ab::asio::async_acquire(sem, net::use_awaitable) ||
-                               timer.async_wait(net::use_awaitable));
-            if (r.index() == 0) ++acquired;
-            // the permit (if any) is released here
+            strand_timer timer(ex, std::chrono::microseconds(i % 7));
+            auto acquire = ab::asio::async_acquire(sem, on_strand);
+            auto expiry = timer.async_wait(on_strand);
+            auto r = co_await (std::move(acquire) || std::move(expiry));
+            static_cast<void>(r);  // the permit (if any) is released here
             const int value = w * rounds + i;
-            net::steady_timer timer2(ex, std::chrono::microseconds(i % 5));
+            strand_timer timer2(ex, std::chrono::microseconds(i % 5));
             auto [order, ec, back, timer_ec] =
                 co_await net::experimental::make_parallel_group(
                     ab::asio::async_send(ex, tx, value, net::deferred), timer2.async_wait(net::deferred))
-                    .async_wait(net::experimental::wait_for_one(), net::use_awaitable);
+                    .async_wait(net::experimental::wait_for_one(), on_strand);
             static_cast<void>(order);
             static_cast<void>(timer_ec);
             if (!ec) {
@@ -1278,14 +1285,14 @@ TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
   }
   { auto drop = std::move(tx); }  // the coroutines hold the only senders now
   net::co_spawn(
-      net::make_strand(pool),
-      [&, &rx = rx]() -> net::awaitable<void> {
+      pool_strand(pool.get_executor()),
+      [&, &rx = rx]() -> net::awaitable<void, pool_strand> {
+        const pool_strand ex = co_await net::this_coro::executor;
         for (;;) {
-          auto ex = co_await net::this_coro::executor;
-          net::steady_timer timer(ex, 3us);
-          auto r =
-              co_await (ab::asio::async_op([&] { return rx.recv(); }, net::as_tuple(net::use_awaitable)) ||
-                        timer.async_wait(net::use_awaitable));
+          strand_timer timer(ex, 3us);
+          auto recv = ab::asio::async_op([&] { return rx.recv(); }, net::as_tuple(on_strand));
+          auto expiry = timer.async_wait(on_strand);
+          auto r = co_await (std::move(recv) || std::move(expiry));
           if (r.index() == 1) continue;
           auto [ec, v] = std::get<0>(r);
           if (ec == err::closed) co_return;
@@ -1300,7 +1307,6 @@ TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
   std::vector<int> sorted = received;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "a value received twice";
-  static_cast<void>(acquired.load());
 }
 
 }  // namespace
