@@ -31,6 +31,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -421,6 +422,44 @@ auto track_work(const Executor& ex) {
   }
 }
 
+/// An operation's hold on its executor's outstanding work, taken when it publishes. Raw storage
+/// rather than a std::optional: g++ 12 at -O2 reports a false -Wmaybe-uninitialized inside a
+/// never-engaged optional of a type-erased executor (as for stop_registration, wait_operation.hpp).
+template <class Work>
+class work_hold {
+ public:
+  work_hold() noexcept = default;
+  work_hold(work_hold&& other) noexcept {
+    if (other.engaged_) {
+      ::new (static_cast<void*>(storage_)) Work(std::move(*other.get()));
+      engaged_ = true;
+      other.reset();
+    }
+  }
+  work_hold(const work_hold&) = delete;
+  work_hold& operator=(const work_hold&) = delete;
+  work_hold& operator=(work_hold&&) = delete;
+  ~work_hold() { reset(); }
+
+  template <class Executor>
+  void take(const Executor& ex) {
+    reset();
+    ::new (static_cast<void*>(storage_)) Work(track_work(ex));
+    engaged_ = true;
+  }
+  void reset() noexcept {
+    if (!engaged_) return;
+    engaged_ = false;
+    get()->~Work();
+  }
+
+ private:
+  Work* get() noexcept { return std::launder(reinterpret_cast<Work*>(storage_)); }
+
+  bool engaged_ = false;
+  alignas(Work) unsigned char storage_[sizeof(Work)];
+};
+
 // ---------------------------------------------------------------------------------------------
 // The operation.
 
@@ -466,7 +505,12 @@ class operation final : public pending_op {
       std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
       throw;
     }
-    op->launch();
+    try {
+      op->launch();
+    } catch (...) {  // nothing was published: the operation goes, the exception propagates
+      op->destroy_self();
+      throw;
+    }
   }
 
   operation(const operation&) = delete;
@@ -481,7 +525,7 @@ class operation final : public pending_op {
   operation(Factory& factory, Handler&& handler, const Executor& ex)
       : awaiter_(factory()),  // a prvalue: constructed right here (awaiters do not move)
         handler_(std::move(handler)),
-        work_(track_work(ex)),
+        executor_(ex),
         slot_(boost::asio::get_associated_cancellation_slot(handler_)) {
     cancel = &cancel_listed;
     destroy = &destroy_unrun;
@@ -495,7 +539,9 @@ class operation final : public pending_op {
   /// awaiter is a member, after the base).
   [[nodiscard]] const void* cancel_id() const noexcept { return static_cast<const pending_op*>(this); }
 
-  void launch() noexcept {
+  /// Throws only before anything is published (a poll of a spent awaiter, an allocation of the
+  /// work-tracking executor).
+  void launch() {
     // Before the wait can complete: a completion may run (and clear the slot) at once.
     if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
     if constexpr (policy::polls) {
@@ -507,6 +553,10 @@ class operation final : public pending_op {
         return;
       }
     }
+    // An operation that may wait holds its executor's outstanding work from here. One that
+    // completed by poll needs none: its posted completion is work, and copying a tracked
+    // type-erased executor (post copies it several times) costs an atomic count each time.
+    work_.take(executor_);
     if (!access::publish(awaiter_, asyncband::detail::resume_target(&on_resolved, this), commit_)) {
       static_cast<void>(commit_.try_commit(access::id(awaiter_)));  // nobody else can have yet
       completed_ = true;
@@ -520,7 +570,7 @@ class operation final : public pending_op {
   /// completes it if it was resolved meanwhile. Nothing is touched after the exchange on phase_
   /// unless this thread came second.
   void list_pending() noexcept {
-    service_ = &wait_service::of(context_of(executor()));
+    service_ = &wait_service::of(context_of(executor_));
     if (!service_->add(*this)) {
       // The context is shut down already: end the wait now (if no waker committed it); the
       // resolution finds the service shut down and destroys the operation unrun.
@@ -550,16 +600,7 @@ class operation final : public pending_op {
     }
   }
 
-  /// The handler's executor: the work-tracking one (copying a type-erased executor costs).
-  [[nodiscard]] const auto& executor() const noexcept {
-    if constexpr (boost::asio::execution::is_executor<Executor>::value) {
-      return work_;
-    } else {
-      return work_.get_executor();
-    }
-  }
-
-  void post_completion() noexcept { boost::asio::post(executor(), completion(this)); }
+  void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
 
   /// Cancels the wait if the cancellation wins the commit point (no waker has committed it).
   bool contend_and_cancel() noexcept {
@@ -613,7 +654,7 @@ class operation final : public pending_op {
     allocator_type alloc(get_allocator_of(handler_));
     outcome_type outcome = settle_or_destroy();
     Handler handler(std::move(handler_));
-    [[maybe_unused]] work_type work(std::move(work_));  // released after the handler returns
+    [[maybe_unused]] work_hold<work_type> work(std::move(work_));  // released after the handler returns
     destroy_self(alloc);
     Form::invoke(handler, std::move(outcome));
   }
@@ -692,7 +733,8 @@ class operation final : public pending_op {
 
   Awaiter awaiter_;  // first: built before the handler is moved in (a throwing factory leaves it)
   Handler handler_;
-  work_type work_;  // the handler's executor, tracking outstanding work
+  Executor executor_;          // the handler's
+  work_hold<work_type> work_;  // its outstanding work, from the publication
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
   wait_service* service_ = nullptr;  // set once the operation is pending
   asyncband::detail::commit_point commit_;
