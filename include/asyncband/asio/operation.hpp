@@ -539,8 +539,8 @@ class operation final : public pending_op {
   /// awaiter is a member, after the base).
   [[nodiscard]] const void* cancel_id() const noexcept { return static_cast<const pending_op*>(this); }
 
-  /// Throws only before anything is published (a poll of a spent awaiter, an allocation of the
-  /// work-tracking executor).
+  /// Throws only before anything is published (a poll of a spent awaiter, an allocation: of the
+  /// work-tracking executor, of the context's service at its first use).
   void launch() {
     // Before the wait can complete: a completion may run (and clear the slot) at once.
     if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
@@ -557,6 +557,7 @@ class operation final : public pending_op {
     // completed by poll needs none: its posted completion is work, and copying a tracked
     // type-erased executor (post copies it several times) costs an atomic count each time.
     work_.take(executor_);
+    service_ = &wait_service::of(context_of(executor_));  // may create it: before publishing
     if (!access::publish(awaiter_, asyncband::detail::resume_target(&on_resolved, this), commit_)) {
       static_cast<void>(commit_.try_commit(access::id(awaiter_)));  // nobody else can have yet
       completed_ = true;
@@ -570,7 +571,6 @@ class operation final : public pending_op {
   /// completes it if it was resolved meanwhile. Nothing is touched after the exchange on phase_
   /// unless this thread came second.
   void list_pending() noexcept {
-    service_ = &wait_service::of(context_of(executor_));
     if (!service_->add(*this)) {
       // The context is shut down already: end the wait now (if no waker committed it); the
       // resolution finds the service shut down and destroys the operation unrun.
@@ -736,7 +736,7 @@ class operation final : public pending_op {
   Executor executor_;          // the handler's
   work_hold<work_type> work_;  // its outstanding work, from the publication
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
-  wait_service* service_ = nullptr;  // set once the operation is pending
+  wait_service* service_ = nullptr;  // set before it publishes
   asyncband::detail::commit_point commit_;
   std::atomic<std::uint8_t> phase_{0};  // registered_bit, resolved_bit
   bool polled_ = false;                 // completed by poll at the start, never published
