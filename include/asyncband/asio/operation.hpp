@@ -1,0 +1,950 @@
+// asyncband/asio/operation.hpp: any asyncband waiting operation as a Boost.Asio asynchronous
+// operation (optional; needs Boost 1.81 or later, headers only). The contract is in
+// asyncband/asio.hpp, which includes this header.
+//
+// One adapter drives every awaiter the primitives return (a wait, an acquire, a lock, a receive,
+// a send, a reserve) through the branch protocol of asyncband::when_any
+// (detail::select_access, detail/wait_operation.hpp): the operation is a one-branch select whose
+// other contender for the commit point is the Asio cancellation. The awaiter is built in place
+// inside the operation's allocated state, by a factory called at initiation (awaiters are not
+// movable, and a deferred token initiates later).
+#pragma once
+
+#include <atomic>
+#include <boost/asio/associated_allocator.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/execution.hpp>
+#include <boost/asio/execution_context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/is_executor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
+#include <boost/asio/query.hpp>
+#include <boost/asio/recycling_allocator.hpp>
+#include <boost/asio/system_executor.hpp>
+#include <boost/system/error_code.hpp>
+#include <concepts>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "../asyncband.hpp"
+#include "../detail/spin_lock.hpp"
+#include "../detail/wait_operation.hpp"
+#include "error.hpp"
+
+namespace asyncband::asio {
+
+/// An executor in either of Asio's models.
+template <class E>
+concept asio_executor = boost::asio::execution::is_executor<E>::value || boost::asio::is_executor<E>::value;
+
+/// An awaiter the adapter can drive: one of the awaiters the primitives return (any wait,
+/// acquire, lock, receive, send or reserve), for which detail::select_access is specialized.
+template <class A>
+concept selectable_awaiter = requires { typename asyncband::detail::select_access<A>::outcome; };
+
+/// A callable returning a selectable awaiter by value (`[&] { return sem.acquire(2); }`).
+template <class F>
+concept awaiter_factory =
+    std::invocable<std::decay_t<F>&> && selectable_awaiter<std::invoke_result_t<std::decay_t<F>&>>;
+
+/// The awaiter a factory builds.
+template <class F>
+using factory_awaiter_t = std::invoke_result_t<std::decay_t<F>&>;
+
+/// Per-awaiter policy of the adapter; specialize for an awaiter type of your own.
+template <class Awaiter>
+struct operation_traits {
+  /// The Asio cancellation types that cancel the operation. Every one by default: a cancelled
+  /// operation gives back what it had been granted, so it leaves no side effect ("total").
+  static constexpr boost::asio::cancellation_type_t cancellation = boost::asio::cancellation_type::terminal |
+                                                                   boost::asio::cancellation_type::partial |
+                                                                   boost::asio::cancellation_type::total;
+};
+
+namespace bridge_detail {
+
+/// The node type of a primitive built on detail::wait_functions.
+template <class P>
+using node_of_t = typename P::template wait_node_of<>::type;
+
+/// A wait whose start has a side effect that cancellation keeps (an arrival): not "total".
+inline constexpr boost::asio::cancellation_type_t keeps_side_effect =
+    boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial;
+
+}  // namespace bridge_detail
+
+/// A barrier wait arrives when it starts, and a cancelled one keeps its arrival.
+template <bool Cancellable>
+struct operation_traits<asyncband::detail::wait_awaiter<bridge_detail::node_of_t<barrier>, Cancellable>> {
+  static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
+};
+
+/// A phaser participant's wait arrives (if it had not) when it starts, and keeps its arrival.
+template <bool Cancellable>
+struct operation_traits<
+    asyncband::detail::wait_awaiter<asyncband::detail::phaser_participant_wait, Cancellable>> {
+  static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
+};
+
+namespace bridge_detail {
+
+// ---------------------------------------------------------------------------------------------
+// Outcomes and completion signatures.
+
+/// What the value form delivers for an awaiter whose `co_await` yields O: O itself when it can
+/// say "cancelled" (result<T>, send_result<T>, a broadcast recv_result<T>), else result<O>
+/// (result<void> for a wait that yields nothing), since any Asio operation can be cancelled.
+template <class O>
+struct lift {
+  using type = result<O>;
+};
+template <>
+struct lift<void> {
+  using type = result<void>;
+};
+template <class O>
+  requires std::is_constructible_v<O, wait_status>
+struct lift<O> {
+  using type = O;
+};
+template <class T>
+struct lift<send_result<T>> {
+  using type = send_result<T>;
+};
+template <class O>
+using lifted_t = typename lift<O>::type;
+
+template <class O>
+inline constexpr bool is_send_result_v = false;
+template <class T>
+inline constexpr bool is_send_result_v<send_result<T>> = true;
+
+/// The outcome the value form delivers for an awaiter.
+template <class Awaiter>
+using outcome_t = lifted_t<typename asyncband::detail::select_access<Awaiter>::outcome>;
+
+/// The value argument of an error-code signature: the value itself, or std::optional of it for
+/// a type with no default constructor (the lock guards), which a failure could not provide.
+template <class V>
+using value_arg_t = std::conditional_t<std::is_default_constructible_v<V>, V, std::optional<V>>;
+
+/// The value form: the handler receives exactly the outcome.
+template <class Outcome>
+struct outcome_form {
+  using outcome_type = Outcome;
+  using signature = void(Outcome);
+  template <class Handler>
+  static void invoke(Handler& handler, Outcome&& outcome) {
+    std::move(handler)(std::move(outcome));
+  }
+};
+
+/// Asio's convention: void(error_code[, value]).
+template <class Outcome>
+struct error_form;
+
+template <>
+struct error_form<result<void>> {
+  using outcome_type = result<void>;
+  using signature = void(boost::system::error_code);
+  template <class Handler>
+  static void invoke(Handler& handler, result<void>&& outcome) {
+    std::move(handler)(error::to_error_code(outcome.status()));
+  }
+};
+
+template <class V>
+struct error_form<result<V>> {
+  using outcome_type = result<V>;
+  using arg = value_arg_t<V>;
+  using signature = void(boost::system::error_code, arg);
+  template <class Handler>
+  static void invoke(Handler& handler, result<V>&& outcome) {
+    if (outcome.ok()) {
+      std::move(handler)(boost::system::error_code(), arg(std::move(outcome).value()));
+    } else {
+      std::move(handler)(error::to_error_code(outcome.status()), arg());
+    }
+  }
+};
+
+/// A send hands its value back on failure: engaged exactly when the error_code is set.
+template <class T>
+struct error_form<send_result<T>> {
+  using outcome_type = send_result<T>;
+  using signature = void(boost::system::error_code, std::optional<T>);
+  template <class Handler>
+  static void invoke(Handler& handler, send_result<T>&& outcome) {
+    if (outcome.ok()) {
+      std::move(handler)(boost::system::error_code(), std::optional<T>());
+    } else {
+      std::move(handler)(error::to_error_code(outcome.status()),
+                         std::optional<T>(std::move(outcome).value()));
+    }
+  }
+};
+
+template <class T>
+struct error_form<broadcast::recv_result<T>> {
+  using outcome_type = broadcast::recv_result<T>;
+  using arg = value_arg_t<T>;
+  using signature = void(boost::system::error_code, arg);
+  template <class Handler>
+  static void invoke(Handler& handler, broadcast::recv_result<T>&& outcome) {
+    if (outcome.ok()) {
+      std::move(handler)(boost::system::error_code(), arg(std::move(outcome).value()));
+    } else {
+      std::move(handler)(error::to_error_code(outcome.status()), arg());
+    }
+  }
+};
+
+/// async_wait's form: void(wait_status[, value]), the value value-initialized unless ok.
+template <class Outcome>
+struct status_form;
+
+template <>
+struct status_form<result<void>> {
+  using outcome_type = result<void>;
+  using signature = void(wait_status);
+  template <class Handler>
+  static void invoke(Handler& handler, result<void>&& outcome) {
+    std::move(handler)(outcome.status());
+  }
+};
+
+template <class V>
+struct status_form<result<V>> {
+  using outcome_type = result<V>;
+  using signature = void(wait_status, V);
+  template <class Handler>
+  static void invoke(Handler& handler, result<V>&& outcome) {
+    const wait_status status = outcome.status();
+    std::move(handler)(status, status == wait_status::ok ? std::move(outcome).value() : V{});
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Completing without publishing.
+
+/// Whether the adapter may first try an awaiter's lock-free completion (select_access::poll),
+/// and how it gives back what a poll took when a late cancellation (or the context's shutdown)
+/// means the outcome will not be delivered. An awaiter not listed here is always published:
+/// whatever it is granted then stays in its node until the handler runs (a send's poll would
+/// push its value, which nothing could take back).
+template <class Awaiter>
+struct poll_policy {
+  static constexpr bool polls = false;
+};
+
+/// A wait's poll leaves what it took in the node (an auto-reset permit, a semaphore's permits);
+/// the node passes it on exactly as for a published wait (pending_wait::discard), and a value a
+/// receive found stays in its channel until taken.
+template <class Node, bool Cancellable>
+struct poll_policy<asyncband::detail::wait_awaiter<Node, Cancellable>> {
+  static constexpr bool polls = true;
+  static void revoke(asyncband::detail::wait_awaiter<Node, Cancellable>& a) {
+    static_cast<void>(
+        asyncband::detail::select_access<asyncband::detail::wait_awaiter<Node, Cancellable>>::lose(a, true));
+  }
+};
+
+/// An uncontended acquisition or lock takes its permits with one CAS; the outcome made of them
+/// (a permit, a guard) releases them to the next waiter when it is dropped.
+template <class Make, bool Fallible>
+struct poll_policy<asyncband::detail::acquire_awaiter<Make, Fallible>> {
+  static constexpr bool polls = true;
+  static void revoke(asyncband::detail::acquire_awaiter<Make, Fallible>& a) {
+    static_cast<void>(
+        asyncband::detail::select_access<asyncband::detail::acquire_awaiter<Make, Fallible>>::win(a));
+  }
+};
+
+template <class Source>
+struct poll_policy<asyncband::detail::source_awaiter<Source>> {
+  static constexpr bool polls = true;
+  static void revoke(asyncband::detail::source_awaiter<Source>& a) {
+    static_cast<void>(asyncband::detail::select_access<asyncband::detail::source_awaiter<Source>>::win(a));
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The execution context's record of pending operations.
+
+/// What the service of an execution context knows of a pending operation.
+struct pending_op {
+  pending_op* prev = nullptr;
+  pending_op* next = nullptr;
+  /// Cancels the wait if no waker committed it yet (it then resolves on this thread).
+  void (*cancel)(pending_op*) noexcept = nullptr;
+  /// Destroys the operation without invoking its handler.
+  void (*destroy)(pending_op*) noexcept = nullptr;
+};
+
+/// Tracks the operations pending on one execution context, so that its shutdown can end them
+/// without invoking their handlers (Asio's own services do the same with their operations).
+/// Only operations that wait are listed: one that completed at its start has its completion
+/// posted already, which the context destroys unrun.
+///
+/// At shutdown, under the service's lock, every listed operation is cancelled: one still queued
+/// resolves on the shutting-down thread, which keeps it for destruction after the loop. One a
+/// waker has committed resolves later on the waker's thread, finds the service shut down and
+/// destroys itself (passing its grant on). The context deletes the service right after
+/// shutdown(), so a waker or canceller of one of its operations must not run concurrently with
+/// the context's destruction (the header contract says so); the lock only orders the shutdown
+/// loop with operations resolved on other threads before it. (Wakers never hold a primitive's
+/// lock while they take this one, so taking primitives' locks under it is safe.) The lock is a
+/// spin lock: listing and unlisting are a few stores.
+class wait_service final : public boost::asio::execution_context::service {
+ public:
+  static inline boost::asio::execution_context::id id;
+
+  explicit wait_service(boost::asio::execution_context& context) : service(context) {}
+  wait_service(const wait_service&) = delete;
+  wait_service& operator=(const wait_service&) = delete;
+  /// Invalidates every thread's cached lookup (of()): a later context may reuse the address.
+  ~wait_service() override { epoch().fetch_add(1, std::memory_order_release); }
+
+  /// The service of `context`. asio::use_service takes the registry's mutex and scans its list;
+  /// a pending operation asks for it each time, so the last answer is kept per thread, checked
+  /// against a global count of destroyed services.
+  static wait_service& of(boost::asio::execution_context& context) {
+    struct lookup {
+      const boost::asio::execution_context* context = nullptr;
+      wait_service* service = nullptr;
+      std::uint64_t epoch = 0;
+    };
+    thread_local lookup last;
+    const std::uint64_t now = epoch().load(std::memory_order_acquire);
+    if (last.context == &context && last.epoch == now) return *last.service;
+    wait_service& found = boost::asio::use_service<wait_service>(context);
+    last = lookup{&context, &found, now};
+    return found;
+  }
+
+  /// Lists op; false if the context is shut down.
+  bool add(pending_op& op) noexcept {
+    const std::lock_guard lock(lock_);
+    if (shut_down_) return false;
+    op.prev = nullptr;
+    op.next = head_;
+    if (head_ != nullptr) head_->prev = &op;
+    head_ = &op;
+    return true;
+  }
+
+  /// A resolved op leaves the list. True: post its completion. False: the context is shut down
+  /// (or shutting down, on this thread): nothing will run there any more; the op is taken care
+  /// of (destroyed by the caller, or after the shutdown loop).
+  [[nodiscard]] bool remove(pending_op& op, bool& destroy_now) noexcept {
+    destroy_now = false;
+    if (shutting_down_here() == this) {  // resolved by our own cancel(), inside the loop below
+      op.next = doomed_;
+      doomed_ = &op;
+      return false;
+    }
+    const std::lock_guard lock(lock_);
+    if (shut_down_) {
+      destroy_now = true;
+      return false;
+    }
+    (op.prev == nullptr ? head_ : op.prev->next) = op.next;
+    if (op.next != nullptr) op.next->prev = op.prev;
+    op.next = op.prev = nullptr;
+    return true;
+  }
+
+ private:
+  static std::atomic<std::uint64_t>& epoch() noexcept {
+    static std::atomic<std::uint64_t> destroyed{0};
+    return destroyed;
+  }
+
+  static const wait_service*& shutting_down_here() noexcept {
+    thread_local const wait_service* current = nullptr;
+    return current;
+  }
+
+  void shutdown() override {
+    {
+      const std::lock_guard lock(lock_);
+      shut_down_ = true;
+      shutting_down_here() = this;
+      pending_op* op = std::exchange(head_, nullptr);
+      while (op != nullptr) {
+        pending_op* const next = op->next;  // cancel() may move op to doomed_
+        op->cancel(op);
+        op = next;
+      }
+      shutting_down_here() = nullptr;
+    }
+    // Outside the lock: destroying a handler runs arbitrary destructors.
+    while (doomed_ != nullptr) {
+      pending_op* const op = doomed_;
+      doomed_ = op->next;
+      op->destroy(op);
+    }
+  }
+
+  asyncband::detail::spin_lock lock_;
+  pending_op* head_ = nullptr;
+  pending_op* doomed_ = nullptr;  // only on the shutting-down thread
+  bool shut_down_ = false;
+};
+
+template <class Executor>
+boost::asio::execution_context& context_of(const Executor& ex) {
+  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    return boost::asio::query(ex, boost::asio::execution::context);
+  } else {
+    return ex.context();
+  }
+}
+
+template <class Executor>
+auto track_work(const Executor& ex) {
+  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    // Asio's property objects are spelled this way.
+    // NOLINTNEXTLINE(readability-static-accessed-through-instance)
+    return boost::asio::prefer(ex, boost::asio::execution::outstanding_work.tracked);
+  } else {
+    return boost::asio::make_work_guard(ex);
+  }
+}
+
+/// An operation's hold on its executor's outstanding work, taken when it publishes. Raw storage
+/// rather than a std::optional: g++ 12 at -O2 reports a false -Wmaybe-uninitialized inside a
+/// never-engaged optional of a type-erased executor (as for stop_registration, wait_operation.hpp).
+template <class Work>
+class work_hold {
+ public:
+  work_hold() noexcept = default;
+  work_hold(work_hold&& other) noexcept {
+    if (other.engaged_) {
+      ::new (static_cast<void*>(storage_)) Work(std::move(*other.get()));
+      engaged_ = true;
+      other.reset();
+    }
+  }
+  work_hold(const work_hold&) = delete;
+  work_hold& operator=(const work_hold&) = delete;
+  work_hold& operator=(work_hold&&) = delete;
+  ~work_hold() { reset(); }
+
+  template <class Executor>
+  void take(const Executor& ex) {
+    reset();
+    ::new (static_cast<void*>(storage_)) Work(track_work(ex));
+    engaged_ = true;
+  }
+  void reset() noexcept {
+    if (!engaged_) return;
+    engaged_ = false;
+    get()->~Work();
+  }
+
+ private:
+  Work* get() noexcept { return std::launder(reinterpret_cast<Work*>(storage_)); }
+
+  bool engaged_ = false;
+  alignas(Work) unsigned char storage_[sizeof(Work)];
+};
+
+// ---------------------------------------------------------------------------------------------
+// The operation.
+
+/// One asynchronous operation: the awaiter (built in place by the factory), the handler, the
+/// work guard and the commit point the awaiter's node and the Asio cancellation contend for.
+/// Allocated with the handler's associated allocator; destroyed before the handler is invoked.
+///
+/// Protocol (the one of a when_any with one branch; detail/any_engine.hpp):
+/// - The start polls the awaiter where that is revocable (poll_policy), else publishes it. A
+///   completion at the start commits the node at once; a pending one commits when a waker
+///   grants it (under the primitive's lock) or, for a resolution that grants nothing, when
+///   on_resolved runs. Either way the completion is then posted to the handler's executor.
+/// - The cancellation slot's handler contends for the same commit point: if it wins, the node is
+///   cancelled (a waker skips it, claiming it cancelled); if the node won first, the cancellation
+///   is late and recorded, and finish() gives back what the node was granted.
+/// - finish(), on the handler's executor: the winner's outcome, or the loser's give-back (a
+///   send's value comes back) reported as cancelled; then the state is freed and the handler
+///   invoked.
+/// - A pending operation is listed with the context's wait_service (for shutdown) after its
+///   publication; `phase_` orders that listing with a resolution on another thread: whichever
+///   of the two comes second goes on to complete the operation.
+template <class Awaiter, class Form, boost::asio::cancellation_type_t Accepted, class Handler, class Executor>
+class operation final : public pending_op {
+  using access = asyncband::detail::select_access<Awaiter>;
+  using policy = poll_policy<Awaiter>;
+  using access_outcome = typename access::outcome;
+  using outcome_type = typename Form::outcome_type;
+  using handler_allocator =
+      boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>;
+  using allocator_type = typename std::allocator_traits<handler_allocator>::template rebind_alloc<operation>;
+  using work_type = decltype(track_work(std::declval<const Executor&>()));
+
+ public:
+  /// Builds the awaiter with `factory()` and starts the operation; from the initiating function.
+  /// A factory that throws leaves the handler untouched (the exception propagates).
+  template <class Factory>
+  static void start(Handler&& handler, const Executor& ex, Factory& factory) {
+    allocator_type alloc(get_allocator_of(handler));
+    operation* const op = std::allocator_traits<allocator_type>::allocate(alloc, 1);
+    try {
+      ::new (static_cast<void*>(op)) operation(factory, std::move(handler), ex);
+    } catch (...) {
+      std::allocator_traits<allocator_type>::deallocate(alloc, op, 1);
+      throw;
+    }
+    try {
+      op->launch();
+    } catch (...) {  // nothing was published: the operation goes, the exception propagates
+      op->destroy_self();
+      throw;
+    }
+  }
+
+  operation(const operation&) = delete;
+  operation& operator=(const operation&) = delete;
+  ~operation() = default;
+
+ private:
+  static constexpr std::uint8_t registered_bit = 1;
+  static constexpr std::uint8_t resolved_bit = 2;
+
+  template <class Factory>
+  operation(Factory& factory, Handler&& handler, const Executor& ex)
+      : awaiter_(factory()),  // a prvalue: constructed right here (awaiters do not move)
+        handler_(std::move(handler)),
+        executor_(ex),
+        slot_(boost::asio::get_associated_cancellation_slot(handler_)) {
+    cancel = &cancel_listed;
+    destroy = &destroy_unrun;
+  }
+
+  static handler_allocator get_allocator_of(const Handler& h) noexcept {
+    return boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>());
+  }
+
+  /// What the cancellation contends for the commit point as (never a node's address: the
+  /// awaiter is a member, after the base).
+  [[nodiscard]] const void* cancel_id() const noexcept { return static_cast<const pending_op*>(this); }
+
+  /// Throws only before anything is published (a poll of a spent awaiter, an allocation: of the
+  /// work-tracking executor, of the context's service at its first use).
+  void launch() {
+    // Before the wait can complete: a completion may run (and clear the slot) at once.
+    if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
+    if constexpr (policy::polls) {
+      if (access::poll(awaiter_)) {
+        polled_ = true;
+        static_cast<void>(commit_.try_commit(&awaiter_));
+        completed_ = true;
+        post_completion();
+        return;
+      }
+    }
+    // An operation that may wait holds its executor's outstanding work from here. One that
+    // completed by poll needs none: its posted completion is work, and copying a tracked
+    // type-erased executor (post copies it several times) costs an atomic count each time.
+    work_.take(executor_);
+    service_ = &wait_service::of(context_of(executor_));  // may create it: before publishing
+    if (!access::publish(awaiter_, asyncband::detail::resume_target(&on_resolved, this), commit_)) {
+      static_cast<void>(commit_.try_commit(access::id(awaiter_)));  // nobody else can have yet
+      completed_ = true;
+      post_completion();
+      return;
+    }
+    list_pending();
+  }
+
+  /// After a publication that left the wait pending: lists the operation with its context, then
+  /// completes it if it was resolved meanwhile. Nothing is touched after the exchange on phase_
+  /// unless this thread came second.
+  void list_pending() noexcept {
+    if (!service_->add(*this)) {
+      // The context is shut down already: end the wait now (if no waker committed it); the
+      // resolution finds the service shut down and destroys the operation unrun.
+      contend_and_cancel();
+    }
+    if ((phase_.fetch_or(registered_bit, std::memory_order_acq_rel) & resolved_bit) != 0) complete_later();
+  }
+
+  /// The resume target of the published node: on the thread that resolved it (a waker, a
+  /// cancellation, a stop request). A resolution that granted nothing commits here.
+  static void on_resolved(void* self) noexcept {
+    auto& op = *static_cast<operation*>(self);
+    static_cast<void>(op.commit_.try_commit(access::id(op.awaiter_)));
+    if ((op.phase_.fetch_or(resolved_bit, std::memory_order_acq_rel) & registered_bit) != 0)
+      op.complete_later();
+  }
+
+  /// A resolved, listed operation: unlisted and its completion posted, unless its context is
+  /// shut down (then destroyed unrun, now or after the shutdown loop).
+  void complete_later() noexcept {
+    completed_ = true;
+    bool destroy_now = false;
+    if (service_->remove(*this, destroy_now)) {
+      post_completion();
+    } else if (destroy_now) {
+      destroy_self();
+    }
+  }
+
+  void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
+
+  /// Cancels the wait if the cancellation wins the commit point (no waker has committed it).
+  bool contend_and_cancel() noexcept {
+    if (!commit_.try_commit(cancel_id())) return false;
+    access::cancel(awaiter_);
+    return true;
+  }
+
+  /// The context's shutdown, for a listed operation.
+  static void cancel_listed(pending_op* self) noexcept {
+    static_cast<void>(static_cast<operation*>(self)->contend_and_cancel());
+  }
+  static void destroy_unrun(pending_op* self) noexcept { static_cast<operation*>(self)->destroy_self(); }
+
+  /// The Asio cancellation slot's handler (run where the emit is, which Asio requires to be
+  /// synchronized with the handler's executor, so never during finish()).
+  struct cancel_handler {
+    explicit cancel_handler(operation* o) noexcept : op(o) {}
+    operation* op;
+    void operator()(boost::asio::cancellation_type_t type) const noexcept {
+      if ((type & Accepted) == boost::asio::cancellation_type::none) return;
+      if (!op->contend_and_cancel()) op->late_cancel_ = true;  // decided already: give it back
+    }
+  };
+
+  /// Posted to the handler's executor; owns the operation until it runs (destroyed unrun, e.g.
+  /// by the context's shutdown, it destroys the operation without invoking the handler).
+  class completion {
+   public:
+    using allocator_type = handler_allocator;
+    explicit completion(operation* op) noexcept : op_(op), alloc_(get_allocator_of(op->handler_)) {}
+    completion(completion&& other) noexcept : op_(std::exchange(other.op_, nullptr)), alloc_(other.alloc_) {}
+    completion(const completion&) = delete;
+    completion& operator=(const completion&) = delete;
+    completion& operator=(completion&&) = delete;
+    ~completion() {
+      if (op_ != nullptr) op_->destroy_self();
+    }
+    [[nodiscard]] allocator_type get_allocator() const noexcept { return alloc_; }
+    void operator()() { std::exchange(op_, nullptr)->finish(); }
+
+   private:
+    operation* op_;
+    handler_allocator alloc_;
+  };
+
+  /// On the handler's executor: settles the outcome, frees the operation, invokes the handler.
+  void finish() {
+    if (slot_.is_connected()) slot_.clear();
+    completed_ = false;  // settled below, whatever happens
+    allocator_type alloc(get_allocator_of(handler_));
+    outcome_type outcome = settle_or_destroy();
+    Handler handler(std::move(handler_));
+    [[maybe_unused]] work_hold<work_type> work(std::move(work_));  // released after the handler returns
+    destroy_self(alloc);
+    Form::invoke(handler, std::move(outcome));
+  }
+
+  /// A value's move that throws while the outcome is taken propagates out of the executor's
+  /// run(), as a handler's own exception would; the handler is then destroyed unrun.
+  outcome_type settle_or_destroy() {
+    try {
+      return settle();
+    } catch (...) {
+      destroy_self();
+      throw;
+    }
+  }
+
+  /// The winner's outcome; or, for an operation cancelled (before its node committed, or late),
+  /// what it gives back: the grant passes on, a send's value comes back, and it reports cancelled.
+  outcome_type settle() {
+    if (!late_cancel_ && commit_.winner() != cancel_id()) return win();
+    if constexpr (policy::polls) {
+      if (polled_) {
+        policy::revoke(awaiter_);
+        return outcome_type(wait_status::cancelled);
+      }
+    }
+    return lose();
+  }
+
+  outcome_type win() {
+    if constexpr (std::is_void_v<access_outcome>) {
+      access::win(awaiter_);
+      return outcome_type();
+    } else if constexpr (std::is_same_v<access_outcome, outcome_type>) {
+      return access::win(awaiter_);
+    } else {
+      return outcome_type(access::win(awaiter_));
+    }
+  }
+
+  /// A losing operation's outcome: a send's comes from select_access::lose (its value, handed
+  /// back); any other's is just "cancelled", once its grant is passed on.
+  outcome_type lose() {
+    if constexpr (is_send_result_v<outcome_type>) {
+      auto back = access::lose(awaiter_, true);
+      return std::move(*back);  // a losing send always hands its value back
+    } else {
+      static_cast<void>(access::lose(awaiter_, true));
+      return outcome_type(wait_status::cancelled);
+    }
+  }
+
+  void destroy_self() noexcept { destroy_self(allocator_type(get_allocator_of(handler_))); }
+
+  // `alloc` is taken before the handler may be moved from.
+  void destroy_self(allocator_type alloc) noexcept {
+    if (slot_.is_connected()) slot_.clear();
+    if (completed_) give_back_unrun();
+    this->~operation();
+    std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
+  }
+
+  /// A completed operation destroyed unrun (its context shut down): what it was granted passes on.
+  void give_back_unrun() noexcept {
+    completed_ = false;
+    try {
+      if constexpr (policy::polls) {
+        if (polled_) {
+          policy::revoke(awaiter_);
+          return;
+        }
+      }
+      static_cast<void>(access::lose(awaiter_, true));
+    } catch (...) {  // a handed-back value's move threw: nobody is left to receive it anyway
+    }
+  }
+
+  Awaiter awaiter_;  // first: built before the handler is moved in (a throwing factory leaves it)
+  Handler handler_;
+  Executor executor_;          // the handler's
+  work_hold<work_type> work_;  // its outstanding work, from the publication
+  boost::asio::associated_cancellation_slot_t<Handler> slot_;
+  wait_service* service_ = nullptr;  // set before it publishes
+  asyncband::detail::commit_point commit_;
+  std::atomic<std::uint8_t> phase_{0};  // registered_bit, resolved_bit
+  bool polled_ = false;                 // completed by poll at the start, never published
+  bool completed_ = false;              // its outcome decided, not yet settled (a grant to give back)
+  bool late_cancel_ = false;            // cancelled after its node had committed
+};
+
+/// The initiation object handed to asio::async_initiate.
+template <class Form, boost::asio::cancellation_type_t Accepted, class DefaultExecutor>
+class initiate_operation {
+ public:
+  using executor_type = DefaultExecutor;
+  explicit initiate_operation(const DefaultExecutor& ex) : executor_(ex) {}
+  [[nodiscard]] executor_type get_executor() const noexcept { return executor_; }
+
+  template <class Handler, class Factory>
+  void operator()(Handler&& handler, Factory&& factory) const {
+    using handler_type = std::decay_t<Handler>;
+    using awaiter = factory_awaiter_t<Factory>;
+    handler_type h(std::forward<Handler>(handler));
+    auto ex = boost::asio::get_associated_executor(h, executor_);
+    operation<awaiter, Form, Accepted, handler_type, decltype(ex)>::start(std::move(h), ex, factory);
+  }
+
+ private:
+  DefaultExecutor executor_;
+};
+
+template <class Factory>
+using error_form_of = error_form<outcome_t<factory_awaiter_t<Factory>>>;
+template <class Factory>
+using outcome_form_of = outcome_form<outcome_t<factory_awaiter_t<Factory>>>;
+template <class Factory>
+inline constexpr boost::asio::cancellation_type_t cancellation_of =
+    operation_traits<factory_awaiter_t<Factory>>::cancellation;
+
+}  // namespace bridge_detail
+
+/// The completion signature of async_op for a factory: void(error_code) for a wait that yields
+/// nothing, void(error_code, T) for one that yields T or result<T> (std::optional<T> if T has no
+/// default constructor), void(error_code, std::optional<T>) for a send of T.
+template <awaiter_factory Factory>
+using op_signature_t = typename bridge_detail::error_form_of<Factory>::signature;
+
+/// What async_outcome delivers for a factory: what `co_await factory()` yields when that can
+/// say "cancelled" (result<T>, send_result<T>, broadcast::recv_result<T>), else result<T>.
+template <awaiter_factory Factory>
+using outcome_of_t = typename bridge_detail::outcome_form_of<Factory>::outcome_type;
+
+/// The awaiter `factory()` returns, as an Asio asynchronous operation with Asio's error-code
+/// convention (see asio.hpp). Completes on the handler's associated executor (default: `ex`).
+template <asio_executor Executor, awaiter_factory Factory,
+          BOOST_ASIO_COMPLETION_TOKEN_FOR(op_signature_t<Factory>) CompletionToken>
+auto async_op(const Executor& ex, Factory&& factory, CompletionToken&& token) {
+  using F = std::decay_t<Factory>;
+  return boost::asio::async_initiate<CompletionToken, op_signature_t<F>>(
+      bridge_detail::initiate_operation<bridge_detail::error_form_of<F>, bridge_detail::cancellation_of<F>,
+                                        Executor>(ex),
+      token, std::forward<Factory>(factory));
+}
+
+/// As above; completes on the handler's associated executor, or asio::system_executor.
+template <awaiter_factory Factory, BOOST_ASIO_COMPLETION_TOKEN_FOR(op_signature_t<Factory>) CompletionToken>
+auto async_op(Factory&& factory, CompletionToken&& token) {
+  return asio::async_op(boost::asio::system_executor(), std::forward<Factory>(factory),
+                        std::forward<CompletionToken>(token));
+}
+
+/// The value form: the same operation with signature void(outcome_of_t<Factory>), the outcome
+/// exactly as asyncband reports it (nothing throws for a failure under use_awaitable).
+template <asio_executor Executor, awaiter_factory Factory,
+          BOOST_ASIO_COMPLETION_TOKEN_FOR(void(outcome_of_t<Factory>)) CompletionToken>
+auto async_outcome(const Executor& ex, Factory&& factory, CompletionToken&& token) {
+  using F = std::decay_t<Factory>;
+  return boost::asio::async_initiate<CompletionToken, void(outcome_of_t<F>)>(
+      bridge_detail::initiate_operation<bridge_detail::outcome_form_of<F>, bridge_detail::cancellation_of<F>,
+                                        Executor>(ex),
+      token, std::forward<Factory>(factory));
+}
+
+/// As above; completes on the handler's associated executor, or asio::system_executor.
+template <awaiter_factory Factory,
+          BOOST_ASIO_COMPLETION_TOKEN_FOR(void(outcome_of_t<Factory>)) CompletionToken>
+auto async_outcome(Factory&& factory, CompletionToken&& token) {
+  return asio::async_outcome(boost::asio::system_executor(), std::forward<Factory>(factory),
+                             std::forward<CompletionToken>(token));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Named forms of async_op, for readability. Each has an executor-first form, as async_op: an
+// operation launched by a combinator with `deferred` (parallel_group) completes on the
+// executor it names, the default being asio::system_executor.
+
+/// `co_await async_lock(m, use_awaitable)`: m.lock(); yields std::optional<mutex_guard<T>>
+/// (engaged unless the error_code is set).
+template <asio_executor Executor, class Lockable, class CompletionToken>
+  requires requires(Lockable& m) {
+    { m.lock() } -> selectable_awaiter;
+  }
+auto async_lock(const Executor& ex, Lockable& m, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&m] { return m.lock(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class Lockable, class CompletionToken>
+  requires requires(Lockable& m) {
+    { m.lock() } -> selectable_awaiter;
+  }
+auto async_lock(Lockable& m, CompletionToken&& token) {
+  return asio::async_lock(boost::asio::system_executor(), m, std::forward<CompletionToken>(token));
+}
+
+/// rwlock::read(): shared access; yields std::optional<rwlock_read_guard<T>>.
+template <asio_executor Executor, class RwLock, class CompletionToken>
+  requires requires(RwLock& rw) {
+    { rw.read() } -> selectable_awaiter;
+  }
+auto async_read_lock(const Executor& ex, RwLock& rw, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&rw] { return rw.read(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class RwLock, class CompletionToken>
+  requires requires(RwLock& rw) {
+    { rw.read() } -> selectable_awaiter;
+  }
+auto async_read_lock(RwLock& rw, CompletionToken&& token) {
+  return asio::async_read_lock(boost::asio::system_executor(), rw, std::forward<CompletionToken>(token));
+}
+
+/// rwlock::write(): exclusive access; yields std::optional<rwlock_write_guard<T>>.
+template <asio_executor Executor, class RwLock, class CompletionToken>
+  requires requires(RwLock& rw) {
+    { rw.write() } -> selectable_awaiter;
+  }
+auto async_write_lock(const Executor& ex, RwLock& rw, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&rw] { return rw.write(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class RwLock, class CompletionToken>
+  requires requires(RwLock& rw) {
+    { rw.write() } -> selectable_awaiter;
+  }
+auto async_write_lock(RwLock& rw, CompletionToken&& token) {
+  return asio::async_write_lock(boost::asio::system_executor(), rw, std::forward<CompletionToken>(token));
+}
+
+/// semaphore::acquire(n): yields the semaphore_permit.
+template <asio_executor Executor, class CompletionToken>
+auto async_acquire(const Executor& ex, semaphore& sem, std::size_t n, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&sem, n] { return sem.acquire(n); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class CompletionToken>
+auto async_acquire(semaphore& sem, std::size_t n, CompletionToken&& token) {
+  return asio::async_acquire(boost::asio::system_executor(), sem, n, std::forward<CompletionToken>(token));
+}
+/// semaphore::acquire(1).
+template <asio_executor Executor, class CompletionToken>
+auto async_acquire(const Executor& ex, semaphore& sem, CompletionToken&& token) {
+  return asio::async_acquire(ex, sem, 1, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class CompletionToken>
+auto async_acquire(semaphore& sem, CompletionToken&& token) {
+  return asio::async_acquire(boost::asio::system_executor(), sem, 1, std::forward<CompletionToken>(token));
+}
+
+/// rx.recv() on any channel's receiver (mpsc, oneshot, broadcast): yields the value; closed
+/// once nothing can come any more.
+template <asio_executor Executor, class Receiver, class CompletionToken>
+  requires requires(Receiver& rx) {
+    { rx.recv() } -> selectable_awaiter;
+  }
+auto async_recv(const Executor& ex, Receiver& rx, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&rx] { return rx.recv(); }, std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class Receiver, class CompletionToken>
+  requires requires(Receiver& rx) {
+    { rx.recv() } -> selectable_awaiter;
+  }
+auto async_recv(Receiver& rx, CompletionToken&& token) {
+  return asio::async_recv(boost::asio::system_executor(), rx, std::forward<CompletionToken>(token));
+}
+
+/// tx.send(value) on a bounded channel's sender (mpsc, broadcast): yields std::optional<T>, the
+/// value handed back when the send fails (engaged exactly when the error_code is set).
+template <asio_executor Executor, class Sender, class T, class CompletionToken>
+  requires requires(Sender& tx, T&& v) {
+    { tx.send(std::move(v)) } -> selectable_awaiter;
+  }
+auto async_send(const Executor& ex, Sender& tx, T value, CompletionToken&& token) {
+  return asio::async_op(
+      ex, [&tx, v = std::move(value)]() mutable { return tx.send(std::move(v)); },
+      std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class Sender, class T, class CompletionToken>
+  requires requires(Sender& tx, T&& v) {
+    { tx.send(std::move(v)) } -> selectable_awaiter;
+  }
+auto async_send(Sender& tx, T value, CompletionToken&& token) {
+  return asio::async_send(boost::asio::system_executor(), tx, std::move(value),
+                          std::forward<CompletionToken>(token));
+}
+
+}  // namespace asyncband::asio

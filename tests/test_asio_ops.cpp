@@ -1,0 +1,1312 @@
+// Tests of the generic Boost.Asio adapter (asyncband/asio.hpp: async_op, async_outcome and the
+// named forms): every primitive's operations from asio coroutines, the completion signatures and
+// error codes, every kind of completion token, per-operation cancellation (before the node
+// commits, and late: after a waker claimed it or it completed at the start, before its handler
+// ran; each primitive's claim-vs-cancel race replayed deterministically at the waiter core's
+// test points), executors, the io_context's stop and destruction with pending operations, and a
+// bounded threaded stress of `||` with timers that checks nothing is lost.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <asyncband/asio.hpp>
+#include <asyncband/runtime/test_scheduler.hpp>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <chrono>
+#include <cstddef>
+#include <future>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace {
+
+namespace net = boost::asio;
+namespace ab = asyncband;
+namespace err = asyncband::asio::error;
+using ab::wait_status;
+using ab::detail::test_point;
+using boost::system::error_code;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------------------------
+// Completion signatures
+
+template <class F>
+using sig_t = ab::asio::op_signature_t<F>;
+template <class F>
+using outcome_t = ab::asio::outcome_of_t<F>;
+
+struct lock_factory {
+  ab::mutex<int>* m;
+  auto operator()() const { return m->lock(); }
+};
+struct lock_stop_factory {
+  ab::mutex<int>* m;
+  auto operator()() const { return m->lock(std::stop_token{}); }
+};
+struct event_factory {
+  ab::manual_reset_event* ev;
+  auto operator()() const { return ev->wait(); }
+};
+struct acquire_factory {
+  ab::semaphore* sem;
+  auto operator()() const { return sem->acquire(2); }
+};
+struct recv_factory {
+  ab::mpsc::receiver<int>* rx;
+  auto operator()() const { return rx->recv(); }
+};
+struct send_factory {
+  ab::mpsc::sender<std::string>* tx;
+  auto operator()() const { return tx->send("x"); }
+};
+struct barrier_factory {
+  ab::barrier* bar;
+  auto operator()() const { return bar->wait(); }
+};
+struct broadcast_recv_factory {
+  ab::broadcast::overflow_receiver<int>* rx;
+  auto operator()() const { return rx->recv(); }
+};
+
+static_assert(std::is_same_v<sig_t<lock_factory>, void(error_code, std::optional<ab::mutex_guard<int>>)>);
+static_assert(
+    std::is_same_v<sig_t<lock_stop_factory>, void(error_code, std::optional<ab::mutex_guard<int>>)>);
+static_assert(std::is_same_v<sig_t<event_factory>, void(error_code)>);
+static_assert(std::is_same_v<sig_t<acquire_factory>, void(error_code, ab::semaphore_permit)>);
+static_assert(std::is_same_v<sig_t<recv_factory>, void(error_code, int)>);
+static_assert(std::is_same_v<sig_t<send_factory>, void(error_code, std::optional<std::string>)>);
+static_assert(std::is_same_v<sig_t<barrier_factory>, void(error_code, ab::barrier_wait_result)>);
+static_assert(std::is_same_v<sig_t<broadcast_recv_factory>, void(error_code, int)>);
+
+static_assert(std::is_same_v<outcome_t<lock_factory>, ab::result<ab::mutex_guard<int>>>);
+static_assert(std::is_same_v<outcome_t<event_factory>, ab::result<void>>);
+static_assert(std::is_same_v<outcome_t<recv_factory>, ab::result<int>>);
+static_assert(std::is_same_v<outcome_t<send_factory>, ab::send_result<std::string>>);
+static_assert(std::is_same_v<outcome_t<barrier_factory>, ab::result<ab::barrier_wait_result>>);
+static_assert(std::is_same_v<outcome_t<broadcast_recv_factory>, ab::broadcast::recv_result<int>>);
+
+// ---------------------------------------------------------------------------------------------
+// Error codes
+
+TEST(asio_error, cancelled_is_asio_operation_aborted) {
+  const error_code ec = err::make_error_code(err::cancelled);
+  EXPECT_EQ(ec, net::error::operation_aborted);
+  EXPECT_EQ(ec, err::cancelled);
+  EXPECT_TRUE(ec == boost::system::errc::operation_canceled);
+  EXPECT_TRUE(ec == std::errc::operation_canceled);
+  EXPECT_EQ(err::to_error_code(wait_status::cancelled), net::error::operation_aborted);
+  EXPECT_EQ(err::to_error_code(ab::send_status::cancelled), net::error::operation_aborted);
+  EXPECT_EQ(err::to_error_code(ab::broadcast::recv_status::cancelled), net::error::operation_aborted);
+}
+
+TEST(asio_error, the_other_codes_are_distinct_and_in_the_asyncband_category) {
+  const error_code timeout = err::timeout;
+  const error_code closed = err::closed;
+  const error_code disconnected = err::disconnected;
+  const error_code lagged = err::lagged;
+  for (const error_code& ec : {timeout, closed, disconnected, lagged}) {
+    EXPECT_EQ(ec.category(), err::category());
+    EXPECT_NE(ec, net::error::operation_aborted);
+    EXPECT_FALSE(ec.message().empty());
+  }
+  EXPECT_NE(timeout, closed);
+  EXPECT_NE(closed, disconnected);
+  EXPECT_NE(disconnected, lagged);
+  EXPECT_STREQ(err::category().name(), "asyncband");
+  EXPECT_TRUE(timeout == boost::system::errc::timed_out);
+  EXPECT_FALSE(closed == boost::system::errc::operation_canceled);
+  EXPECT_EQ(err::to_error_code(wait_status::ok), error_code());
+  EXPECT_EQ(err::to_error_code(wait_status::closed), err::closed);
+  EXPECT_EQ(err::to_error_code(wait_status::timeout), err::timeout);
+  EXPECT_EQ(err::to_error_code(ab::send_status::disconnected), err::disconnected);
+  EXPECT_EQ(err::to_error_code(ab::broadcast::recv_status::lagged), err::lagged);
+  EXPECT_EQ(err::to_error_code(ab::broadcast::recv_status::closed), err::closed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every primitive from asio coroutines
+
+class asio_ops : public ::testing::Test {
+ protected:
+  net::io_context ioc;
+  auto ex() { return ioc.get_executor(); }
+};
+
+TEST_F(asio_ops, every_primitive_from_asio_coroutines) {
+  ab::mutex<int> m(0);
+  std::optional<ab::mutex_guard<int>> held_lock = m.try_lock();
+  ab::rwlock<int> rw(0);
+  std::optional<ab::rwlock_read_guard<int>> held_read = rw.try_read();
+  ab::semaphore sem(0);
+  auto [btx, brx] = ab::mpsc::bounded<int>(1);
+  ASSERT_TRUE(btx.try_send(1).ok());  // full
+  auto [utx, urx] = ab::mpsc::unbounded<std::string>();
+  auto [otx, orx] = ab::oneshot::channel<int>();
+  auto [ftx, frx] = ab::broadcast::overflow<int>(4);
+  auto [gtx, grx] = ab::broadcast::bounded<int>(1);
+  ASSERT_TRUE(gtx.try_send(1).ok());  // full
+  auto [wtx, wrx] = ab::watch::channel<int>(0);
+  auto ph = ab::phaser::create();
+  ab::phaser_participant part = ph->enroll().value();
+  ab::phaser_participant other = ph->enroll().value();
+  ab::auto_reset_event are;
+  ab::latch lat(1);
+
+  std::vector<std::string> done;
+  std::mutex done_mutex;
+  auto finished = [&](std::string what) {
+    EXPECT_TRUE(ioc.get_executor().running_in_this_thread());
+    const std::lock_guard lock(done_mutex);
+    done.push_back(std::move(what));
+  };
+  auto spawn = [&](auto body) { net::co_spawn(ioc, std::move(body), net::detached); };
+  spawn([&]() -> net::awaitable<void> {
+    std::optional<ab::mutex_guard<int>> g = co_await ab::asio::async_lock(m, net::use_awaitable);
+    EXPECT_TRUE(g.has_value() && g->owns_lock());
+    **g = 5;
+    finished("mutex");
+  });
+  spawn([&]() -> net::awaitable<void> {
+    auto g = co_await ab::asio::async_write_lock(rw, net::use_awaitable);
+    **g = 6;
+    finished("rwlock");
+  });
+  spawn([&]() -> net::awaitable<void> {
+    ab::semaphore_permit p = co_await ab::asio::async_acquire(sem, 2, net::use_awaitable);
+    EXPECT_EQ(p.count(), 2U);
+    finished("semaphore");
+  });
+  spawn([&, &btx = btx]() -> net::awaitable<void> {
+    std::optional<int> back = co_await ab::asio::async_send(btx, 2, net::use_awaitable);
+    EXPECT_FALSE(back.has_value());
+    finished("mpsc send");
+  });
+  spawn([&, &urx = urx]() -> net::awaitable<void> {
+    std::string v = co_await ab::asio::async_recv(urx, net::use_awaitable);
+    EXPECT_EQ(v, "hello");
+    finished("mpsc unbounded recv");
+  });
+  spawn([&, &orx = orx]() -> net::awaitable<void> {
+    EXPECT_EQ(co_await ab::asio::async_recv(orx, net::use_awaitable), 7);
+    finished("oneshot recv");
+  });
+  spawn([&, &frx = frx]() -> net::awaitable<void> {
+    EXPECT_EQ(co_await ab::asio::async_recv(frx, net::use_awaitable), 8);
+    finished("broadcast recv");
+  });
+  spawn([&, &gtx = gtx]() -> net::awaitable<void> {
+    std::optional<int> back = co_await ab::asio::async_send(gtx, 9, net::use_awaitable);
+    EXPECT_FALSE(back.has_value());
+    finished("broadcast send");
+  });
+  spawn([&, &wrx = wrx]() -> net::awaitable<void> {
+    co_await ab::asio::async_op([&] { return wrx.changed(); }, net::use_awaitable);
+    EXPECT_EQ(*wrx.borrow_and_update(), 10);
+    finished("watch changed");
+  });
+  spawn([&]() -> net::awaitable<void> {
+    ab::phase_id completed = co_await ab::asio::async_op([&] { return part.wait(); }, net::use_awaitable);
+    EXPECT_EQ(completed, ab::phase_id(1));
+    finished("phaser");
+  });
+  spawn([&]() -> net::awaitable<void> {
+    co_await ab::asio::async_op([&] { return are.wait(); }, net::use_awaitable);
+    finished("auto_reset_event");
+  });
+  spawn([&]() -> net::awaitable<void> {
+    co_await ab::asio::async_op([&] { return lat.wait(); }, net::use_awaitable);
+    finished("latch");
+  });
+
+  ioc.poll();  // every coroutine is now waiting in its operation
+  EXPECT_TRUE(done.empty());
+  std::thread runner([&] { ioc.run(); });  // returns once every operation has completed
+  held_lock.reset();
+  held_read.reset();
+  sem.release(2);
+  EXPECT_EQ(brx.try_recv().value(), 1);
+  ASSERT_TRUE(utx.send("hello").ok());
+  ASSERT_TRUE(otx.send(7).ok());
+  ASSERT_TRUE(ftx.send(8).ok());
+  EXPECT_EQ(grx.try_recv().value(), 1);
+  ASSERT_TRUE(wtx.send(10).ok());
+  static_cast<void>(other.arrive());
+  are.notify_one();
+  lat.count_down();
+  runner.join();
+  EXPECT_EQ(done.size(), 12U);
+  EXPECT_EQ(*m.try_lock().value(), 5);
+  EXPECT_EQ(*rw.try_read().value(), 6);
+  EXPECT_EQ(sem.available(), 2U);
+  EXPECT_EQ(brx.try_recv().value(), 2);
+  EXPECT_EQ(grx.try_recv().value(), 9);
+}
+
+TEST_F(asio_ops, an_uncontended_operation_completes_posted_not_inside_the_initiation) {
+  ab::mutex<int> m(0);
+  ab::semaphore sem(3);
+  auto [tx, rx] = ab::mpsc::bounded<int>(2);
+  int calls = 0;
+  ab::asio::async_op(
+      ex(), [&] { return m.lock(); },
+      [&](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+        EXPECT_FALSE(ec);
+        EXPECT_TRUE(g.has_value());
+        ++calls;
+      });
+  ab::asio::async_op(
+      ex(), [&] { return sem.acquire(2); },
+      [&](error_code ec, ab::semaphore_permit p) {
+        EXPECT_FALSE(ec);
+        EXPECT_EQ(p.count(), 2U);
+        ++calls;
+      });
+  ab::asio::async_op(
+      ex(), [&tx = tx] { return tx.send(4); },
+      [&](error_code ec, std::optional<int> back) {
+        EXPECT_FALSE(ec);
+        EXPECT_FALSE(back.has_value());
+        ++calls;
+      });
+  EXPECT_EQ(calls, 0);
+  EXPECT_FALSE(m.try_lock().has_value());  // taken at the start, held until the handler runs
+  EXPECT_TRUE(rx.try_recv().empty());      // a send is pushed when its handler runs
+  ioc.run();
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(m.try_lock().has_value());
+  EXPECT_EQ(sem.available(), 3U);
+  EXPECT_EQ(rx.try_recv().value(), 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures: error codes, values handed back, the value form
+
+TEST_F(asio_ops, a_drained_closed_channel_reports_closed) {
+  auto [tx, rx] = ab::mpsc::bounded<int>(2);
+  ASSERT_TRUE(tx.try_send(1).ok());
+  { auto gone = std::move(tx); }
+  std::vector<std::pair<error_code, int>> seen;
+  for (int i = 0; i < 2; ++i) {
+    ab::asio::async_recv(rx,
+                         net::bind_executor(ioc, [&](error_code ec, int v) { seen.emplace_back(ec, v); }));
+    ioc.run();
+    ioc.restart();
+  }
+  ASSERT_EQ(seen.size(), 2U);
+  EXPECT_EQ(seen[0], std::make_pair(error_code(), 1));
+  EXPECT_EQ(seen[1].first, err::closed);
+  EXPECT_EQ(seen[1].second, 0);  // value-initialized
+}
+
+TEST_F(asio_ops, a_send_to_a_departed_receiver_hands_its_value_back) {
+  auto [tx, rx] = ab::mpsc::bounded<std::string>(1);
+  { auto gone = std::move(rx); }
+  std::optional<std::pair<error_code, std::optional<std::string>>> seen;
+  ab::asio::async_send(tx, std::string("payload"),
+                       net::bind_executor(ioc, [&](error_code ec, std::optional<std::string> back) {
+                         seen.emplace(ec, std::move(back));
+                       }));
+  ioc.run();
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->first, err::disconnected);
+  EXPECT_EQ(seen->second, std::optional<std::string>("payload"));
+}
+
+TEST_F(asio_ops, use_awaitable_throws_the_error_code_and_as_tuple_or_redirect_error_keep_the_values) {
+  auto [tx, rx] = ab::mpsc::bounded<std::string>(1);
+  { auto gone = std::move(rx); }
+  auto [tx2, rx2] = ab::mpsc::bounded<int>(1);
+  { auto gone = std::move(tx2); }
+  int checks = 0;
+  net::co_spawn(
+      ioc,
+      [&, &tx = tx, &rx2 = rx2]() -> net::awaitable<void> {
+        try {
+          co_await ab::asio::async_recv(rx2, net::use_awaitable);
+          ADD_FAILURE() << "a closed receive did not throw";
+        } catch (const boost::system::system_error& e) {
+          EXPECT_EQ(e.code(), err::closed);
+          ++checks;
+        }
+        auto [ec, back] =
+            co_await ab::asio::async_send(tx, std::string("a"), net::as_tuple(net::use_awaitable));
+        EXPECT_EQ(ec, err::disconnected);
+        EXPECT_EQ(back, std::optional<std::string>("a"));
+        ++checks;
+        error_code ec2;
+        std::optional<std::string> back2 =
+            co_await ab::asio::async_send(tx, std::string("b"), net::redirect_error(net::use_awaitable, ec2));
+        EXPECT_EQ(ec2, err::disconnected);
+        EXPECT_EQ(back2, std::optional<std::string>("b"));
+        ++checks;
+      },
+      net::detached);
+  ioc.run();
+  EXPECT_EQ(checks, 3);
+}
+
+TEST_F(asio_ops, the_value_form_yields_what_co_await_yields) {
+  ab::mutex<int> m(3);
+  auto [tx, rx] = ab::mpsc::bounded<std::string>(1);
+  ab::manual_reset_event ev(true);
+  auto [ftx, frx] = ab::broadcast::overflow<int>(1);
+  ASSERT_TRUE(ftx.send(1).ok());
+  ASSERT_TRUE(ftx.send(2).ok());  // overwrites 1: the receiver lags by one
+  int checks = 0;
+  net::co_spawn(
+      ioc,
+      [&, &tx = tx, &rx = rx, &frx = frx]() -> net::awaitable<void> {
+        ab::result<ab::mutex_guard<int>> g =
+            co_await ab::asio::async_outcome([&] { return m.lock(); }, net::use_awaitable);
+        EXPECT_TRUE(g.ok());
+        EXPECT_EQ(**g, 3);
+        ab::send_result<std::string> s =
+            co_await ab::asio::async_outcome([&] { return tx.send("v"); }, net::use_awaitable);
+        EXPECT_TRUE(s.ok());
+        ab::result<std::string> r =
+            co_await ab::asio::async_outcome([&] { return rx.recv(); }, net::use_awaitable);
+        EXPECT_EQ(r.value(), "v");
+        ab::result<void> w = co_await ab::asio::async_outcome([&] { return ev.wait(); }, net::use_awaitable);
+        EXPECT_TRUE(w.ok());
+        ab::broadcast::recv_result<int> lag =
+            co_await ab::asio::async_outcome([&] { return frx.recv(); }, net::use_awaitable);
+        EXPECT_TRUE(lag.lagged());
+        EXPECT_EQ(lag.missed(), 1U);
+        auto [ec, v] = co_await ab::asio::async_recv(frx, net::as_tuple(net::use_awaitable));
+        EXPECT_FALSE(ec);
+        EXPECT_EQ(v, 2);
+        checks = 1;
+      },
+      net::detached);
+  ioc.run();
+  EXPECT_EQ(checks, 1);
+}
+
+TEST_F(asio_ops, a_lagged_broadcast_receive_reports_lagged) {
+  auto [tx, rx] = ab::broadcast::overflow<int>(1);
+  ASSERT_TRUE(tx.send(1).ok());
+  ASSERT_TRUE(tx.send(2).ok());
+  std::optional<error_code> seen;
+  ab::asio::async_recv(rx, net::bind_executor(ioc, [&](error_code ec, int) { seen = ec; }));
+  ioc.run();
+  EXPECT_EQ(seen, err::lagged);
+}
+
+TEST_F(asio_ops, a_factory_that_throws_throws_from_the_initiation_and_starts_nothing) {
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  int calls = 0;
+  ab::asio::async_recv(rx, net::bind_executor(ioc, [&](error_code, int) { ++calls; }));  // pending
+  EXPECT_THROW(ab::asio::async_recv(rx, net::bind_executor(ioc, [&](error_code, int) { ++calls; })),
+               std::logic_error);  // one receive at a time
+  ASSERT_TRUE(tx.try_send(5).ok());
+  ioc.run();
+  EXPECT_EQ(calls, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Completion tokens
+
+TEST_F(asio_ops, deferred_use_future_and_plain_callbacks) {
+  ab::semaphore sem(0);
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  auto op = ab::asio::async_op(
+      ex(), [&] { return sem.acquire(); }, net::deferred);
+  EXPECT_EQ(sem.available(), 0U);  // nothing started: the factory runs when the op is launched
+  int deferred_calls = 0;
+  std::move(op)([&](error_code ec, ab::semaphore_permit p) {
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(p.count(), 1U);
+    ++deferred_calls;
+  });
+  std::future<int> f = ab::asio::async_op(
+      ex(), [&rx = rx] { return rx.recv(); }, net::use_future);
+  std::thread runner([&] { ioc.run(); });
+  sem.release();
+  ASSERT_TRUE(tx.try_send(11).ok());
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  EXPECT_EQ(f.get(), 11);
+  runner.join();
+  EXPECT_EQ(deferred_calls, 1);
+}
+
+TEST_F(asio_ops, use_future_with_the_value_form_delivers_a_failure_as_a_value) {
+  // (The error-code form delivers it as an exception; not tested here: TSan cannot see the
+  // reference counting of a std::exception_ptr shared across threads by the future.)
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  { auto gone = std::move(tx); }
+  std::future<ab::result<int>> f = ab::asio::async_outcome(
+      ex(), [&rx = rx] { return rx.recv(); }, net::use_future);
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(f.get().closed());
+}
+
+TEST_F(asio_ops, completion_runs_on_the_bound_strand) {
+  auto strand = net::make_strand(ioc);
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  std::atomic<int> calls{0};
+  for (int i = 0; i < 4; ++i) {
+    ab::asio::async_lock(
+        m, net::bind_executor(strand, [&](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+          EXPECT_FALSE(ec);
+          EXPECT_TRUE(strand.running_in_this_thread());
+          ++**g;
+          ++calls;
+        }));
+  }
+  std::thread a([&] { ioc.run(); });
+  std::thread b([&] { ioc.run(); });
+  held.reset();
+  a.join();
+  b.join();
+  EXPECT_EQ(calls.load(), 4);
+  EXPECT_EQ(*m.try_lock().value(), 4);
+}
+
+/// Counts the allocations made through it.
+template <class T>
+struct counting_allocator {
+  using value_type = T;
+  std::shared_ptr<int> count;
+  explicit counting_allocator(std::shared_ptr<int> c) noexcept : count(std::move(c)) {}
+  template <class U>
+  explicit counting_allocator(const counting_allocator<U>& other) noexcept : count(other.count) {}
+  T* allocate(std::size_t n) {
+    ++*count;
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <class U>
+  bool operator==(const counting_allocator<U>& other) const noexcept {
+    return count == other.count;
+  }
+};
+
+TEST_F(asio_ops, the_operation_allocates_with_the_bound_allocator) {
+  auto count = std::make_shared<int>(0);
+  ab::semaphore sem(1);
+  bool called = false;
+  ab::asio::async_acquire(
+      sem, net::bind_executor(ioc, net::bind_allocator(counting_allocator<int>(count),
+                                                       [&](error_code ec, ab::semaphore_permit) {
+                                                         EXPECT_FALSE(ec);
+                                                         called = true;
+                                                       })));
+  EXPECT_GE(*count, 1);  // the operation's state
+  ioc.run();
+  EXPECT_TRUE(called);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Combinators: nothing is lost by the losing operations
+
+TEST_F(asio_ops, or_of_two_ready_receives_leaves_the_losers_value_at_its_head) {
+  using namespace net::experimental::awaitable_operators;
+  auto [tx1, rx1] = ab::mpsc::bounded<int>(4);
+  auto [tx2, rx2] = ab::mpsc::bounded<int>(4);
+  ASSERT_TRUE(tx1.try_send(1).ok());
+  ASSERT_TRUE(tx2.try_send(2).ok());
+  ASSERT_TRUE(tx2.try_send(3).ok());
+  std::optional<std::variant<int, int>> got;
+  net::co_spawn(
+      ioc,
+      [&, &rx1 = rx1, &rx2 = rx2]() -> net::awaitable<void> {
+        got = co_await (ab::asio::async_recv(rx1, net::use_awaitable) ||
+                        ab::asio::async_recv(rx2, net::use_awaitable));
+      },
+      net::detached);
+  ioc.run();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_EQ(got->index(), 0U);
+  EXPECT_EQ(std::get<0>(*got), 1);
+  // Both receives completed at their start; the second was cancelled before its handler ran, so
+  // its value is still first in its channel.
+  EXPECT_EQ(rx2.try_recv().value(), 2);
+  EXPECT_EQ(rx2.try_recv().value(), 3);
+}
+
+TEST_F(asio_ops, or_of_a_ready_lock_and_a_ready_event_wait_gives_the_events_permit_back) {
+  using namespace net::experimental::awaitable_operators;
+  ab::mutex<int> m(0);
+  ab::auto_reset_event ev(true);
+  std::optional<std::size_t> winner;
+  std::optional<bool> set_after;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        // Both complete at their start (the wait takes the stored permit); the lock's handler
+        // runs first, and `||` cancels the wait before its handler runs: the permit is stored
+        // again. (A lock or a semaphore permit would come back anyway, released by the guard
+        // `||` discards; an event's permit is not an object.)
+        auto lock = ab::asio::async_lock(m, net::use_awaitable);
+        auto wait = ab::asio::async_op([&] { return ev.wait(); }, net::use_awaitable);
+        auto r = co_await (std::move(lock) || std::move(wait));
+        winner = r.index();
+        set_after = ev.is_set();
+      },
+      net::detached);
+  ioc.run();
+  EXPECT_EQ(winner, 0U);
+  EXPECT_EQ(set_after, true) << "the losing wait's permit was lost";
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_ops, and_of_a_lock_and_a_receive) {
+  using namespace net::experimental::awaitable_operators;
+  ab::mutex<int> m(0);
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  ASSERT_TRUE(tx.try_send(5).ok());
+  bool done = false;
+  net::co_spawn(
+      ioc,
+      [&, &rx = rx]() -> net::awaitable<void> {
+        auto [g, v] = co_await (ab::asio::async_lock(m, net::use_awaitable) &&
+                                ab::asio::async_recv(rx, net::use_awaitable));
+        EXPECT_TRUE(g.has_value());
+        EXPECT_EQ(v, 5);
+        done = true;
+      },
+      net::detached);
+  ioc.run();
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_ops, parallel_group_hands_a_losing_sends_value_back) {
+  auto [tx, rx] = ab::mpsc::bounded<std::string>(1);
+  ASSERT_TRUE(tx.try_send("first").ok());  // full: the send waits
+  std::optional<std::string> handed_back;
+  std::optional<error_code> send_ec;
+  net::co_spawn(
+      ioc,
+      [&, &tx = tx]() -> net::awaitable<void> {
+        net::steady_timer timer(ioc, 1ms);
+        auto [order, ec, back, timer_ec] =
+            co_await net::experimental::make_parallel_group(
+                ab::asio::async_send(tx, std::string("second"), net::deferred),
+                timer.async_wait(net::deferred))
+                .async_wait(net::experimental::wait_for_one(), net::use_awaitable);
+        EXPECT_EQ(order[0], 1U);  // the timer
+        EXPECT_FALSE(timer_ec);
+        send_ec = ec;
+        handed_back = std::move(back);
+      },
+      net::detached);
+  ioc.run();
+  EXPECT_EQ(send_ec, net::error::operation_aborted);
+  EXPECT_EQ(handed_back, std::optional<std::string>("second"));
+  EXPECT_EQ(rx.try_recv().value(), "first");
+  EXPECT_TRUE(rx.try_recv().empty());  // the second was never sent
+  EXPECT_TRUE(tx.try_send("third").ok()) << "the losing send's unit of capacity was not given back";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation before the node commits: the waker skips it, the grant goes to the next waiter
+
+/// Starts `factory`'s operation on `ioc` with its cancellation slot bound to `signal`; the
+/// handler records the error_code and the value (if any).
+template <class Factory, class Handler>
+void start(net::io_context& ioc, net::cancellation_signal& signal, Factory factory, Handler handler) {
+  ab::asio::async_op(ioc.get_executor(), std::move(factory),
+                     net::bind_cancellation_slot(signal.slot(), std::move(handler)));
+}
+
+TEST_F(asio_ops, a_cancelled_pending_lock_is_skipped_by_the_unlock) {
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  std::vector<std::pair<char, bool>> order;  // who completed, with the lock or not
+  auto record = [&](char who) {
+    return [&order, who](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+      EXPECT_EQ(ec ? 1 : 0, g.has_value() ? 0 : 1);
+      order.emplace_back(who, g.has_value());
+    };
+  };
+  start(
+      ioc, sa, [&] { return m.lock(); }, record('a'));
+  start(
+      ioc, sb, [&] { return m.lock(); }, record('b'));
+  ioc.poll();
+  sa.emit(net::cancellation_type::terminal);
+  held.reset();  // hands the lock over: to b, a was cancelled first
+  ioc.run();
+  ASSERT_EQ(order.size(), 2U);
+  EXPECT_EQ(order[0], std::make_pair('a', false));
+  EXPECT_EQ(order[1], std::make_pair('b', true));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_ops, partial_and_total_cancellation_cancel_and_a_second_emit_does_nothing) {
+  for (auto type :
+       {net::cancellation_type::terminal, net::cancellation_type::partial, net::cancellation_type::total}) {
+    ab::semaphore sem(0);
+    net::cancellation_signal signal;
+    int calls = 0;
+    start(
+        ioc, signal, [&] { return sem.acquire(); },
+        [&](error_code ec, ab::semaphore_permit p) {
+          EXPECT_EQ(ec, net::error::operation_aborted);
+          EXPECT_EQ(p.count(), 0U);
+          ++calls;
+        });
+    ioc.poll();
+    signal.emit(type);
+    signal.emit(type);
+    ioc.run();
+    ioc.restart();
+    EXPECT_EQ(calls, 1);
+    sem.release();
+    EXPECT_EQ(sem.available(), 1U);  // nobody queued any more
+  }
+}
+
+TEST_F(asio_ops, a_barrier_wait_keeps_its_arrival_so_total_cancellation_does_not_apply) {
+  ab::barrier bar(2);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return bar.wait(); }, [&](error_code ec, ab::barrier_wait_result) { seen = ec; });
+  ioc.poll();
+  signal.emit(net::cancellation_type::total);
+  ioc.poll();
+  EXPECT_FALSE(seen.has_value());
+  signal.emit(net::cancellation_type::partial);
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(bar.generation(), 0U);
+}
+
+TEST_F(asio_ops, a_cancellation_after_the_handler_ran_does_nothing) {
+  ab::semaphore sem(1);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  std::optional<ab::semaphore_permit> kept;
+  start(
+      ioc, signal, [&] { return sem.acquire(); },
+      [&](error_code ec, ab::semaphore_permit p) {
+        seen = ec;
+        kept = std::move(p);
+      });
+  ioc.run();
+  signal.emit(net::cancellation_type::terminal);  // the slot was cleared before the handler ran
+  EXPECT_EQ(seen, error_code());
+  EXPECT_EQ(kept->count(), 1U);
+  EXPECT_EQ(sem.available(), 0U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Late cancellation: the node committed (a waker claimed it, or it completed at the start), the
+// handler has not run. Each primitive's race is replayed at the core's test point: the waker has
+// claimed the node and released the primitive's lock, and not yet resolved it.
+
+class asio_late_cancel : public asio_ops {
+ protected:
+  /// Emits `signal` when the next waker has claimed its nodes.
+  void cancel_when_claimed(net::cancellation_signal& signal) {
+    sched.at(test_point::claimed_for_wake, [&signal] { signal.emit(net::cancellation_type::terminal); });
+  }
+  ab::runtime::test_scheduler sched;
+};
+
+TEST_F(asio_late_cancel, mutex_the_hand_off_goes_to_the_next_waiter) {
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  std::vector<std::pair<char, error_code>> order;
+  start(
+      ioc, sa, [&] { return m.lock(); },
+      [&](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+        EXPECT_FALSE(g.has_value());
+        order.emplace_back('a', ec);
+      });
+  start(
+      ioc, sb, [&] { return m.lock(); },
+      [&](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+        EXPECT_TRUE(g.has_value());
+        order.emplace_back('b', ec);
+      });
+  ioc.poll();
+  cancel_when_claimed(sa);
+  held.reset();  // hands the lock to a; a's cancellation comes before its handler
+  EXPECT_EQ(sched.pending_actions(), 0U);
+  ioc.run();
+  ASSERT_EQ(order.size(), 2U);
+  EXPECT_EQ(order[0], std::make_pair('a', error_code(net::error::operation_aborted)));
+  EXPECT_EQ(order[1], std::make_pair('b', error_code()));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_late_cancel, rwlock_write_the_hand_off_goes_to_the_waiting_reader) {
+  ab::rwlock<int> rw(0);
+  auto reader = rw.try_read();
+  net::cancellation_signal sw;
+  net::cancellation_signal sr;
+  std::optional<error_code> writer_ec;
+  std::optional<error_code> reader_ec;
+  start(
+      ioc, sw, [&] { return rw.write(); },
+      [&](error_code ec, std::optional<ab::rwlock_write_guard<int>>) { writer_ec = ec; });
+  start(
+      ioc, sr, [&] { return rw.read(); },
+      [&](error_code ec, std::optional<ab::rwlock_read_guard<int>> g) {
+        EXPECT_TRUE(g.has_value());
+        reader_ec = ec;
+      });
+  ioc.poll();
+  cancel_when_claimed(sw);
+  reader.reset();
+  ioc.run();
+  EXPECT_EQ(writer_ec, net::error::operation_aborted);
+  EXPECT_EQ(reader_ec, error_code());
+  EXPECT_TRUE(rw.try_write().has_value());
+}
+
+TEST_F(asio_late_cancel, semaphore_the_permits_go_to_the_next_waiter_and_back) {
+  ab::semaphore sem(0);
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  std::optional<error_code> a_ec;
+  std::optional<std::size_t> b_count;
+  start(
+      ioc, sa, [&] { return sem.acquire(2); },
+      [&](error_code ec, ab::semaphore_permit p) {
+        EXPECT_EQ(p.count(), 0U);
+        a_ec = ec;
+      });
+  start(
+      ioc, sb, [&] { return sem.acquire(1); },
+      [&](error_code, ab::semaphore_permit p) {
+        b_count = p.count();
+        EXPECT_EQ(sem.available(), 1U);  // the other returned permit
+      });
+  ioc.poll();
+  cancel_when_claimed(sa);
+  sem.release(2);
+  ioc.run();
+  EXPECT_EQ(a_ec, net::error::operation_aborted);
+  EXPECT_EQ(b_count, 1U);
+  EXPECT_EQ(sem.available(), 2U);
+}
+
+TEST_F(asio_late_cancel, auto_reset_event_the_permit_is_stored_again) {
+  ab::auto_reset_event ev;
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return ev.wait(); }, [&](error_code ec) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ev.notify_one();
+  EXPECT_FALSE(ev.is_set());  // handed to the operation
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_TRUE(ev.is_set());
+}
+
+TEST_F(asio_late_cancel, manual_reset_event_a_wake_that_grants_nothing_loses_to_the_cancellation) {
+  ab::manual_reset_event ev;
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return ev.wait(); }, [&](error_code ec) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ev.set();
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_TRUE(ev.is_set());
+}
+
+TEST_F(asio_late_cancel, mpsc_receive_the_value_stays_at_the_head) {
+  auto [tx, rx] = ab::mpsc::bounded<int>(4);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&rx = rx] { return rx.recv(); },
+      [&](error_code ec, int v) {
+        EXPECT_EQ(v, 0);
+        seen = ec;
+      });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ASSERT_TRUE(tx.try_send(1).ok());
+  ASSERT_TRUE(tx.try_send(2).ok());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(rx.try_recv().value(), 1);
+  EXPECT_EQ(rx.try_recv().value(), 2);
+}
+
+TEST_F(asio_late_cancel, mpsc_unbounded_receive_the_value_stays_at_the_head) {
+  auto [tx, rx] = ab::mpsc::unbounded<int>();
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&rx = rx] { return rx.recv(); }, [&](error_code ec, int) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ASSERT_TRUE(tx.send(1).ok());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(rx.try_recv().value(), 1);
+}
+
+TEST_F(asio_late_cancel, oneshot_receive_the_value_stays) {
+  auto [tx, rx] = ab::oneshot::channel<int>();
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&rx = rx] { return rx.recv(); }, [&](error_code ec, int) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ASSERT_TRUE(tx.send(9).ok());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(rx.try_recv().value(), 9);
+}
+
+TEST_F(asio_late_cancel, mpsc_send_the_value_comes_back_and_the_unit_goes_on) {
+  auto [tx, rx] = ab::mpsc::bounded<std::string>(1);
+  ASSERT_TRUE(tx.try_send("first").ok());
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  std::optional<std::pair<error_code, std::optional<std::string>>> a;
+  std::optional<std::pair<error_code, std::optional<std::string>>> b;
+  start(
+      ioc, sa, [&tx = tx] { return tx.send("second"); },
+      [&](error_code ec, std::optional<std::string> back) { a.emplace(ec, std::move(back)); });
+  start(
+      ioc, sb, [&tx = tx] { return tx.send("third"); },
+      [&](error_code ec, std::optional<std::string> back) { b.emplace(ec, std::move(back)); });
+  ioc.poll();
+  cancel_when_claimed(sa);
+  EXPECT_EQ(rx.try_recv().value(), "first");  // frees a unit: granted to a's send
+  ioc.run();
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->first, net::error::operation_aborted);
+  EXPECT_EQ(a->second, std::optional<std::string>("second"));
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->first, error_code());
+  EXPECT_EQ(rx.try_recv().value(), "third");
+  EXPECT_TRUE(rx.try_recv().empty());
+}
+
+TEST_F(asio_late_cancel, mpsc_reserve_the_unit_goes_back) {
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  ASSERT_TRUE(tx.try_send(1).ok());
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&tx = tx] { return tx.reserve(); },
+      [&](error_code ec, std::optional<ab::mpsc::permit<int>> p) {
+        EXPECT_FALSE(p.has_value());
+        seen = ec;
+      });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  EXPECT_EQ(rx.try_recv().value(), 1);
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_TRUE(tx.try_send(2).ok());
+}
+
+TEST_F(asio_late_cancel, broadcast_send_the_value_comes_back) {
+  auto [tx, rx] = ab::broadcast::bounded<int>(1);
+  ASSERT_TRUE(tx.try_send(1).ok());
+  net::cancellation_signal signal;
+  std::optional<std::pair<error_code, std::optional<int>>> seen;
+  start(
+      ioc, signal, [&tx = tx] { return tx.send(2); },
+      [&](error_code ec, std::optional<int> back) { seen.emplace(ec, back); });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  EXPECT_EQ(rx.try_recv().value(), 1);
+  ioc.run();
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->first, net::error::operation_aborted);
+  EXPECT_EQ(seen->second, std::optional<int>(2));
+  EXPECT_TRUE(rx.try_recv().empty());
+  EXPECT_TRUE(tx.try_send(3).ok());
+}
+
+TEST_F(asio_late_cancel, broadcast_receive_the_message_stays) {
+  auto [tx, rx] = ab::broadcast::overflow<int>(4);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&rx = rx] { return rx.recv(); }, [&](error_code ec, int) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ASSERT_TRUE(tx.send(4).ok());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(rx.try_recv().value(), 4);
+}
+
+TEST_F(asio_late_cancel, watch_changed_the_change_stays_unseen) {
+  auto [tx, rx] = ab::watch::channel<int>(0);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&rx = rx] { return rx.changed(); }, [&](error_code ec) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  ASSERT_TRUE(tx.send(1).ok());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_TRUE(rx.has_changed());
+}
+
+TEST_F(asio_late_cancel, latch_completes_cancelled) {
+  ab::latch lat(1);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return lat.wait(); }, [&](error_code ec) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  lat.count_down();
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+}
+
+TEST_F(asio_late_cancel, barrier_completes_cancelled_and_keeps_its_arrival) {
+  ab::barrier bar(2);
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return bar.wait(); }, [&](error_code ec, ab::barrier_wait_result) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  static_cast<void>(bar.wait_blocking());  // the second arrival completes the generation
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(bar.generation(), 1U);
+}
+
+TEST_F(asio_late_cancel, phaser_participant_completes_cancelled_and_keeps_its_arrival) {
+  auto ph = ab::phaser::create();
+  ab::phaser_participant a = ph->enroll().value();
+  ab::phaser_participant b = ph->enroll().value();
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return a.wait(); }, [&](error_code ec, ab::phase_id) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  static_cast<void>(b.arrive());
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_EQ(ph->phase(), ab::phase_id(1));
+}
+
+TEST_F(asio_late_cancel, wait_group_completes_cancelled) {
+  std::optional<ab::wait_group> member(std::in_place);
+  ab::wait_group waiter = *member;
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return waiter.wait(); }, [&](error_code ec) { seen = ec; });
+  ioc.poll();
+  cancel_when_claimed(signal);
+  member.reset();  // the last member leaves
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+}
+
+// Late, after the waker resolved the node and the completion was posted.
+
+TEST_F(asio_ops, cancelled_after_the_wake_before_the_handler_the_lock_passes_on) {
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  start(
+      ioc, signal, [&] { return m.lock(); },
+      [&](error_code ec, std::optional<ab::mutex_guard<int>>) { seen = ec; });
+  ioc.poll();
+  held.reset();  // the operation holds the lock; its completion is posted
+  EXPECT_FALSE(m.try_lock().has_value());
+  signal.emit(net::cancellation_type::terminal);
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+// Late, after an operation completed at its start (its completion posted, its handler not run).
+
+TEST_F(asio_ops, cancelled_after_an_uncontended_start_gives_everything_back) {
+  ab::mutex<int> m(0);
+  ab::semaphore sem(2);
+  ab::auto_reset_event ev(true);
+  auto [tx, rx] = ab::mpsc::bounded<int>(2);
+  ASSERT_TRUE(tx.try_send(1).ok());
+  auto [tx2, rx2] = ab::mpsc::bounded<int>(1);
+  std::vector<net::cancellation_signal> signals(5);
+  std::vector<error_code> seen;
+  start(
+      ioc, signals[0], [&] { return m.lock(); },
+      [&](error_code ec, std::optional<ab::mutex_guard<int>>) { seen.push_back(ec); });
+  start(
+      ioc, signals[1], [&] { return sem.acquire(2); },
+      [&](error_code ec, ab::semaphore_permit) { seen.push_back(ec); });
+  start(
+      ioc, signals[2], [&] { return ev.wait(); }, [&](error_code ec) { seen.push_back(ec); });
+  start(
+      ioc, signals[3], [&rx = rx] { return rx.recv(); }, [&](error_code ec, int) { seen.push_back(ec); });
+  start(
+      ioc, signals[4], [&tx2 = tx2] { return tx2.send(7); },
+      [&](error_code ec, std::optional<int> back) {
+        EXPECT_EQ(back, std::optional<int>(7));
+        seen.push_back(ec);
+      });
+  EXPECT_FALSE(m.try_lock().has_value());
+  EXPECT_EQ(sem.available(), 0U);
+  EXPECT_FALSE(ev.is_set());
+  for (auto& s : signals) s.emit(net::cancellation_type::terminal);
+  ioc.run();
+  ASSERT_EQ(seen.size(), 5U);
+  for (const error_code& ec : seen) EXPECT_EQ(ec, net::error::operation_aborted);
+  EXPECT_TRUE(m.try_lock().has_value());
+  EXPECT_EQ(sem.available(), 2U);
+  EXPECT_TRUE(ev.is_set());
+  EXPECT_EQ(rx.try_recv().value(), 1);
+  EXPECT_TRUE(rx2.try_recv().empty());
+  EXPECT_TRUE(tx2.try_send(8).ok());
+}
+
+// A stop token given to the primitive's call keeps the core's rules.
+
+TEST_F(asio_ops, a_stop_token_of_the_awaiter_ends_it_cancelled) {
+  ab::semaphore sem(0);
+  std::stop_source stop;
+  std::optional<error_code> seen;
+  ab::asio::async_op(
+      ex(), [&] { return sem.acquire(1, stop.get_token()); },
+      [&](error_code ec, ab::semaphore_permit) { seen = ec; });
+  ioc.poll();
+  stop.request_stop();
+  ioc.run();
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  sem.release();
+  EXPECT_EQ(sem.available(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Executors, outstanding work, stop and destruction
+
+TEST_F(asio_ops, a_pending_operation_is_outstanding_work) {
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  std::atomic<bool> called{false};
+  ab::asio::async_lock(
+      m, net::bind_executor(ioc, [&](error_code, std::optional<ab::mutex_guard<int>>) { called = true; }));
+  std::thread runner([&] { ioc.run(); });  // does not return while the lock is awaited
+  std::this_thread::sleep_for(5ms);        // not asserted on: only gives run() a chance to return early
+  EXPECT_FALSE(called.load());
+  held.reset();
+  runner.join();
+  EXPECT_TRUE(called.load());
+}
+
+TEST_F(asio_ops, a_wake_while_the_io_context_is_stopped_completes_after_restart) {
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  std::optional<int> got;
+  ab::asio::async_recv(rx, net::bind_executor(ioc, [&](error_code ec, int v) {
+                         EXPECT_FALSE(ec);
+                         got = v;
+                       }));
+  ioc.poll();
+  ioc.stop();
+  ASSERT_TRUE(tx.try_send(3).ok());
+  ioc.run();  // stopped: runs nothing
+  EXPECT_FALSE(got.has_value());
+  ioc.restart();
+  ioc.run();
+  EXPECT_EQ(got, 3);
+}
+
+TEST(asio_ops_lifetime, destroying_the_io_context_destroys_pending_operations) {
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  auto [tx, rx] = ab::mpsc::bounded<std::string>(1);
+  ASSERT_TRUE(tx.try_send("full").ok());
+  auto [tx2, rx2] = ab::mpsc::bounded<int>(1);
+  auto alive = std::make_shared<int>(0);
+  int calls = 0;
+  {
+    net::io_context ioc;
+    ab::asio::async_lock(m, net::bind_executor(ioc, [&, keep = alive](error_code, auto) { ++calls; }));
+    ab::asio::async_send(tx, std::string("pending"),
+                         net::bind_executor(ioc, [&, keep = alive](error_code, auto) { ++calls; }));
+    net::co_spawn(
+        ioc,
+        [&, keep = alive, &rx2 = rx2]() -> net::awaitable<void> {
+          co_await ab::asio::async_recv(rx2, net::use_awaitable);
+          ++calls;
+        },
+        net::detached);
+    ioc.poll();
+    EXPECT_EQ(alive.use_count(), 4);
+  }
+  EXPECT_EQ(alive.use_count(), 1);
+  EXPECT_EQ(calls, 0);
+  held.reset();
+  EXPECT_TRUE(m.try_lock().has_value());  // the lock operation was unlinked
+  EXPECT_EQ(rx.try_recv().value(), "full");
+  EXPECT_TRUE(rx.try_recv().empty());  // the pending send never sent
+  EXPECT_TRUE(tx.try_send("again").ok());
+  ASSERT_TRUE(tx2.try_send(1).ok());
+  EXPECT_EQ(rx2.try_recv().value(), 1);  // and the receive took nothing
+}
+
+TEST(asio_ops_lifetime, a_lock_handed_to_a_destroyed_operation_passes_on) {
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  net::io_context other;
+  std::optional<error_code> next;
+  ab::asio::async_lock(m, net::bind_executor(other, [&](error_code ec, auto) { next = ec; }));
+  {
+    net::io_context ioc;
+    bool called = false;
+    ab::asio::async_lock(m, net::bind_executor(ioc, [&](error_code, auto) { called = true; }));
+    // Queued after `other`'s: unlock twice, the first hand-off goes to `other`'s operation.
+    ioc.poll();
+    EXPECT_FALSE(called);
+  }
+  held.reset();
+  other.run();
+  EXPECT_EQ(next, error_code());
+  EXPECT_TRUE(m.try_lock().has_value());
+
+  // Now the destroyed context's operation is the one woken.
+  auto held2 = m.try_lock();
+  net::io_context waiter_ctx;
+  std::optional<error_code> after;
+  {
+    net::io_context ioc;
+    ab::asio::async_lock(m, net::bind_executor(ioc, [&](error_code, auto) { ADD_FAILURE(); }));
+    ab::asio::async_lock(m, net::bind_executor(waiter_ctx, [&](error_code ec, auto) { after = ec; }));
+    held2.reset();  // hands the lock to the first; its completion is posted to ioc, never run
+  }
+  waiter_ctx.run();
+  EXPECT_EQ(after, error_code()) << "the lock handed to the destroyed operation was lost";
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST(asio_ops_lifetime, a_context_made_where_a_destroyed_one_was_gets_its_own_service) {
+  // The service lookup is cached per thread: a new io_context, perhaps at the address of the
+  // last one, must not find the destroyed context's service (ASan: use after free).
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  int calls = 0;
+  for (int round = 0; round < 3; ++round) {
+    std::optional<net::io_context> ioc(std::in_place);
+    ab::asio::async_lock(m, net::bind_executor(*ioc, [&](error_code, auto) { ++calls; }));
+    ioc->poll();
+    ioc.reset();  // unlinks the pending lock
+  }
+  held.reset();
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded stress: `||` with timers on a thread pool. Every operation runs on its coroutine's
+// strand (so the cancellation emitted by `||` or parallel_group is synchronized with its
+// handler: the deferred send names the strand, or it would complete on the system executor,
+// where the group's cancellation would race with its completion). Invariants:
+// permits are conserved, every value sent is received exactly once, every send that lost to its
+// timer handed its value back.
+
+// The coroutines' executor is the strand type itself, not any_io_executor: a type-erased strand
+// is a reference-counted heap object whose count Asio releases with a fence, which TSan does not
+// model (it reports the last release on another thread as a race, in Asio's own code).
+using pool_strand = net::strand<net::thread_pool::executor_type>;
+using strand_timer = net::basic_waitable_timer<std::chrono::steady_clock,
+                                               net::wait_traits<std::chrono::steady_clock>, pool_strand>;
+constexpr net::use_awaitable_t<pool_strand> on_strand;
+
+TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
+  using namespace net::experimental::awaitable_operators;
+  constexpr int workers = 4;
+  constexpr int rounds = 300;
+  net::thread_pool pool(2);
+  ab::semaphore sem(2);
+  auto [tx, rx] = ab::mpsc::bounded<int>(2);
+  std::atomic<int> sent{0};
+  std::atomic<int> handed_back{0};
+  std::vector<int> received;
+
+  for (int w = 0; w < workers; ++w) {
+    net::co_spawn(
+        pool_strand(pool.get_executor()),
+        [&, w, tx = tx]() mutable -> net::awaitable<void, pool_strand> {
+          const pool_strand ex = co_await net::this_coro::executor;
+          for (int i = 0; i < rounds; ++i) {
+            strand_timer timer(ex, std::chrono::microseconds(i % 7));
+            auto acquire = ab::asio::async_acquire(sem, on_strand);
+            auto expiry = timer.async_wait(on_strand);
+            auto r = co_await (std::move(acquire) || std::move(expiry));
+            static_cast<void>(r);  // the permit (if any) is released here
+            const int value = w * rounds + i;
+            strand_timer timer2(ex, std::chrono::microseconds(i % 5));
+            auto [order, ec, back, timer_ec] =
+                co_await net::experimental::make_parallel_group(
+                    ab::asio::async_send(ex, tx, value, net::deferred), timer2.async_wait(net::deferred))
+                    .async_wait(net::experimental::wait_for_one(), on_strand);
+            static_cast<void>(order);
+            static_cast<void>(timer_ec);
+            if (!ec) {
+              ++sent;
+            } else {
+              EXPECT_EQ(ec, net::error::operation_aborted);
+              EXPECT_EQ(back, std::optional<int>(value));
+              ++handed_back;
+            }
+          }
+          { auto done_sending = std::move(tx); }  // the last one gone closes the channel
+        },
+        net::detached);
+  }
+  { auto drop = std::move(tx); }  // the coroutines hold the only senders now
+  net::co_spawn(
+      pool_strand(pool.get_executor()),
+      [&, &rx = rx]() -> net::awaitable<void, pool_strand> {
+        const pool_strand ex = co_await net::this_coro::executor;
+        for (;;) {
+          strand_timer timer(ex, 3us);
+          auto recv = ab::asio::async_op([&] { return rx.recv(); }, net::as_tuple(on_strand));
+          auto expiry = timer.async_wait(on_strand);
+          auto r = co_await (std::move(recv) || std::move(expiry));
+          if (r.index() == 1) continue;
+          auto [ec, v] = std::get<0>(r);
+          if (ec == err::closed) co_return;
+          received.push_back(v);
+        }
+      },
+      net::detached);
+  pool.join();
+  EXPECT_EQ(sem.available(), 2U);
+  EXPECT_EQ(sent.load() + handed_back.load(), workers * rounds);
+  EXPECT_EQ(static_cast<int>(received.size()), sent.load());
+  std::vector<int> sorted = received;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "a value received twice";
+}
+
+}  // namespace
