@@ -254,8 +254,7 @@ template <class Node, bool Cancellable>
 struct poll_policy<asyncband::detail::wait_awaiter<Node, Cancellable>> {
   static constexpr bool polls = true;
   static void revoke(asyncband::detail::wait_awaiter<Node, Cancellable>& a) {
-    static_cast<void>(
-        asyncband::detail::select_access<asyncband::detail::wait_awaiter<Node, Cancellable>>::lose(a, true));
+    asyncband::detail::select_access<asyncband::detail::wait_awaiter<Node, Cancellable>>::pass_on(a, true);
   }
 };
 
@@ -559,7 +558,7 @@ class operation final : public pending_op {
     work_.take(executor_);
     service_ = &wait_service::of(context_of(executor_));  // may create it: before publishing
     if (!access::publish(awaiter_, asyncband::detail::resume_target(&on_resolved, this), commit_)) {
-      static_cast<void>(commit_.try_commit(access::id(awaiter_)));  // nobody else can have yet
+      static_cast<void>(commit_.try_commit(&access::node(awaiter_)));  // nobody else can have yet
       completed_ = true;
       post_completion();
       return;
@@ -583,7 +582,7 @@ class operation final : public pending_op {
   /// cancellation, a stop request). A resolution that granted nothing commits here.
   static void on_resolved(void* self) noexcept {
     auto& op = *static_cast<operation*>(self);
-    static_cast<void>(op.commit_.try_commit(access::id(op.awaiter_)));
+    static_cast<void>(op.commit_.try_commit(&access::node(op.awaiter_)));
     if ((op.phase_.fetch_or(resolved_bit, std::memory_order_acq_rel) & registered_bit) != 0)
       op.complete_later();
   }
@@ -694,14 +693,14 @@ class operation final : public pending_op {
     }
   }
 
-  /// A losing operation's outcome: a send's comes from select_access::lose (its value, handed
-  /// back); any other's is just "cancelled", once its grant is passed on.
+  /// A losing operation's outcome, once its grant is passed on: a send's comes from
+  /// select_access::handed_back (its value); any other's is just "cancelled".
   outcome_type lose() {
+    access::pass_on(awaiter_, true);
     if constexpr (is_send_result_v<outcome_type>) {
-      auto back = access::lose(awaiter_, true);
+      auto back = access::handed_back(awaiter_);
       return std::move(*back);  // a losing send always hands its value back
     } else {
-      static_cast<void>(access::lose(awaiter_, true));
       return outcome_type(wait_status::cancelled);
     }
   }
@@ -726,8 +725,8 @@ class operation final : public pending_op {
           return;
         }
       }
-      static_cast<void>(access::lose(awaiter_, true));
-    } catch (...) {  // a handed-back value's move threw: nobody is left to receive it anyway
+      access::pass_on(awaiter_, true);
+    } catch (...) {  // a guard maker threw while the permits went back: nobody is left to tell
     }
   }
 
