@@ -63,7 +63,7 @@ class wait_functions {
   // Owner::wait_node is named only inside the bodies, where Owner is complete.
 
   /// Names the primitive's node type for other drivers of the same protocol (detail::callback_wait,
-  /// used by the Boost.Asio bridge): `typename P::template wait_node_of<>::type`. A member
+  /// the Boost.Asio bridge's async_wait): `typename P::template wait_node_of<>::type`. A member
   /// template so that Owner is named only once complete; a class, not an alias, so that the
   /// access check happens here, in a friend of Owner.
   template <class O = Owner>
