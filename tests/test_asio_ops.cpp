@@ -29,6 +29,8 @@
 #include <variant>
 #include <vector>
 
+#include "support/probe.hpp"
+
 namespace {
 
 namespace net = boost::asio;
@@ -1307,6 +1309,329 @@ TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
   std::vector<int> sorted = received;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) << "a value received twice";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Staged waits (several waits in a row): condvar wait and wait_while, watch's wait_for. The
+// operation owns a stop source; the Asio cancellation requests the stop.
+
+struct cv_wait_factory {
+  ab::condvar* cv;
+  ab::mutex_guard<int>* guard;
+  auto operator()(std::stop_token stop) const { return cv->wait(std::move(*guard), std::move(stop)); }
+};
+struct watch_wait_for_factory {
+  ab::watch::receiver<int>* rx;
+  auto operator()(std::stop_token stop) const {
+    return rx->wait_for([](int v) { return v > 0; }, std::move(stop));
+  }
+};
+static_assert(ab::asio::staged_factory<cv_wait_factory> && !ab::asio::awaiter_factory<cv_wait_factory>);
+static_assert(std::is_same_v<sig_t<cv_wait_factory>, void(error_code, std::optional<ab::mutex_guard<int>>)>);
+static_assert(std::is_same_v<outcome_t<cv_wait_factory>, ab::result<ab::mutex_guard<int>>>);
+static_assert(
+    std::is_same_v<sig_t<watch_wait_for_factory>, void(error_code, std::optional<ab::watch::borrowed<int>>)>);
+static_assert(std::is_same_v<outcome_t<watch_wait_for_factory>, ab::result<ab::watch::borrowed<int>>>);
+
+/// Two condvar waiters from Asio, each with its own cancellation signal, on one mutex.
+class asio_condvar : public asio_late_cancel {
+ protected:
+  auto record(char who) {
+    return [this, who](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+      EXPECT_EQ(ec ? 1 : 0, g.has_value() ? 0 : 1);
+      done.emplace_back(who, ec);
+    };
+  }
+  /// Starts a wait of `who` (holding the mutex until it has registered); its handler records
+  /// the error_code and, with the guard, the value, then unlocks.
+  void start_wait(char who, net::cancellation_signal& signal) {
+    auto guard = m.try_lock();
+    ASSERT_TRUE(guard.has_value());
+    ab::asio::async_condvar_wait(ex(), cv, std::move(*guard),
+                                 net::bind_cancellation_slot(signal.slot(), record(who)));
+  }
+  ab::mutex<int> m{0};
+  ab::condvar cv;
+  std::vector<std::pair<char, error_code>> done;
+};
+
+TEST_F(asio_condvar, wait_and_wait_while_from_asio_coroutines) {
+  auto [wtx, wrx] = ab::watch::channel<int>(0);
+  auto& rx = wrx;
+  std::vector<int> seen;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        auto g = co_await ab::asio::async_lock(m, net::use_awaitable);
+        auto notified = co_await ab::asio::async_condvar_wait(cv, std::move(*g), net::use_awaitable);
+        seen.push_back(**notified);
+        auto ready = co_await ab::asio::async_condvar_wait_while(
+            cv, std::move(*notified), [](int v) { return v < 2; }, net::use_awaitable);
+        seen.push_back(**ready);
+        ready.reset();
+        auto version = co_await ab::asio::async_wait_for(
+            rx, [](int v) { return v == 3; }, net::use_awaitable);
+        seen.push_back(**version);
+      },
+      net::detached);
+  ioc.poll();
+  for (int v = 1; v <= 2; ++v) {
+    **m.try_lock() = v;
+    cv.notify_one();
+    ioc.poll();
+  }
+  ASSERT_TRUE(wtx.send(1).ok());
+  ASSERT_TRUE(wtx.send(3).ok());
+  ioc.run();
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
+}
+
+TEST_F(asio_condvar, the_generic_form_takes_a_factory_of_a_stop_token) {
+  auto guard = m.try_lock();
+  std::optional<ab::result<ab::mutex_guard<int>>> got;
+  ab::asio::async_outcome(
+      ex(), [&](std::stop_token stop) { return cv.wait(std::move(*guard), std::move(stop)); },
+      [&](ab::result<ab::mutex_guard<int>> r) { got.emplace(std::move(r)); });
+  ioc.poll();
+  EXPECT_FALSE(got.has_value());
+  EXPECT_TRUE(m.try_lock().has_value()) << "the wait unlocked the mutex once registered";
+  cv.notify_all();
+  ioc.run();
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->ok());
+}
+
+TEST_F(asio_condvar, cancelled_while_waiting_for_the_notification) {
+  net::cancellation_signal sa;
+  start_wait('a', sa);
+  ioc.poll();
+  sa.emit(net::cancellation_type::terminal);
+  ioc.run();
+  ASSERT_EQ(done.size(), 1U);
+  EXPECT_EQ(done[0].second, net::error::operation_aborted);
+  EXPECT_TRUE(m.try_lock().has_value()) << "a cancelled wait does not hold the mutex";
+}
+
+TEST_F(asio_condvar, total_cancellation_is_not_honoured_the_wait_would_leave_the_mutex_unlocked) {
+  net::cancellation_signal sa;
+  start_wait('a', sa);
+  ioc.poll();
+  sa.emit(net::cancellation_type::total);
+  ioc.poll();
+  EXPECT_TRUE(done.empty());
+  cv.notify_one();
+  ioc.run();
+  ASSERT_EQ(done.size(), 1U);
+  EXPECT_EQ(done[0].second, error_code());
+}
+
+TEST_F(asio_condvar, cancelled_after_the_notify_claimed_it_the_notification_goes_to_the_next_waiter) {
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  start_wait('a', sa);
+  start_wait('b', sb);
+  ioc.poll();
+  cancel_when_claimed(sa);
+  cv.notify_one();  // claims a; a's stop comes before its re-lock, so it passes the notify_one on
+  EXPECT_EQ(sched.pending_actions(), 0U);
+  ioc.poll();  // not run(): b left waiting would keep it running
+  ASSERT_EQ(done.size(), 2U);
+  // b's completion is posted first: the pass-on happens inside a's resolution.
+  EXPECT_EQ(done[0], std::make_pair('b', error_code()));
+  EXPECT_EQ(done[1], std::make_pair('a', error_code(net::error::operation_aborted)));
+}
+
+TEST_F(asio_condvar, cancelled_while_re_locking_the_notification_goes_to_the_next_waiter) {
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  start_wait('a', sa);
+  start_wait('b', sb);
+  ioc.poll();
+  auto held = m.try_lock();
+  cv.notify_one();  // a is notified and queues for the mutex, which is held
+  ioc.poll();
+  EXPECT_TRUE(done.empty());
+  sa.emit(net::cancellation_type::terminal);  // a leaves the mutex queue and passes the notify_one to b
+  held.reset();
+  ioc.poll();  // not run(): b left waiting would keep it running
+  ASSERT_EQ(done.size(), 2U);
+  EXPECT_EQ(done[0], std::make_pair('a', error_code(net::error::operation_aborted)));
+  EXPECT_EQ(done[1], std::make_pair('b', error_code()));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_condvar, cancelled_after_it_re_locked_before_its_handler_the_mutex_and_notification_go_on) {
+  net::cancellation_signal sa;
+  net::cancellation_signal sb;
+  start_wait('a', sa);
+  start_wait('b', sb);
+  ioc.poll();
+  cv.notify_one();  // a is notified and re-locks at once (the mutex is free): its completion is posted
+  EXPECT_FALSE(m.try_lock().has_value()) << "a holds the mutex, its handler has not run";
+  sa.emit(net::cancellation_type::terminal);  // late: a unlocks and passes the notify_one to b
+  ioc.poll();                                 // not run(): b left waiting would keep it running
+  ASSERT_EQ(done.size(), 2U);
+  EXPECT_EQ(done[0], std::make_pair('a', error_code(net::error::operation_aborted)));
+  EXPECT_EQ(done[1], std::make_pair('b', error_code()));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_condvar, a_predicate_that_throws_at_the_start_throws_from_the_initiation) {
+  auto guard = m.try_lock();
+  EXPECT_THROW(ab::asio::async_condvar_wait_while(
+                   ex(), cv, std::move(*guard), [](int) -> bool { throw std::runtime_error("check"); },
+                   [](error_code, std::optional<ab::mutex_guard<int>>) { ADD_FAILURE(); }),
+               std::runtime_error);
+  EXPECT_TRUE(m.try_lock().has_value()) << "the guard went with the operation";
+}
+
+TEST_F(asio_condvar, a_predicate_that_throws_later_propagates_out_of_run_with_the_mutex_unlocked) {
+  auto guard = m.try_lock();
+  ab::asio::async_condvar_wait_while(
+      ex(), cv, std::move(*guard),
+      [](int v) -> bool {
+        if (v == 1) throw std::runtime_error("check");
+        return true;
+      },
+      [](error_code, std::optional<ab::mutex_guard<int>>) { ADD_FAILURE(); });
+  ioc.poll();
+  **m.try_lock() = 1;
+  cv.notify_all();
+  EXPECT_THROW(ioc.run(), std::runtime_error);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_condvar, or_with_an_expired_timer_leaves_the_mutex_free_and_passes_a_late_notification_on) {
+  using namespace net::experimental::awaitable_operators;
+  net::cancellation_signal sb;
+  start_wait('b', sb);
+  std::optional<std::size_t> winner;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        auto g = co_await ab::asio::async_lock(m, net::use_awaitable);
+        net::steady_timer timer(ioc, 0ms);
+        auto first = co_await (ab::asio::async_condvar_wait(cv, std::move(*g), net::use_awaitable) ||
+                               timer.async_wait(net::use_awaitable));
+        winner = first.index();
+      },
+      net::detached);
+  ioc.run_one();  // the coroutine locks and registers after b
+  ioc.poll();
+  cv.notify_one();  // b, registered first, takes it; the coroutine's wait loses to the timer
+  ioc.run();
+  EXPECT_EQ(winner, 1U);
+  ASSERT_EQ(done.size(), 1U);
+  EXPECT_EQ(done[0], std::make_pair('b', error_code()));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_condvar, destroying_the_io_context_ends_a_pending_wait_unrun) {
+  auto alive = std::make_shared<int>(0);
+  {
+    net::io_context other;
+    auto guard = m.try_lock();
+    ab::asio::async_condvar_wait(
+        cv, std::move(*guard),
+        net::bind_executor(other, [keep = alive](error_code, auto) { ADD_FAILURE(); }));
+    net::cancellation_signal sb;
+    start_wait('b', sb);  // on ioc, registered after the destroyed one
+    other.poll();
+  }
+  EXPECT_EQ(alive.use_count(), 1);
+  cv.notify_one();  // the destroyed context's wait left the condvar: b is the oldest
+  ioc.poll();       // not run(): b left waiting would keep it running
+  ASSERT_EQ(done.size(), 1U);
+  EXPECT_EQ(done[0], std::make_pair('b', error_code()));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+TEST_F(asio_condvar, destroying_the_io_context_with_a_woken_wait_passes_its_notification_on) {
+  net::cancellation_signal sb;
+  {
+    net::io_context other;
+    auto guard = m.try_lock();
+    ab::asio::async_condvar_wait(cv, std::move(*guard),
+                                 net::bind_executor(other, [](error_code, auto) { ADD_FAILURE(); }));
+    start_wait('b', sb);
+    cv.notify_one();  // the first re-locks: its completion is posted to `other`, which never runs it
+    EXPECT_FALSE(m.try_lock().has_value());
+  }
+  ioc.poll();  // not run(): b left waiting would keep it running
+  ASSERT_EQ(done.size(), 1U);
+  EXPECT_EQ(done[0], std::make_pair('b', error_code()));
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+/// A coroutine with no scheduler: resumed inline on the thread that wakes it.
+asyncband_test::bare_coroutine wait_then_lock_on(ab::condvar& cv, ab::mutex_guard<int> guard,
+                                                 ab::mutex<int>& m, net::io_context& ioc, bool& resumed) {
+  auto relocked = co_await cv.wait(std::move(guard));
+  resumed = true;
+  // Starts an operation on the context being destroyed: this takes its service's lock.
+  ab::asio::async_lock(m, net::bind_executor(ioc, [](error_code, auto) { ADD_FAILURE(); }));
+}
+
+TEST_F(asio_condvar, a_waiter_woken_by_the_shutdown_runs_after_the_services_lock_is_released) {
+  ab::mutex<int> other_mutex(0);
+  bool resumed = false;
+  std::optional<ab::mutex_guard<int>> held;  // outlives the context
+  {
+    net::io_context dying;
+    auto guard = m.try_lock();
+    ab::asio::async_condvar_wait(cv, std::move(*guard),
+                                 net::bind_executor(dying, [](error_code, auto) { ADD_FAILURE(); }));
+    wait_then_lock_on(cv, *other_mutex.try_lock(), m, dying, resumed);
+    held = m.try_lock();
+    cv.notify_one();  // the Asio wait is notified and queues for m, which is held
+    EXPECT_FALSE(resumed);
+    // The destruction cancels the Asio wait while it re-locks: it passes the notify_one to the
+    // coroutine, which re-locks other_mutex at once and resumes inline, then starts an
+    // operation on `dying` (a deadlock on the service's lock if it ran under it).
+  }
+  EXPECT_TRUE(resumed);
+  held.reset();
+  EXPECT_TRUE(m.try_lock().has_value()) << "the lock started during the shutdown was not left queued";
+}
+
+TEST_F(asio_late_cancel, watch_wait_for_cancelled_pending_then_late_the_version_is_still_there) {
+  auto [tx, rx] = ab::watch::channel<int>(0);
+  net::cancellation_signal signal;
+  std::vector<error_code> seen;
+  auto wait = [&] {
+    start(ioc, signal, watch_wait_for_factory{&rx},
+          [&](error_code ec, std::optional<ab::watch::borrowed<int>> g) {
+            EXPECT_EQ(ec ? 1 : 0, g.has_value() ? 0 : 1);
+            seen.push_back(ec);
+          });
+  };
+  wait();
+  ioc.poll();
+  signal.emit(net::cancellation_type::terminal);  // pending: cancelled
+  ioc.run();
+  ioc.restart();
+  wait();
+  ioc.poll();
+  ASSERT_TRUE(tx.send(5).ok());                   // completes the wait; its handler has not run
+  signal.emit(net::cancellation_type::terminal);  // late
+  ioc.run();
+  ioc.restart();
+  wait();  // the value it was woken for is still the current one
+  ioc.run();
+  EXPECT_EQ(seen, (std::vector<error_code>{net::error::operation_aborted, net::error::operation_aborted,
+                                           error_code()}));
+}
+
+TEST_F(asio_ops, watch_wait_for_reports_closed_when_the_sender_goes) {
+  auto [tx, rx] = ab::watch::channel<int>(0);
+  std::optional<error_code> seen;
+  ab::asio::async_wait_for(
+      ex(), rx, [](int v) { return v > 0; },
+      [&](error_code ec, std::optional<ab::watch::borrowed<int>>) { seen = ec; });
+  ioc.poll();
+  { auto gone = std::move(tx); }
+  ioc.run();
+  EXPECT_EQ(seen, error_code(err::closed));
 }
 
 }  // namespace

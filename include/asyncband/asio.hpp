@@ -173,7 +173,7 @@ struct wait_factory {
 };
 
 template <class P>
-using status_form_of = status_form<outcome_t<factory_awaiter_t<wait_factory<P>>>>;
+using status_form_of = status_form<typename driver_t<wait_factory<P>>::outcome>;
 
 }  // namespace bridge_detail
 

@@ -218,7 +218,9 @@ class condvar {
 /// The awaiter of a condvar wait: two waits in a row (the notification, then the mutex), driven
 /// from callbacks so that the coroutine suspends once. Lives in the awaiting frame.
 template <class T, bool Cancellable, class Predicate>
-class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] condvar::waiting {
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] condvar::waiting
+    : public detail::staged_awaiter_base<Cancellable> {
+  friend struct detail::staged_access;
   using notified_wait = detail::pending_wait<notify_node, Cancellable>;
   using relock_wait = detail::pending_wait<relock_node, Cancellable>;
   using yield_type = yield_t<Cancellable, T>;
@@ -256,8 +258,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   bool await_suspend(std::coroutine_handle<Promise> h) {
     if (notified_) [[unlikely]]
       detail::throw_awaited_again();
-    self_ = detail::resume_target(h, scheduler_of(h));
-    return wait_for_notification();
+    return start(detail::resume_target(h, scheduler_of(h)));
   }
 
   yield_type await_resume() {
@@ -272,6 +273,16 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   }
 
  private:
+  /// Registers; `target` continues the waiter once a step ends the wait (staged_access::start).
+  bool start(detail::resume_target target) noexcept {
+    self_ = target;
+    return wait_for_notification();
+  }
+
+  /// After an ok outcome was taken and its guard dropped, for a driver that reports the wait
+  /// cancelled instead: the notify_one it consumed goes on, as for a cancellation.
+  void give_back() noexcept { condvar_->pass_on(notify_bound_); }
+
   // Each step returns true if the wait is pending (a resolver will continue it), false if it
   // is over and the coroutine should continue now. Nothing touches the frame after a step that
   // returned true.

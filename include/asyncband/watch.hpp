@@ -760,7 +760,9 @@ namespace detail {
 /// the coroutine suspends once and resumes only when pred holds (or the wait ends otherwise).
 /// Lives in the awaiting frame.
 template <class T, class Predicate, bool Cancellable>
-class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait_for_awaiter {
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait_for_awaiter
+    : public core::staged_awaiter_base<Cancellable> {
+  friend struct core::staged_access;
   using changed_pending = core::pending_wait<changed_wait<T>, Cancellable>;
 
  public:
@@ -781,9 +783,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait
   bool await_suspend(std::coroutine_handle<Promise> h) {
     if (suspended_) [[unlikely]]
       core::throw_awaited_again();
-    suspended_ = true;
-    self_ = core::resume_target(h, scheduler_of(h));
-    return wait_changes();
+    return start(core::resume_target(h, scheduler_of(h)));
   }
   result<borrowed<T>> await_resume() {
     if (error_) std::rethrow_exception(error_);
@@ -792,6 +792,17 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait
   }
 
  private:
+  /// Waits for versions; `target` continues the waiter once decided (staged_access::start).
+  bool start(core::resume_target target) noexcept {
+    suspended_ = true;
+    self_ = target;
+    return wait_changes();
+  }
+
+  /// For a driver that reports a decided wait cancelled: nothing was consumed (the versions it
+  /// saw stay seen, as for a cancellation; the guard was dropped).
+  static void give_back() noexcept {}
+
   /// Borrows the current value (marking it seen) and decides the outcome if it can: pred holds
   /// (ok; a throw counts as decided and is rethrown on resumption), the sender is gone
   /// (closed), a stop was requested (cancelled). False: wait for the next version.

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -57,9 +58,18 @@ template <class F>
 concept awaiter_factory =
     std::invocable<std::decay_t<F>&> && selectable_awaiter<std::invoke_result_t<std::decay_t<F>&>>;
 
-/// The awaiter a factory builds.
+/// A callable taking a std::stop_token and returning by value an awaiter of several waits in a
+/// row built with that token (`[&](std::stop_token stop) { return cv.wait(std::move(g), stop); }`):
+/// a condvar wait or wait_while, watch's wait_for. The operation cancels it by requesting that
+/// stop.
 template <class F>
-using factory_awaiter_t = std::invoke_result_t<std::decay_t<F>&>;
+concept staged_factory =
+    std::invocable<std::decay_t<F>&, std::stop_token> &&
+    asyncband::detail::staged_awaiter<std::invoke_result_t<std::decay_t<F>&, std::stop_token>>;
+
+/// What async_op and async_outcome accept: either kind of factory.
+template <class F>
+concept operation_factory = awaiter_factory<F> || staged_factory<F>;
 
 /// Per-awaiter policy of the adapter; specialize for an awaiter type of your own.
 template <class Awaiter>
@@ -96,6 +106,13 @@ struct operation_traits<
   static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
 };
 
+/// A staged wait (a condvar wait, watch's wait_for) leaves a trace when cancelled (the mutex
+/// unlocked, versions marked seen): not "total".
+template <asyncband::detail::staged_awaiter Awaiter>
+struct operation_traits<Awaiter> {
+  static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
+};
+
 namespace bridge_detail {
 
 // ---------------------------------------------------------------------------------------------
@@ -128,10 +145,6 @@ template <class O>
 inline constexpr bool is_send_result_v = false;
 template <class T>
 inline constexpr bool is_send_result_v<send_result<T>> = true;
-
-/// The outcome the value form delivers for an awaiter.
-template <class Awaiter>
-using outcome_t = lifted_t<typename asyncband::detail::select_access<Awaiter>::outcome>;
 
 /// The value argument of an error-code signature: the value itself, or std::optional of it for
 /// a type with no default constructor (the lock guards), which a failure could not provide.
@@ -376,6 +389,9 @@ class wait_service final : public boost::asio::execution_context::service {
 
   void shutdown() override {
     {
+      // Waiter code a cancellation wakes on this thread (a condvar wait cancelled while it
+      // re-locks passes its notification on) runs once the lock is released.
+      asyncband::detail::wake_collector after_unlock;
       const std::lock_guard lock(lock_);
       shut_down_ = true;
       shutting_down_here() = this;
@@ -386,7 +402,7 @@ class wait_service final : public boost::asio::execution_context::service {
         op = next;
       }
       shutting_down_here() = nullptr;
-    }
+    }  // the lock is released, then after_unlock resolves
     // Outside the lock: destroying a handler runs arbitrary destructors.
     while (doomed_ != nullptr) {
       pending_op* const op = doomed_;
@@ -460,31 +476,209 @@ class work_hold {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The operation.
+// Drivers: what the operation does with its awaiter.
+//
+// A driver is built in place from the factory and offers:
+//   bool complete_at_once()           completes without publishing (may throw: nothing started)
+//   bool publish(resume_target)       true if pending: the target runs on the resolving thread
+//   void resolved()                   on that thread, first thing
+//   bool cancel()                     the Asio cancellation or the context's shutdown; false if
+//                                     too late to stop the wait (it has been granted already)
+//   Outcome settle<Outcome>(bool late)    on the handler's executor: the outcome, or, for an
+//                                     operation cancelled in time or late, what it gives back
+//   void give_back()                  completed, destroyed unrun: its grant passes on
 
-/// One asynchronous operation: the awaiter (built in place by the factory), the handler, the
-/// work guard and the commit point the awaiter's node and the Asio cancellation contend for.
-/// Allocated with the handler's associated allocator; destroyed before the handler is invoked.
-///
-/// Protocol (the one of a when_any with one branch; detail/any_engine.hpp):
-/// - The start polls the awaiter where that is revocable (poll_policy), else publishes it. A
-///   completion at the start commits the node at once; a pending one commits when a waker
-///   grants it (under the primitive's lock) or, for a resolution that grants nothing, when
-///   on_resolved runs. Either way the completion is then posted to the handler's executor.
-/// - The cancellation slot's handler contends for the same commit point: if it wins, the node is
-///   cancelled (a waker skips it, claiming it cancelled); if the node won first, the cancellation
-///   is late and recorded, and finish() gives back what the node was granted.
-/// - finish(), on the handler's executor: the winner's outcome, or the loser's give-back (a
-///   send's value comes back) reported as cancelled; then the state is freed and the handler
-///   invoked.
-/// - A pending operation is listed with the context's wait_service (for shutdown) after its
-///   publication; `phase_` orders that listing with a resolution on another thread: whichever
-///   of the two comes second goes on to complete the operation.
-template <class Awaiter, class Form, boost::asio::cancellation_type_t Accepted, class Handler, class Executor>
-class operation final : public pending_op {
+/// A when_any branch (detail::select_access): the awaiter's node and the Asio cancellation
+/// contend for one commit point, as the branches of a select do (detail/any_engine.hpp). A node
+/// commits when a waker grants it (under the primitive's lock), when it completes at the start,
+/// or, for a resolution that grants nothing, in resolved(). A cancellation that loses is late:
+/// the operation gives back what the node was granted.
+template <class Awaiter>
+class branch_driver {
   using access = asyncband::detail::select_access<Awaiter>;
   using policy = poll_policy<Awaiter>;
   using access_outcome = typename access::outcome;
+
+ public:
+  using awaiter_type = Awaiter;
+  /// What the value form delivers.
+  using outcome = lifted_t<access_outcome>;
+
+  template <class Factory>
+  explicit branch_driver(Factory& factory) : awaiter_(factory()) {}  // a prvalue, built in place
+  branch_driver(const branch_driver&) = delete;
+  branch_driver& operator=(const branch_driver&) = delete;
+  ~branch_driver() = default;
+
+  /// The poll, where what it takes is revocable (poll_policy).
+  bool complete_at_once() {
+    if constexpr (policy::polls) {
+      if (access::poll(awaiter_)) {
+        polled_ = true;
+        static_cast<void>(commit_.try_commit(&awaiter_));
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool publish(asyncband::detail::resume_target target) noexcept {
+    if (access::publish(awaiter_, target, commit_)) return true;
+    resolved();  // completed during the publication: nobody else can have committed yet
+    return false;
+  }
+
+  /// A resolution that granted nothing commits here.
+  void resolved() noexcept { static_cast<void>(commit_.try_commit(&access::node(awaiter_))); }
+
+  bool cancel() noexcept {
+    if (!commit_.try_commit(cancel_id())) return false;
+    access::cancel(awaiter_);
+    return true;
+  }
+
+  /// The winner's outcome; or, for a cancelled operation (before its node committed, or late),
+  /// what it gives back: the grant passes on, a send's value comes back, and it reports cancelled.
+  template <class Outcome>
+  Outcome settle(bool late) {
+    if (!late && commit_.winner() != cancel_id()) return win<Outcome>();
+    if constexpr (policy::polls) {
+      if (polled_) {
+        policy::revoke(awaiter_);
+        return Outcome(wait_status::cancelled);
+      }
+    }
+    return lose<Outcome>();
+  }
+
+  void give_back() noexcept {
+    try {
+      if constexpr (policy::polls) {
+        if (polled_) {
+          policy::revoke(awaiter_);
+          return;
+        }
+      }
+      access::pass_on(awaiter_, true);
+    } catch (...) {  // a guard maker threw while the permits went back: nobody is left to tell
+    }
+  }
+
+ private:
+  /// What the cancellation contends for the commit point as: never a node's address.
+  [[nodiscard]] const void* cancel_id() const noexcept { return &commit_; }
+
+  template <class Outcome>
+  Outcome win() {
+    if constexpr (std::is_void_v<access_outcome>) {
+      access::win(awaiter_);
+      return Outcome();
+    } else if constexpr (std::is_same_v<access_outcome, Outcome>) {
+      return access::win(awaiter_);
+    } else {
+      return Outcome(access::win(awaiter_));
+    }
+  }
+
+  /// A losing operation's outcome, once its grant is passed on: a send's comes from
+  /// select_access::handed_back (its value); any other's is just "cancelled".
+  template <class Outcome>
+  Outcome lose() {
+    access::pass_on(awaiter_, true);
+    if constexpr (is_send_result_v<Outcome>) {
+      auto back = access::handed_back(awaiter_);
+      return std::move(*back);  // a losing send always hands its value back
+    } else {
+      return Outcome(wait_status::cancelled);
+    }
+  }
+
+  Awaiter awaiter_;
+  asyncband::detail::commit_point commit_;
+  bool polled_ = false;  // completed by poll at the start, never published
+};
+
+/// Several waits in a row (a condvar wait, watch's wait_for; detail::staged_access), built with
+/// the token of a stop source the driver owns: the Asio cancellation requests that stop, and the
+/// awaiter's own stop semantics apply at whichever stage it is. A wait that ended ok but was
+/// cancelled before its handler ran is reported cancelled and gives back what it consumed (the
+/// guard is dropped, a condvar's notify_one passes on), as a late cancellation of a branch does.
+/// The stop source's state is one more allocation per operation.
+template <class Awaiter>
+class staged_driver {
+  using access = asyncband::detail::staged_access;
+
+ public:
+  using awaiter_type = Awaiter;
+  /// What the value form delivers: the awaiter's own outcome (a result<T>).
+  using outcome = access::outcome<Awaiter>;
+
+  template <class Factory>
+  explicit staged_driver(Factory& factory) : awaiter_(factory(stop_.get_token())) {}
+  staged_driver(const staged_driver&) = delete;
+  staged_driver& operator=(const staged_driver&) = delete;
+  ~staged_driver() = default;
+
+  bool complete_at_once() { return access::ready(awaiter_); }
+  bool publish(asyncband::detail::resume_target target) noexcept { return access::start(awaiter_, target); }
+  static void resolved() noexcept {}
+  /// Never too late here: a stop requested after the wait ended is seen by settle().
+  bool cancel() noexcept {
+    stop_.request_stop();
+    return true;
+  }
+
+  template <class Outcome>
+  Outcome settle(bool /*late: a branch's notion; a stop request says it here*/) {
+    Outcome outcome(access::resume(awaiter_));
+    if (!outcome.ok() || !stop_.stop_requested()) return outcome;
+    return give_back_instead(std::move(outcome));
+  }
+
+  void give_back() noexcept {
+    try {
+      static_cast<void>(give_back_instead(access::resume(awaiter_)));
+    } catch (...) {  // a predicate threw: the wait consumed nothing it could give back
+    }
+  }
+
+ private:
+  /// Drops an ok outcome (a guard unlocks) and passes on what the wait consumed.
+  template <class Outcome>
+  Outcome give_back_instead(Outcome&& outcome) noexcept {
+    if (outcome.ok()) {
+      {
+        const Outcome dropped(std::move(outcome));
+      }
+      access::give_back(awaiter_);
+    }
+    return Outcome(wait_status::cancelled);
+  }
+
+  std::stop_source stop_;  // before the awaiter, which is built with its token
+  Awaiter awaiter_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The operation.
+
+/// One asynchronous operation: its driver (holding the awaiter, built in place by the factory),
+/// the handler and the work guard. Allocated with the handler's associated allocator; destroyed
+/// before the handler is invoked.
+///
+/// Protocol:
+/// - The start completes the awaiter at once where the driver can (a revocable poll, a staged
+///   wait whose outcome is decided), else publishes it. A completion at the start, or one that
+///   resolves later on a waker's thread, is posted to the handler's executor.
+/// - The cancellation slot's handler cancels through the driver; a cancellation too late to stop
+///   the wait is recorded, and the driver then gives back what the wait was granted.
+/// - finish(), on the handler's executor: the driver settles the outcome (the winner's, or the
+///   give-back reported as cancelled); then the state is freed and the handler invoked.
+/// - A pending operation is listed with the context's wait_service (for shutdown) after its
+///   publication; `phase_` orders that listing with a resolution on another thread: whichever
+///   of the two comes second goes on to complete the operation.
+template <class Driver, class Form, boost::asio::cancellation_type_t Accepted, class Handler, class Executor>
+class operation final : public pending_op {
   using outcome_type = typename Form::outcome_type;
   using handler_allocator =
       boost::asio::associated_allocator_t<Handler, boost::asio::recycling_allocator<void>>;
@@ -492,7 +686,7 @@ class operation final : public pending_op {
   using work_type = decltype(track_work(std::declval<const Executor&>()));
 
  public:
-  /// Builds the awaiter with `factory()` and starts the operation; from the initiating function.
+  /// Builds the awaiter with the factory and starts the operation; from the initiating function.
   /// A factory that throws leaves the handler untouched (the exception propagates).
   template <class Factory>
   static void start(Handler&& handler, const Executor& ex, Factory& factory) {
@@ -522,7 +716,7 @@ class operation final : public pending_op {
 
   template <class Factory>
   operation(Factory& factory, Handler&& handler, const Executor& ex)
-      : awaiter_(factory()),  // a prvalue: constructed right here (awaiters do not move)
+      : driver_(factory),
         handler_(std::move(handler)),
         executor_(ex),
         slot_(boost::asio::get_associated_cancellation_slot(handler_)) {
@@ -534,31 +728,23 @@ class operation final : public pending_op {
     return boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>());
   }
 
-  /// What the cancellation contends for the commit point as (never a node's address: the
-  /// awaiter is a member, after the base).
-  [[nodiscard]] const void* cancel_id() const noexcept { return static_cast<const pending_op*>(this); }
-
-  /// Throws only before anything is published (a poll of a spent awaiter, an allocation: of the
-  /// work-tracking executor, of the context's service at its first use).
+  /// Throws only before anything is published (a poll of a spent awaiter, a staged wait's first
+  /// check, an allocation: of the work-tracking executor, of the context's service at its
+  /// first use).
   void launch() {
     // Before the wait can complete: a completion may run (and clear the slot) at once.
     if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
-    if constexpr (policy::polls) {
-      if (access::poll(awaiter_)) {
-        polled_ = true;
-        static_cast<void>(commit_.try_commit(&awaiter_));
-        completed_ = true;
-        post_completion();
-        return;
-      }
+    if (driver_.complete_at_once()) {
+      completed_ = true;
+      post_completion();
+      return;
     }
     // An operation that may wait holds its executor's outstanding work from here. One that
-    // completed by poll needs none: its posted completion is work, and copying a tracked
+    // completed at once needs none: its posted completion is work, and copying a tracked
     // type-erased executor (post copies it several times) costs an atomic count each time.
     work_.take(executor_);
     service_ = &wait_service::of(context_of(executor_));  // may create it: before publishing
-    if (!access::publish(awaiter_, asyncband::detail::resume_target(&on_resolved, this), commit_)) {
-      static_cast<void>(commit_.try_commit(&access::node(awaiter_)));  // nobody else can have yet
+    if (!driver_.publish(asyncband::detail::resume_target(&on_resolved, this))) {
       completed_ = true;
       post_completion();
       return;
@@ -571,18 +757,18 @@ class operation final : public pending_op {
   /// unless this thread came second.
   void list_pending() noexcept {
     if (!service_->add(*this)) {
-      // The context is shut down already: end the wait now (if no waker committed it); the
+      // The context is shut down already: end the wait now (if not granted yet); the
       // resolution finds the service shut down and destroys the operation unrun.
-      contend_and_cancel();
+      static_cast<void>(driver_.cancel());
     }
     if ((phase_.fetch_or(registered_bit, std::memory_order_acq_rel) & resolved_bit) != 0) complete_later();
   }
 
-  /// The resume target of the published node: on the thread that resolved it (a waker, a
-  /// cancellation, a stop request). A resolution that granted nothing commits here.
+  /// The resume target of the published wait: on the thread that resolved it (a waker, a
+  /// cancellation, a stop request).
   static void on_resolved(void* self) noexcept {
     auto& op = *static_cast<operation*>(self);
-    static_cast<void>(op.commit_.try_commit(&access::node(op.awaiter_)));
+    op.driver_.resolved();
     if ((op.phase_.fetch_or(resolved_bit, std::memory_order_acq_rel) & registered_bit) != 0)
       op.complete_later();
   }
@@ -601,16 +787,9 @@ class operation final : public pending_op {
 
   void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
 
-  /// Cancels the wait if the cancellation wins the commit point (no waker has committed it).
-  bool contend_and_cancel() noexcept {
-    if (!commit_.try_commit(cancel_id())) return false;
-    access::cancel(awaiter_);
-    return true;
-  }
-
   /// The context's shutdown, for a listed operation.
   static void cancel_listed(pending_op* self) noexcept {
-    static_cast<void>(static_cast<operation*>(self)->contend_and_cancel());
+    static_cast<void>(static_cast<operation*>(self)->driver_.cancel());
   }
   static void destroy_unrun(pending_op* self) noexcept { static_cast<operation*>(self)->destroy_self(); }
 
@@ -621,7 +800,7 @@ class operation final : public pending_op {
     operation* op;
     void operator()(boost::asio::cancellation_type_t type) const noexcept {
       if ((type & Accepted) == boost::asio::cancellation_type::none) return;
-      if (!op->contend_and_cancel()) op->late_cancel_ = true;  // decided already: give it back
+      if (!op->driver_.cancel()) op->late_cancel_ = true;  // granted already: give it back
     }
   };
 
@@ -658,50 +837,15 @@ class operation final : public pending_op {
     Form::invoke(handler, std::move(outcome));
   }
 
-  /// A value's move that throws while the outcome is taken propagates out of the executor's
-  /// run(), as a handler's own exception would; the handler is then destroyed unrun.
+  /// A value's move (or a staged wait's predicate) that throws while the outcome is taken
+  /// propagates out of the executor's run(), as a handler's own exception would; the handler is
+  /// then destroyed unrun.
   outcome_type settle_or_destroy() {
     try {
-      return settle();
+      return driver_.template settle<outcome_type>(late_cancel_);
     } catch (...) {
       destroy_self();
       throw;
-    }
-  }
-
-  /// The winner's outcome; or, for an operation cancelled (before its node committed, or late),
-  /// what it gives back: the grant passes on, a send's value comes back, and it reports cancelled.
-  outcome_type settle() {
-    if (!late_cancel_ && commit_.winner() != cancel_id()) return win();
-    if constexpr (policy::polls) {
-      if (polled_) {
-        policy::revoke(awaiter_);
-        return outcome_type(wait_status::cancelled);
-      }
-    }
-    return lose();
-  }
-
-  outcome_type win() {
-    if constexpr (std::is_void_v<access_outcome>) {
-      access::win(awaiter_);
-      return outcome_type();
-    } else if constexpr (std::is_same_v<access_outcome, outcome_type>) {
-      return access::win(awaiter_);
-    } else {
-      return outcome_type(access::win(awaiter_));
-    }
-  }
-
-  /// A losing operation's outcome, once its grant is passed on: a send's comes from
-  /// select_access::handed_back (its value); any other's is just "cancelled".
-  outcome_type lose() {
-    access::pass_on(awaiter_, true);
-    if constexpr (is_send_result_v<outcome_type>) {
-      auto back = access::handed_back(awaiter_);
-      return std::move(*back);  // a losing send always hands its value back
-    } else {
-      return outcome_type(wait_status::cancelled);
     }
   }
 
@@ -710,38 +854,33 @@ class operation final : public pending_op {
   // `alloc` is taken before the handler may be moved from.
   void destroy_self(allocator_type alloc) noexcept {
     if (slot_.is_connected()) slot_.clear();
-    if (completed_) give_back_unrun();
+    if (std::exchange(completed_, false)) driver_.give_back();  // destroyed unrun: its grant passes on
     this->~operation();
     std::allocator_traits<allocator_type>::deallocate(alloc, this, 1);
   }
 
-  /// A completed operation destroyed unrun (its context shut down): what it was granted passes on.
-  void give_back_unrun() noexcept {
-    completed_ = false;
-    try {
-      if constexpr (policy::polls) {
-        if (polled_) {
-          policy::revoke(awaiter_);
-          return;
-        }
-      }
-      access::pass_on(awaiter_, true);
-    } catch (...) {  // a guard maker threw while the permits went back: nobody is left to tell
-    }
-  }
-
-  Awaiter awaiter_;  // first: built before the handler is moved in (a throwing factory leaves it)
+  Driver driver_;  // first: built before the handler is moved in (a throwing factory leaves it)
   Handler handler_;
   Executor executor_;          // the handler's
   work_hold<work_type> work_;  // its outstanding work, from the publication
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
-  wait_service* service_ = nullptr;  // set before it publishes
-  asyncband::detail::commit_point commit_;
+  wait_service* service_ = nullptr;     // set before it publishes
   std::atomic<std::uint8_t> phase_{0};  // registered_bit, resolved_bit
-  bool polled_ = false;                 // completed by poll at the start, never published
   bool completed_ = false;              // its outcome decided, not yet settled (a grant to give back)
-  bool late_cancel_ = false;            // cancelled after its node had committed
+  bool late_cancel_ = false;            // cancelled after its wait had been granted
 };
+
+/// The driver of the operation a factory starts.
+template <class F>
+auto pick_driver() {
+  if constexpr (awaiter_factory<F>) {
+    return std::type_identity<branch_driver<std::invoke_result_t<F&>>>{};
+  } else {
+    return std::type_identity<staged_driver<std::invoke_result_t<F&, std::stop_token>>>{};
+  }
+}
+template <operation_factory F>
+using driver_t = typename decltype(pick_driver<std::decay_t<F>>())::type;
 
 /// The initiation object handed to asio::async_initiate.
 template <class Form, boost::asio::cancellation_type_t Accepted, class DefaultExecutor>
@@ -754,10 +893,10 @@ class initiate_operation {
   template <class Handler, class Factory>
   void operator()(Handler&& handler, Factory&& factory) const {
     using handler_type = std::decay_t<Handler>;
-    using awaiter = factory_awaiter_t<Factory>;
     handler_type h(std::forward<Handler>(handler));
     auto ex = boost::asio::get_associated_executor(h, executor_);
-    operation<awaiter, Form, Accepted, handler_type, decltype(ex)>::start(std::move(h), ex, factory);
+    operation<driver_t<Factory>, Form, Accepted, handler_type, decltype(ex)>::start(std::move(h), ex,
+                                                                                    factory);
   }
 
  private:
@@ -765,29 +904,29 @@ class initiate_operation {
 };
 
 template <class Factory>
-using error_form_of = error_form<outcome_t<factory_awaiter_t<Factory>>>;
+using error_form_of = error_form<typename driver_t<Factory>::outcome>;
 template <class Factory>
-using outcome_form_of = outcome_form<outcome_t<factory_awaiter_t<Factory>>>;
+using outcome_form_of = outcome_form<typename driver_t<Factory>::outcome>;
 template <class Factory>
 inline constexpr boost::asio::cancellation_type_t cancellation_of =
-    operation_traits<factory_awaiter_t<Factory>>::cancellation;
+    operation_traits<typename driver_t<Factory>::awaiter_type>::cancellation;
 
 }  // namespace bridge_detail
 
 /// The completion signature of async_op for a factory: void(error_code) for a wait that yields
 /// nothing, void(error_code, T) for one that yields T or result<T> (std::optional<T> if T has no
 /// default constructor), void(error_code, std::optional<T>) for a send of T.
-template <awaiter_factory Factory>
+template <operation_factory Factory>
 using op_signature_t = typename bridge_detail::error_form_of<Factory>::signature;
 
 /// What async_outcome delivers for a factory: what `co_await factory()` yields when that can
 /// say "cancelled" (result<T>, send_result<T>, broadcast::recv_result<T>), else result<T>.
-template <awaiter_factory Factory>
+template <operation_factory Factory>
 using outcome_of_t = typename bridge_detail::outcome_form_of<Factory>::outcome_type;
 
 /// The awaiter `factory()` returns, as an Asio asynchronous operation with Asio's error-code
 /// convention (see asio.hpp). Completes on the handler's associated executor (default: `ex`).
-template <asio_executor Executor, awaiter_factory Factory,
+template <asio_executor Executor, operation_factory Factory,
           BOOST_ASIO_COMPLETION_TOKEN_FOR(op_signature_t<Factory>) CompletionToken>
 auto async_op(const Executor& ex, Factory&& factory, CompletionToken&& token) {
   using F = std::decay_t<Factory>;
@@ -798,7 +937,7 @@ auto async_op(const Executor& ex, Factory&& factory, CompletionToken&& token) {
 }
 
 /// As above; completes on the handler's associated executor, or asio::system_executor.
-template <awaiter_factory Factory, BOOST_ASIO_COMPLETION_TOKEN_FOR(op_signature_t<Factory>) CompletionToken>
+template <operation_factory Factory, BOOST_ASIO_COMPLETION_TOKEN_FOR(op_signature_t<Factory>) CompletionToken>
 auto async_op(Factory&& factory, CompletionToken&& token) {
   return asio::async_op(boost::asio::system_executor(), std::forward<Factory>(factory),
                         std::forward<CompletionToken>(token));
@@ -806,7 +945,7 @@ auto async_op(Factory&& factory, CompletionToken&& token) {
 
 /// The value form: the same operation with signature void(outcome_of_t<Factory>), the outcome
 /// exactly as asyncband reports it (nothing throws for a failure under use_awaitable).
-template <asio_executor Executor, awaiter_factory Factory,
+template <asio_executor Executor, operation_factory Factory,
           BOOST_ASIO_COMPLETION_TOKEN_FOR(void(outcome_of_t<Factory>)) CompletionToken>
 auto async_outcome(const Executor& ex, Factory&& factory, CompletionToken&& token) {
   using F = std::decay_t<Factory>;
@@ -817,7 +956,7 @@ auto async_outcome(const Executor& ex, Factory&& factory, CompletionToken&& toke
 }
 
 /// As above; completes on the handler's associated executor, or asio::system_executor.
-template <awaiter_factory Factory,
+template <operation_factory Factory,
           BOOST_ASIO_COMPLETION_TOKEN_FOR(void(outcome_of_t<Factory>)) CompletionToken>
 auto async_outcome(Factory&& factory, CompletionToken&& token) {
   return asio::async_outcome(boost::asio::system_executor(), std::forward<Factory>(factory),
@@ -944,6 +1083,70 @@ template <class Sender, class T, class CompletionToken>
 auto async_send(Sender& tx, T value, CompletionToken&& token) {
   return asio::async_send(boost::asio::system_executor(), tx, std::move(value),
                           std::forward<CompletionToken>(token));
+}
+
+/// condvar::wait(guard, stop): unlocks, waits for a notification, re-locks; yields
+/// std::optional<mutex_guard<T>>, engaged unless the error_code is set (then the mutex is not
+/// held). Cancellation has the wait's stop semantics at either stage; honoured for terminal and
+/// partial cancellation (the mutex is unlocked either way: not "total").
+template <asio_executor Executor, class T, class CompletionToken>
+auto async_condvar_wait(const Executor& ex, condvar& cv, mutex_guard<T> guard, CompletionToken&& token) {
+  return asio::async_op(
+      ex,
+      [&cv, g = std::move(guard)](std::stop_token stop) mutable {
+        return cv.wait(std::move(g), std::move(stop));
+      },
+      std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class T, class CompletionToken>
+auto async_condvar_wait(condvar& cv, mutex_guard<T> guard, CompletionToken&& token) {
+  return asio::async_condvar_wait(boost::asio::system_executor(), cv, std::move(guard),
+                                  std::forward<CompletionToken>(token));
+}
+
+/// condvar::wait_while(guard, keep_waiting, stop): waits until keep_waiting(value) is false;
+/// yields std::optional<mutex_guard<T>> as async_condvar_wait.
+template <asio_executor Executor, class T, class Predicate, class CompletionToken>
+auto async_condvar_wait_while(const Executor& ex, condvar& cv, mutex_guard<T> guard, Predicate keep_waiting,
+                              CompletionToken&& token) {
+  return asio::async_op(
+      ex,
+      [&cv, g = std::move(guard), p = std::move(keep_waiting)](std::stop_token stop) mutable {
+        return cv.wait_while(std::move(g), std::move(p), std::move(stop));
+      },
+      std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class T, class Predicate, class CompletionToken>
+auto async_condvar_wait_while(condvar& cv, mutex_guard<T> guard, Predicate keep_waiting,
+                              CompletionToken&& token) {
+  return asio::async_condvar_wait_while(boost::asio::system_executor(), cv, std::move(guard),
+                                        std::move(keep_waiting), std::forward<CompletionToken>(token));
+}
+
+/// watch::receiver::wait_for(pred, stop): yields std::optional<watch::borrowed<T>>, a guard on
+/// the first version for which pred holds; closed once the sender is gone.
+template <asio_executor Executor, class Receiver, class Predicate, class CompletionToken>
+  requires requires(Receiver& rx, Predicate p, std::stop_token stop) {
+    { rx.wait_for(std::move(p), std::move(stop)) } -> asyncband::detail::staged_awaiter;
+  }
+auto async_wait_for(const Executor& ex, Receiver& rx, Predicate pred, CompletionToken&& token) {
+  return asio::async_op(
+      ex,
+      [&rx, p = std::move(pred)](std::stop_token stop) mutable {
+        return rx.wait_for(std::move(p), std::move(stop));
+      },
+      std::forward<CompletionToken>(token));
+}
+/// As above, on the handler's associated executor or asio::system_executor.
+template <class Receiver, class Predicate, class CompletionToken>
+  requires requires(Receiver& rx, Predicate p, std::stop_token stop) {
+    { rx.wait_for(std::move(p), std::move(stop)) } -> asyncband::detail::staged_awaiter;
+  }
+auto async_wait_for(Receiver& rx, Predicate pred, CompletionToken&& token) {
+  return asio::async_wait_for(boost::asio::system_executor(), rx, std::move(pred),
+                              std::forward<CompletionToken>(token));
 }
 
 }  // namespace asyncband::asio

@@ -385,6 +385,48 @@ struct select_access<wait_awaiter<Node, Cancellable>> {
   }
 };
 
+/// Marks an awaiter made of several waits in a row (a condvar wait, watch's wait_for), which a
+/// driver other than a coroutine (the Asio adapter) runs through staged_access. Only the
+/// awaiters of the forms with a stop token derive from staged_awaiter_base<true>: a driver
+/// cancels them by requesting that stop. They are not when_any branches (no single node that
+/// could commit).
+template <bool Cancellable>
+struct staged_awaiter_base {};
+
+/// An awaiter staged_access can drive and cancel (through the stop token it was given).
+template <class A>
+concept staged_awaiter = std::derived_from<A, staged_awaiter_base<true>>;
+
+/// How a driver other than a coroutine runs a staged awaiter (a friend of each):
+///   ready(a)           await_ready(): true if the outcome is decided without waiting
+///   start(a, target)   await_suspend() without a coroutine: true if a wait is pending, and then
+///                      `target` runs on the thread that ends the last stage (nothing touches
+///                      the awaiter before it); false if the outcome was decided at once
+///   resume(a)          await_resume(): the outcome
+///   give_back(a)       after an ok outcome was taken and dropped, for a driver that reports it
+///                      cancelled instead (late): passes on what the wait consumed
+struct staged_access {
+  template <class A>
+  using outcome = decltype(std::declval<A&>().await_resume());
+
+  template <staged_awaiter A>
+  static bool ready(A& a) {
+    return a.await_ready();
+  }
+  template <staged_awaiter A>
+  static bool start(A& a, resume_target target) noexcept {
+    return a.start(target);
+  }
+  template <staged_awaiter A>
+  static outcome<A> resume(A& a) {
+    return a.await_resume();
+  }
+  template <staged_awaiter A>
+  static void give_back(A& a) noexcept {
+    a.give_back();
+  }
+};
+
 using steady_deadline = std::optional<std::chrono::steady_clock::time_point>;
 
 /// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
