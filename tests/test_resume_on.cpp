@@ -1,9 +1,9 @@
-// resume_on: coroutines of a task type without asyncband's scheduler hook (the tests' hand-written
-// bare_coroutine, as cppcoro's and libcoro's are) continue on a scheduler of their choosing after a wait,
-// instead of on the thread that woke them. The schedulers: a plain thread pool written here
-// (std::thread workers, one queue, a `schedule()` awaitable, as cppcoro's and libcoro's pools
-// have), asyncband's runtime::thread_pool (the scheduler concept) and a scheduler_ref; and, for
-// the single-threaded checks, a one-slot scheduler of each kind.
+// resume_on: coroutines of a task type without asyncband's scheduler hook (the tests'
+// hand-written bare_coroutine, as cppcoro's and libcoro's are) continue on a scheduler of their
+// choosing after a wait, instead of on the thread that woke them. The schedulers: a plain thread
+// pool written here (std::thread workers, one queue, a `schedule()` awaitable, as cppcoro's and
+// libcoro's pools have), asyncband's runtime::thread_pool (the scheduler concept) and a
+// scheduler_ref; and, for the single-threaded checks, a one-slot scheduler of each kind.
 #include <gtest/gtest.h>
 
 #include <asyncband/barrier.hpp>
