@@ -32,6 +32,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <stop_token>
 #include <utility>
 #include <variant>
@@ -83,6 +85,12 @@ task<u64> select_hand_built(two_channels& c) {
   co_return x ? *x : *y;
 }
 
+/// The value a when_any of the two receives yielded.
+template <class Result>
+u64 received(Result& r) {
+  return r.index() == 0 ? *r.template get<0>() : *r.template get<1>();
+}
+
 // --- select/ready --------------------------------------------------------------------------------
 
 inline_coroutine ready_loop_when_any(benchmark::State& state, two_channels& c, u64& sum) {
@@ -90,15 +98,8 @@ inline_coroutine ready_loop_when_any(benchmark::State& state, two_channels& c, u
   for (auto _ : state) {
     c.send(i++);
     auto r = co_await asyncband::when_any(c.a.second.recv(), c.b.second.recv());
-    sum += r.index() == 0 ? *r.get<0>() : *r.get<1>();
+    sum += received(r);
   }
-}
-
-void ready_asyncband(benchmark::State& state) {
-  two_channels c;
-  u64 sum = 0;
-  ready_loop_when_any(state, c, sum).check(state);
-  benchmark::DoNotOptimize(sum);
 }
 
 inline_coroutine ready_loop_select_loop(benchmark::State& state, two_channels& c, u64& sum) {
@@ -112,13 +113,6 @@ inline_coroutine ready_loop_select_loop(benchmark::State& state, two_channels& c
   }
 }
 
-void ready_loop(benchmark::State& state) {
-  two_channels c;
-  u64 sum = 0;
-  ready_loop_select_loop(state, c, sum).check(state);
-  benchmark::DoNotOptimize(sum);
-}
-
 inline_coroutine ready_loop_hand_built(benchmark::State& state, two_channels& c, u64& sum) {
   u64 i = 0;
   for (auto _ : state) {
@@ -127,11 +121,23 @@ inline_coroutine ready_loop_hand_built(benchmark::State& state, two_channels& c,
   }
 }
 
-void ready_hand_built(benchmark::State& state) {
+/// Runs `loop` (a ready_loop_*), which never suspends: every value is sent before its select.
+template <class Loop>
+void ready_inline(benchmark::State& state, Loop loop) {
   two_channels c;
   u64 sum = 0;
-  ready_loop_hand_built(state, c, sum).check(state);
+  loop(state, c, sum).check(state);
   benchmark::DoNotOptimize(sum);
+}
+
+void ready_asyncband(benchmark::State& state) {
+  ready_inline(state, ready_loop_when_any);
+}
+void ready_loop(benchmark::State& state) {
+  ready_inline(state, ready_loop_select_loop);
+}
+void ready_hand_built(benchmark::State& state) {
+  ready_inline(state, ready_loop_hand_built);
 }
 
 // --- select/wake ---------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ void ready_hand_built(benchmark::State& state) {
 inline_coroutine wake_loop_when_any(two_channels& c, u64& sum, const bool& stop) {
   while (!stop) {
     auto r = co_await asyncband::when_any(c.a.second.recv(), c.b.second.recv());
-    sum += r.index() == 0 ? *r.get<0>() : *r.get<1>();
+    sum += received(r);
   }
 }
 

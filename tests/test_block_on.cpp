@@ -72,33 +72,43 @@ struct count_down_on_stop {
   void operator()() const noexcept { latch->count_down(); }
 };
 
-TEST(BlockOnDeadline, AValueClaimedBeforeTheDeadlineIsReturnedNotDropped) {
-  // The sender claims the receive, then the deadline fires (its stop request finds the receive
-  // claimed), then the sender resolves it: block_on returns the value.
-  auto [tx_, rx_] = ab::mpsc::unbounded<int>();
-  auto& tx = tx_;  // named references: clang 14 does not capture structured bindings
-  auto& rx = rx_;
+/// block_on(make, passed()) with a wake-up claimed before the deadline: as the wait is about to
+/// arm, another thread runs `wake`, whose waker claims the wait and holds until the deadline's
+/// stop request has been seen (it finds the wait claimed); then the waker resolves it.
+template <class Wake, class Make>
+auto block_on_claimed_before_the_deadline(Wake wake, Make make) {
   std::latch claimed(1);
   std::latch stop_seen(1);
   std::optional<std::stop_callback<count_down_on_stop>> on_stop;
-  std::thread sender;
+  std::thread waker;
   const thread_hook at_arm(test_point::before_arm, [&] {
-    sender = std::thread([&] {
+    waker = std::thread([&] {
       const thread_hook at_claim(test_point::claimed_for_wake, [&] {
         claimed.count_down();
         stop_seen.wait();
       });
-      (void)tx.send(42);
+      wake();
     });
     claimed.wait();
   });
   auto r = ab::block_on(
       [&](std::stop_token t) {
         on_stop.emplace(t, count_down_on_stop{&stop_seen});
-        return rx.recv(std::move(t));
+        return make(std::move(t));
       },
       passed());
-  sender.join();
+  waker.join();
+  return r;
+}
+
+TEST(BlockOnDeadline, AValueClaimedBeforeTheDeadlineIsReturnedNotDropped) {
+  // The sender claims the receive, then the deadline fires (its stop request finds the receive
+  // claimed), then the sender resolves it: block_on returns the value.
+  auto [tx_, rx_] = ab::mpsc::unbounded<int>();
+  auto& tx = tx_;  // named references: clang 14 does not capture structured bindings
+  auto& rx = rx_;
+  auto r = block_on_claimed_before_the_deadline([&tx] { (void)tx.send(42); },
+                                                [&rx](std::stop_token t) { return rx.recv(std::move(t)); });
   ASSERT_TRUE(r.ok()) << ab::to_string(r.status());
   EXPECT_EQ(*r, 42);
 }
@@ -107,27 +117,8 @@ TEST(BlockOnDeadline, APermitGrantedBeforeTheDeadlinePassesOnAndReportsTimeout) 
   // The same race with an auto-reset event, whose permit a late cancellation passes on: the wait
   // reports the timeout, and the permit is stored back, not lost.
   ab::auto_reset_event ev;
-  std::latch claimed(1);
-  std::latch stop_seen(1);
-  std::optional<std::stop_callback<count_down_on_stop>> on_stop;
-  std::thread notifier;
-  const thread_hook at_arm(test_point::before_arm, [&] {
-    notifier = std::thread([&] {
-      const thread_hook at_claim(test_point::claimed_for_wake, [&] {
-        claimed.count_down();
-        stop_seen.wait();
-      });
-      ev.notify_one();
-    });
-    claimed.wait();
-  });
-  const auto r = ab::block_on(
-      [&](std::stop_token t) {
-        on_stop.emplace(t, count_down_on_stop{&stop_seen});
-        return ev.wait(std::move(t));
-      },
-      passed());
-  notifier.join();
+  const auto r = block_on_claimed_before_the_deadline(
+      [&ev] { ev.notify_one(); }, [&ev](std::stop_token t) { return ev.wait(std::move(t)); });
   EXPECT_EQ(r.status(), wait_status::timeout);
   EXPECT_TRUE(ev.try_wait()) << "the permit was passed on";
 }

@@ -1,9 +1,9 @@
-// resume_on: coroutines of a task type without asyncband's scheduler hook (a hand-written one
-// here, as cppcoro's and libcoro's are) continue on a scheduler of their choosing after a wait,
-// instead of on the thread that woke them. The schedulers: a plain thread pool written here
-// (std::thread workers, one queue, a `schedule()` awaitable, as cppcoro's and libcoro's pools
-// have), asyncband's runtime::thread_pool (the scheduler concept) and a scheduler_ref; and, for
-// the single-threaded checks, a one-slot scheduler of each kind.
+// resume_on: coroutines of a task type without asyncband's scheduler hook (the tests'
+// hand-written bare_coroutine, as cppcoro's and libcoro's are) continue on a scheduler of their
+// choosing after a wait, instead of on the thread that woke them. The schedulers: a plain thread
+// pool written here (std::thread workers, one queue, a `schedule()` awaitable, as cppcoro's and
+// libcoro's pools have), asyncband's runtime::thread_pool (the scheduler concept) and a
+// scheduler_ref; and, for the single-threaded checks, a one-slot scheduler of each kind.
 #include <gtest/gtest.h>
 
 #include <asyncband/barrier.hpp>
@@ -40,6 +40,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "support/probe.hpp"
 
 // ---------------------------------------------------------------------------------------------
 // Allocation count of the calling thread, to check that a wait through resume_on allocates
@@ -81,15 +83,7 @@ using ab::wait_status;
 
 // ---------------------------------------------------------------------------------------------
 /// A minimal task type with no asyncband_scheduler() hook: eager, frees its frame at the end.
-struct foreign_task {
-  struct promise_type {
-    foreign_task get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using foreign_task = asyncband_test::bare_coroutine;
 static_assert(!ab::scheduler_aware_promise<foreign_task::promise_type>);
 
 /// The same, owned: suspends at its end, and the test destroys it (wherever it is suspended).
@@ -363,13 +357,10 @@ TEST(ResumeOn, SchedulerRefAsTheScheduler) {
 // ---------------------------------------------------------------------------------------------
 // Single-threaded checks with one-slot schedulers: the test runs what was posted.
 
-/// The scheduler concept: keeps the one coroutine posted to it.
-struct slot_scheduler {
+/// The one coroutine posted, which the test runs.
+struct one_slot {
   std::coroutine_handle<> slot;
-  void schedule(std::coroutine_handle<> h) noexcept {
-    EXPECT_FALSE(slot) << "posted twice";
-    slot = h;
-  }
+  /// Resumes the posted coroutine, if any.
   bool run() {
     if (!slot) return false;
     std::exchange(slot, {}).resume();
@@ -377,9 +368,16 @@ struct slot_scheduler {
   }
 };
 
+/// The scheduler concept: keeps the one coroutine posted to it.
+struct slot_scheduler : one_slot {
+  void schedule(std::coroutine_handle<> h) noexcept {
+    EXPECT_FALSE(slot) << "posted twice";
+    slot = h;
+  }
+};
+
 /// A schedule() awaitable only.
-struct slot_pool {
-  std::coroutine_handle<> slot;
+struct slot_pool : one_slot {
   struct schedule_awaiter {
     slot_pool* pool;
     bool await_ready() const noexcept { return false; }
@@ -387,11 +385,6 @@ struct slot_pool {
     void await_resume() const noexcept {}
   };
   schedule_awaiter schedule() noexcept { return {this}; }
-  bool run() {
-    if (!slot) return false;
-    std::exchange(slot, {}).resume();
-    return true;
-  }
 };
 static_assert(ab::scheduler<slot_scheduler> && ab::awaitable_scheduler<slot_pool> &&
               !ab::scheduler<slot_pool>);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -39,6 +40,35 @@ struct seen {
   std::optional<std::size_t> index;
   int resumed = 0;
 };
+
+/// Runs `body` (a coroutine awaiting a when_any that records the winner) on a test scheduler:
+/// after it is queued, `wake` makes exactly one operation complete. `at_claim`, if given, runs
+/// when that wake-up's waker has claimed (committed) its branch and not yet resolved it: a
+/// second completion racing with the commit.
+template <class Body, class Wake>
+std::optional<std::size_t> winner_after(Body body, Wake wake, std::function<void()> at_claim = {}) {
+  test_scheduler s;
+  std::optional<std::size_t> index;
+  auto t = body(index);
+  start_on(s, t);
+  s.run();
+  EXPECT_FALSE(index) << "completed before the wake-up";
+  if (at_claim) s.at(test_point::claimed_for_wake, std::move(at_claim));
+  wake();
+  EXPECT_EQ(s.pending_actions(), 0U) << "the wake-up claimed no branch";
+  s.run();
+  return index;
+}
+
+/// The body of a coroutine (for winner_after) racing `make_op()` against `ev.wait()`, which
+/// records the index of the winner.
+template <class MakeOp>
+auto racing(auto_reset_event& ev, MakeOp make_op) {
+  return [&ev, make_op](std::optional<std::size_t>& index) -> task<void> {
+    auto r = co_await when_any(make_op(), ev.wait());
+    index = r.index();
+  };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Polling: the first ready operation wins, the later ones are not touched
@@ -73,22 +103,29 @@ task<void> wait_either(A& a, B& b, seen& out) {
   ++out.resumed;
 }
 
-TEST(WhenAny, WaitsUntilOneCompletesAndCancelsTheOther) {
+/// Two events and a coroutine waiting for the first of them (wait_either), queued on `s`, not
+/// yet run. Members, not a structured binding: clang 14 cannot capture those in a lambda.
+struct either_of_two {
   test_scheduler s;
   auto_reset_event a;
   auto_reset_event b;
   seen out;
-  auto t = wait_either(a, b, out);
-  start_on(s, t);
-  s.run();
-  EXPECT_EQ(out.resumed, 0);
-  b.notify_one();
-  s.run();
-  EXPECT_EQ(out.resumed, 1);
-  EXPECT_EQ(out.index, 1U);
-  a.notify_one();  // nobody waits on `a` any more: the permit is stored
-  EXPECT_TRUE(a.is_set());
-  EXPECT_FALSE(b.is_set());
+  task<void> t = wait_either(a, b, out);
+
+  either_of_two() { start_on(s, t); }
+};
+
+TEST(WhenAny, WaitsUntilOneCompletesAndCancelsTheOther) {
+  either_of_two w;
+  w.s.run();
+  EXPECT_EQ(w.out.resumed, 0);
+  w.b.notify_one();
+  w.s.run();
+  EXPECT_EQ(w.out.resumed, 1);
+  EXPECT_EQ(w.out.index, 1U);
+  w.a.notify_one();  // nobody waits on `a` any more: the permit is stored
+  EXPECT_TRUE(w.a.is_set());
+  EXPECT_FALSE(w.b.is_set());
 }
 
 task<void> receive_either(asyncband::mpsc::receiver<int>& x, asyncband::mpsc::receiver<int>& y,
@@ -173,95 +210,74 @@ TEST(WhenAny, LocksWhicheverMutexIsFreedFirstAndLeavesTheOtherToItsNextWaiter) {
 // The commit point: two completions racing, one winner, nothing granted to the loser
 
 TEST(WhenAnyRace, ANotifyOnTheLosingEventAfterTheWinnerCommittedStoresItsPermit) {
-  test_scheduler s;
-  auto_reset_event a;
-  auto_reset_event b;
-  seen out;
-  auto t = wait_either(a, b, out);
-  start_on(s, t);
-  s.run();
+  either_of_two w;
+  w.s.run();
   // a's notify claims (commits) the first branch; before it resolves, b is notified: the second
   // branch has lost, so b's waker skips it and stores the permit.
   bool stored_at_once = false;
-  s.at(test_point::claimed_for_wake, [&] {
-    b.notify_one();
-    stored_at_once = b.is_set();  // not handed to the loser and given back later: never its
+  w.s.at(test_point::claimed_for_wake, [&] {
+    w.b.notify_one();
+    stored_at_once = w.b.is_set();  // not handed to the loser and given back later: never its
   });
-  a.notify_one();
-  s.run();
-  EXPECT_EQ(out.index, 0U);
+  w.a.notify_one();
+  w.s.run();
+  EXPECT_EQ(w.out.index, 0U);
   EXPECT_TRUE(stored_at_once) << "the permit went to a branch that had lost";
-  EXPECT_TRUE(b.is_set());
-  EXPECT_FALSE(a.is_set());
+  EXPECT_TRUE(w.b.is_set());
+  EXPECT_FALSE(w.a.is_set());
 }
 
 TEST(WhenAnyRace, AReleaseOnTheLosingSemaphoreAfterTheWinnerCommittedStaysAvailable) {
-  test_scheduler s;
   asyncband::semaphore x(0);
   asyncband::semaphore y(0);
-  std::optional<std::size_t> index;
-  auto body = [](asyncband::semaphore& x, asyncband::semaphore& y,
-                 std::optional<std::size_t>& index) -> task<void> {
+  const auto body = [&](std::optional<std::size_t>& index) -> task<void> {
     auto r = co_await when_any(x.acquire(2), y.acquire(2));
     index = r.index();
   };
-  auto t = body(x, y, index);
-  start_on(s, t);
-  s.run();
   std::size_t available_at_once = 0;
-  s.at(test_point::claimed_for_wake, [&] {
+  const auto release_y = [&] {
     y.release(2);
     available_at_once = y.available();
-  });
-  x.release(2);
-  s.run();
-  EXPECT_EQ(index, 0U);
+  };
+  EXPECT_EQ(winner_after(
+                body, [&] { x.release(2); }, release_y),
+            0U);
   EXPECT_EQ(available_at_once, 2U) << "the permits went to a branch that had lost";
   EXPECT_EQ(y.available(), 2U);
   EXPECT_EQ(x.available(), 2U) << "the winner's permit was returned with the result";
 }
 
 TEST(WhenAnyRace, ALosingAcquisitionIsNotGivenEvenPartOfARelease) {
-  test_scheduler s;
   auto_reset_event ev;
   asyncband::semaphore sem(0);
-  std::optional<std::size_t> index;
   const auto body = [&](std::optional<std::size_t>& out) -> task<void> {
     auto r = co_await when_any(ev.wait(), sem.acquire(2));
     out = r.index();
   };
-  auto t = body(index);
-  start_on(s, t);
-  s.run();
   std::size_t available_at_once = 0;
-  s.at(test_point::claimed_for_wake, [&] {
+  const auto release_one = [&] {
     sem.release(1);  // the acquisition has lost: the permit stays available, not parked in it
     available_at_once = sem.available();
-  });
-  ev.notify_one();
-  s.run();
-  EXPECT_EQ(index, 0U);
+  };
+  EXPECT_EQ(winner_after(
+                body, [&] { ev.notify_one(); }, release_one),
+            0U);
   EXPECT_EQ(available_at_once, 1U);
   EXPECT_EQ(sem.available(), 1U);
 }
 
 TEST(WhenAnyRace, ABranchCompletingDuringItsPublicationAfterAnotherWonPassesItsPermitOn) {
-  test_scheduler s;
-  auto_reset_event a;
-  auto_reset_event b;
-  seen out;
-  auto t = wait_either(a, b, out);
-  start_on(s, t);
+  either_of_two w;
   // The first branch publishes; as the second is about to queue, `a` is notified (the first
   // branch wins) and `b` gets a permit, which the second branch takes at once as it publishes.
-  s.at(test_point::queueing, [] {});
-  s.at(test_point::queueing, [&] {
-    a.notify_one();
-    b.notify_one();
+  w.s.at(test_point::queueing, [] {});
+  w.s.at(test_point::queueing, [&] {
+    w.a.notify_one();
+    w.b.notify_one();
   });
-  s.run();
-  EXPECT_EQ(out.index, 0U);
-  EXPECT_TRUE(b.is_set()) << "the losing branch kept the permit it took during publication";
+  w.s.run();
+  EXPECT_EQ(w.out.index, 0U);
+  EXPECT_TRUE(w.b.is_set()) << "the losing branch kept the permit it took during publication";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -304,20 +320,14 @@ TEST(WhenAny, AStopAlreadyRequestedTouchesNoOperation) {
 // A coroutine destroyed while it waits in a when_any
 
 TEST(WhenAny, DestroyingTheWaitingCoroutineCancelsEveryOperation) {
-  test_scheduler s;
-  auto_reset_event a;
-  auto_reset_event b;
-  seen out;
-  {
-    auto t = wait_either(a, b, out);
-    start_on(s, t);
-    s.run();
-  }
-  a.notify_one();
-  b.notify_one();
-  EXPECT_TRUE(a.is_set());
-  EXPECT_TRUE(b.is_set());
-  EXPECT_EQ(out.resumed, 0);
+  either_of_two w;
+  w.s.run();
+  w.t = task<void>();  // destroys the coroutine where it waits
+  w.a.notify_one();
+  w.b.notify_one();
+  EXPECT_TRUE(w.a.is_set());
+  EXPECT_TRUE(w.b.is_set());
+  EXPECT_EQ(w.out.resumed, 0);
 }
 
 bare_coroutine destroy_after(asyncband::manual_reset_event& m, std::optional<task<void>>& victim) {
@@ -465,31 +475,6 @@ namespace {
 // Each primitive as a branch: it wins with its own outcome, or loses leaving the primitive as if
 // it had never been waited on.
 
-/// Runs `body` (a coroutine awaiting a when_any that records the winner) on a test scheduler:
-/// after it is queued, `wake` makes exactly one operation complete.
-template <class Body, class Wake>
-std::optional<std::size_t> winner_after(Body body, Wake wake) {
-  test_scheduler s;
-  std::optional<std::size_t> index;
-  auto t = body(index);
-  start_on(s, t);
-  s.run();
-  EXPECT_FALSE(index) << "completed before the wake-up";
-  wake();
-  s.run();
-  return index;
-}
-
-/// The body of a coroutine (for winner_after) racing `make_op()` against `ev.wait()`, which
-/// records the index of the winner.
-template <class MakeOp>
-auto racing(auto_reset_event& ev, MakeOp make_op) {
-  return [&ev, make_op](std::optional<std::size_t>& index) -> task<void> {
-    auto r = co_await when_any(make_op(), ev.wait());
-    index = r.index();
-  };
-}
-
 TEST(WhenAnyPrimitives, LatchWinsOrLosesWithoutAnEffect) {
   asyncband::latch l(1);
   auto_reset_event ev;
@@ -525,25 +510,19 @@ TEST(WhenAnyPrimitives, OneshotReceiveLosesAndTheValueSentLaterIsStillReceived) 
 }
 
 TEST(WhenAnyPrimitives, OneshotValueWokenForALosingReceiveStaysInTheChannel) {
-  test_scheduler s;
   auto ends2 = asyncband::oneshot::channel<int>();
   auto& tx = ends2.first;
   auto& rx = ends2.second;
   auto_reset_event ev;
-  std::optional<std::size_t> index;
   const auto body = [&](std::optional<std::size_t>& out) -> task<void> {
     auto r = co_await when_any(ev.wait(), rx.recv());
     out = r.index();
   };
-  auto t = body(index);
-  start_on(s, t);
-  s.run();
   // ev's waker commits the first branch; before it resolves, the value arrives and wakes the
   // receive, which has lost: the value must stay in the channel.
-  s.at(test_point::claimed_for_wake, [&] { EXPECT_TRUE(tx.send(9).ok()); });
-  ev.notify_one();
-  s.run();
-  EXPECT_EQ(index, 0U);
+  EXPECT_EQ(winner_after(
+                body, [&] { ev.notify_one(); }, [&] { EXPECT_TRUE(tx.send(9).ok()); }),
+            0U);
   EXPECT_EQ(*rx.recv_blocking(), 9);
 }
 

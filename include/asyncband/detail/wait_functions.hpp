@@ -62,8 +62,8 @@ class wait_functions {
  public:
   // Owner::wait_node is named only inside the bodies, where Owner is complete.
 
-  /// Names the primitive's node type for other drivers of the same protocol (detail::callback_wait,
-  /// the Boost.Asio bridge's async_wait): `typename P::template wait_node_of<>::type`. A member
+  /// Names the primitive's node type for code outside the primitive that must spell it (the
+  /// Boost.Asio adapter's operation traits): `typename P::template wait_node_of<>::type`. A member
   /// template so that Owner is named only once complete; a class, not an alias, so that the
   /// access check happens here, in a friend of Owner.
   template <class O = Owner>
