@@ -1353,15 +1353,11 @@ TEST_F(asio_condvar, total_cancellation_is_not_honoured_the_wait_would_leave_the
 }
 
 TEST_F(asio_condvar, cancelled_after_the_notify_claimed_it_the_notification_goes_to_the_next_waiter) {
-  net::cancellation_signal sa;
   net::cancellation_signal sb;
-  start_wait('a', sa);
+  start_wait('a', late_);
   start_wait('b', sb);
-  ioc.poll();
-  cancel_when_claimed(sa);
-  cv.notify_one();  // claims a; a's stop comes before its re-lock, so it passes the notify_one on
-  EXPECT_EQ(sched.pending_actions(), 0U);
-  ioc.poll();  // not run(): b left waiting would keep it running
+  // The notify_one claims a; a's stop comes before its re-lock, so it passes the notify_one on.
+  wake_and_run([&] { cv.notify_one(); });
   ASSERT_EQ(done.size(), 2U);
   // b's completion is posted first: the pass-on happens inside a's resolution.
   EXPECT_EQ(done[0], std::make_pair('b', error_code()));
@@ -1455,13 +1451,13 @@ TEST_F(asio_condvar, or_with_an_expired_timer_leaves_the_mutex_free_and_passes_a
 
 TEST_F(asio_condvar, destroying_the_io_context_ends_a_pending_wait_unrun) {
   auto alive = std::make_shared<int>(0);
+  net::cancellation_signal sb;  // outlives b's operation
   {
     net::io_context other;
     auto guard = m.try_lock();
     ab::asio::async_condvar_wait(
         cv, std::move(*guard),
         net::bind_executor(other, [keep = alive](error_code, auto) { ADD_FAILURE(); }));
-    net::cancellation_signal sb;
     start_wait('b', sb);  // on ioc, registered after the destroyed one
     other.poll();
   }
@@ -1522,7 +1518,9 @@ TEST_F(asio_condvar, a_waiter_woken_by_the_shutdown_runs_after_the_services_lock
 }
 
 TEST_F(asio_late_cancel, watch_wait_for_cancelled_pending_then_late_the_version_is_still_there) {
-  auto [tx, rx] = ab::watch::channel<int>(0);
+  auto channel = ab::watch::channel<int>(0);
+  auto& tx = channel.first;
+  auto& rx = channel.second;  // named: clang 14 cannot capture a structured binding
   net::cancellation_signal signal;
   std::vector<error_code> seen;
   auto wait = [&] {
