@@ -25,9 +25,20 @@
 //   awaiter is built in place in the operation's state. The operation has the semantics of
 //   `co_await factory()`: the same node, protocol and outcomes; what the awaiter refers to must
 //   outlive the operation, as for co_await. Named forms: async_lock, async_read_lock,
-//   async_write_lock, async_acquire, async_recv, async_send. Not awaiters of this kind: condvar
-//   waits and watch's wait_for (several waits in a row), and the once family, which has its own
-//   forms at the end of this header.
+//   async_write_lock, async_acquire, async_recv, async_send. The once family has its own forms at
+//   the end of this header.
+// - Staged operations: a condvar wait or wait_while and watch's wait_for are several waits in a
+//   row (a notification then the mutex; versions until a predicate holds), not one node that
+//   could commit. async_op/async_outcome take them as a factory of a std::stop_token
+//   (asio::staged_factory: `[&](std::stop_token s) { return cv.wait(std::move(g), s); }`); the
+//   operation owns the stop source and the Asio cancellation requests the stop, so the wait's
+//   own stop semantics apply at whichever stage it is (a condvar wait ends cancelled without the
+//   mutex, a notify_one it consumed passes on). One that ended ok but is cancelled before its
+//   handler runs is reported cancelled and gives back the same way: its guard is dropped and a
+//   consumed notify_one passes on. Named forms: async_condvar_wait, async_condvar_wait_while,
+//   async_wait_for (yielding std::optional of the guard). Terminal and partial cancellation only:
+//   a cancelled one leaves the mutex unlocked, or versions marked seen. The stop source's state
+//   is one more allocation per operation.
 // - Completion signature (async_op, op_signature_t): Asio's convention. void(error_code) for an
 //   operation that yields nothing or result<void>; void(error_code, T) for one that yields T or
 //   result<T> (std::optional<T> when T has no default constructor, as the lock guards: engaged
