@@ -1547,6 +1547,17 @@ TEST_F(asio_late_cancel, watch_wait_for_cancelled_pending_then_late_the_version_
                                            error_code()}));
 }
 
+TEST_F(asio_late_cancel, watch_wait_for_cancelled_when_the_send_claimed_it_the_version_is_still_there) {
+  auto channel = ab::watch::channel<int>(0);
+  auto& tx = channel.first;
+  auto& rx = channel.second;  // named: clang 14 cannot capture a structured binding
+  const auto seen = late_outcome(watch_wait_for_factory{&rx}, [&] { ASSERT_TRUE(tx.send(5).ok()); });
+  EXPECT_EQ(seen, net::error::operation_aborted);
+  auto again = rx.wait_for_blocking([](int v) { return v == 5; });
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(**again, 5);
+}
+
 TEST_F(asio_ops, watch_wait_for_reports_closed_when_the_sender_goes) {
   auto [tx, rx] = ab::watch::channel<int>(0);
   std::optional<error_code> seen;
