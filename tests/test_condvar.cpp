@@ -993,15 +993,7 @@ TEST(CondvarExample, ProducerConsumerQueueDeliversEveryItemOnceInOrder) {
 
 /// An eager coroutine with no scheduler hook: wake-ups resume it inline on the waking thread. It
 /// frees itself at the end.
-struct inline_coroutine {
-  struct promise_type {
-    inline_coroutine get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using inline_coroutine = asyncband_test::bare_coroutine;
 
 struct chain_state {
   int_mutex m;  // the value: how far the test has released the waiters

@@ -15,6 +15,8 @@
 #include <stop_token>
 #include <thread>
 
+#include "support/probe.hpp"
+
 namespace {
 
 namespace ab = asyncband;
@@ -23,15 +25,7 @@ using namespace std::chrono_literals;
 
 // ---------------------------------------------------------------------------------------------
 // A minimal eager, self-destroying coroutine type with no asyncband_scheduler() hook.
-struct bare_task {
-  struct promise_type {
-    bare_task get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
+using bare_task = asyncband_test::bare_coroutine;
 static_assert(!ab::scheduler_aware_promise<bare_task::promise_type>);
 
 // Where the coroutine continued after its wait, and with what.
