@@ -643,14 +643,14 @@ class staged_driver {
   }
 
  private:
-  /// Drops an ok outcome (a guard unlocks) and passes on what the wait consumed.
+  /// Passes on what the wait consumed, then drops an ok outcome (a guard unlocks): in that
+  /// order, since the unlock may resume a waiter inline that destroys the condvar ("last one
+  /// out"); a notify_one passed on while the guard is held only queues its taker for the mutex.
   template <class Outcome>
   Outcome give_back_instead(Outcome&& outcome) noexcept {
     if (outcome.ok()) {
-      {
-        const Outcome dropped(std::move(outcome));
-      }
       access::give_back(awaiter_);
+      const Outcome dropped(std::move(outcome));
     }
     return Outcome(wait_status::cancelled);
   }
