@@ -361,6 +361,8 @@ class wait_service final : public boost::asio::execution_context::service {
   [[nodiscard]] bool remove(pending_op& op, bool& destroy_now) noexcept {
     destroy_now = false;
     if (shutting_down_here() == this) {  // resolved by our own cancel(), inside the loop below
+      // Still listed: completed by the cancellation of another (a partial grant handed on).
+      if (op.prev != nullptr || head_ == &op) unlink(op);
       op.next = doomed_;
       doomed_ = &op;
       return false;
@@ -370,13 +372,17 @@ class wait_service final : public boost::asio::execution_context::service {
       destroy_now = true;
       return false;
     }
-    (op.prev == nullptr ? head_ : op.prev->next) = op.next;
-    if (op.next != nullptr) op.next->prev = op.prev;
-    op.next = op.prev = nullptr;
+    unlink(op);
     return true;
   }
 
  private:
+  void unlink(pending_op& op) noexcept {
+    (op.prev == nullptr ? head_ : op.prev->next) = op.next;
+    if (op.next != nullptr) op.next->prev = op.prev;
+    op.next = op.prev = nullptr;
+  }
+
   static std::atomic<std::uint64_t>& epoch() noexcept {
     static std::atomic<std::uint64_t> destroyed{0};
     return destroyed;
@@ -395,11 +401,12 @@ class wait_service final : public boost::asio::execution_context::service {
       const std::lock_guard lock(lock_);
       shut_down_ = true;
       shutting_down_here() = this;
-      pending_op* op = std::exchange(head_, nullptr);
-      while (op != nullptr) {
-        pending_op* const next = op->next;  // cancel() may move op to doomed_
+      // One at a time from the head: a cancellation may complete an operation still listed,
+      // which remove() then takes out of the list (a saved `next` would go stale).
+      while (head_ != nullptr) {
+        pending_op* const op = head_;
+        unlink(*op);
         op->cancel(op);
-        op = next;
       }
       shutting_down_here() = nullptr;
     }  // the lock is released, then after_unlock resolves
