@@ -396,20 +396,24 @@ class wait_service final : public boost::asio::execution_context::service {
   void shutdown() override {
     {
       // Waiter code a cancellation wakes on this thread (a condvar wait cancelled while it
-      // re-locks passes its notification on) runs once the lock is released.
+      // re-locks passes its notification on) runs once the lock is released, and before this
+      // returns (resolve_here: not in an enclosing batch), since the service is deleted then.
       asyncband::detail::wake_collector after_unlock;
-      const std::lock_guard lock(lock_);
-      shut_down_ = true;
-      shutting_down_here() = this;
-      // One at a time from the head: a cancellation may complete an operation still listed,
-      // which remove() then takes out of the list (a saved `next` would go stale).
-      while (head_ != nullptr) {
-        pending_op* const op = head_;
-        unlink(*op);
-        op->cancel(op);
+      {
+        const std::lock_guard lock(lock_);
+        shut_down_ = true;
+        shutting_down_here() = this;
+        // One at a time from the head: a cancellation may complete an operation still listed,
+        // which remove() then takes out of the list (a saved `next` would go stale).
+        while (head_ != nullptr) {
+          pending_op* const op = head_;
+          unlink(*op);
+          op->cancel(op);
+        }
+        shutting_down_here() = nullptr;
       }
-      shutting_down_here() = nullptr;
-    }  // the lock is released, then after_unlock resolves
+      after_unlock.resolve_here();
+    }
     // Outside the lock: destroying a handler runs arbitrary destructors.
     while (doomed_ != nullptr) {
       pending_op* const op = doomed_;
