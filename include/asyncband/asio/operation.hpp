@@ -658,7 +658,7 @@ class staged_driver {
   /// order, since the unlock may resume a waiter inline that destroys the condvar ("last one
   /// out"); a notify_one passed on while the guard is held only queues its taker for the mutex.
   template <class Outcome>
-  Outcome give_back_instead(Outcome&& outcome) noexcept {
+  Outcome give_back_instead(Outcome outcome) noexcept {
     if (outcome.ok()) {
       access::give_back(awaiter_);
       const Outcome dropped(std::move(outcome));
