@@ -1570,4 +1570,204 @@ TEST_F(asio_ops, watch_wait_for_reports_closed_when_the_sender_goes) {
   EXPECT_EQ(seen, error_code(err::closed));
 }
 
+// ---------------------------------------------------------------------------------------------
+// The context's shutdown: every listed operation is gone (or at least no longer refers to the
+// service) once wait_service::shutdown() returns, since ~io_context deletes the service right
+// after. These tests run the shutdown apart from the destruction, so that an operation left
+// behind is an observable leak (its handler alive) rather than a use after free of the service.
+
+/// An io_context whose services the test shuts down before destroying them.
+class shutdown_context : public net::io_context {
+ public:
+  using net::io_context::shutdown;
+};
+
+TEST(asio_ops_lifetime, the_shutdown_cancels_every_operation_when_a_cancellation_completes_another) {
+  ab::semaphore sem(1);
+  ab::semaphore gate(0);
+  auto alive = std::make_shared<int>(0);
+  int calls = 0;
+  auto handler = [&] { return [&calls, keep = alive](error_code, ab::semaphore_permit) { ++calls; }; };
+  shutdown_context ctx;
+  ab::runtime::test_scheduler sched;
+  ab::asio::async_acquire(gate, net::bind_executor(ctx, handler()));  // d: listed first, cancelled last
+  // w queues behind c but is listed before c, as when another thread starts it between c's
+  // queueing and c's listing.
+  sched.at(test_point::published,
+           [&] { ab::asio::async_acquire(sem, 1, net::bind_executor(ctx, handler())); });
+  ab::asio::async_acquire(sem, 2, net::bind_executor(ctx, handler()));  // c: holds 1 of its 2 permits
+  ASSERT_EQ(sched.pending_actions(), 0U);
+  // The loop cancels c first; c's cancellation hands its permit to w, which completes on this
+  // thread and goes to the doomed list, its `next` overwritten while the loop still walks it.
+  ctx.shutdown();
+  EXPECT_EQ(alive.use_count(), 1) << "d was skipped by the shutdown: left queued, referring to the service";
+  gate.release();  // with the context alive, d finds its service shut down and goes
+  EXPECT_EQ(alive.use_count(), 1);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(sem.available(), 1U);
+}
+
+/// A coroutine with no scheduler, resumed inline by the wake that also claims the operation
+/// started after it: it shuts the context down from inside that wake's batch.
+asyncband_test::bare_coroutine shut_down_when_set(ab::manual_reset_event& ev, shutdown_context& ctx,
+                                                  const std::shared_ptr<int>& alive, long& after) {
+  co_await ev.wait();
+  ctx.shutdown();
+  after = alive.use_count();
+}
+
+TEST(asio_ops_lifetime, a_context_shut_down_by_a_waiter_resumed_inline_ends_the_operations_woken_with_it) {
+  ab::manual_reset_event ev;
+  shutdown_context ctx;
+  auto alive = std::make_shared<int>(0);
+  long after = 0;
+  shut_down_when_set(ev, ctx, alive, after);
+  ab::asio::async_op(
+      ctx.get_executor(), [&] { return ev.wait(); }, [keep = alive](error_code) { ADD_FAILURE(); });
+  ctx.poll();
+  ev.set();  // claims both; the coroutine resumes first and shuts the context down
+  EXPECT_EQ(after, 1) << "the operation claimed in the same batch outlived the shutdown (~io_context: "
+                         "its later resolution uses the deleted service)";
+  EXPECT_EQ(alive.use_count(), 1);
+}
+
+asyncband_test::bare_coroutine shut_down_when_notified(ab::condvar& cv, ab::mutex_guard<int> guard,
+                                                       shutdown_context& ctx,
+                                                       const std::shared_ptr<int>& alive, long& after) {
+  auto relocked = co_await cv.wait(std::move(guard));
+  ctx.shutdown();
+  after = alive.use_count();
+}
+
+TEST(asio_ops_lifetime, a_context_shut_down_by_a_waiter_resumed_inline_ends_the_staged_waits_woken_with_it) {
+  ab::condvar cv;
+  ab::mutex<int> m(0);
+  ab::mutex<int> other(0);
+  shutdown_context ctx;
+  auto alive = std::make_shared<int>(0);
+  long after = 0;
+  shut_down_when_notified(cv, *other.try_lock(), ctx, alive, after);
+  ab::asio::async_condvar_wait(
+      ctx.get_executor(), cv, *m.try_lock(),
+      [keep = alive](error_code, std::optional<ab::mutex_guard<int>>) { ADD_FAILURE(); });
+  ctx.poll();
+  cv.notify_all();  // claims both; the coroutine re-locks, resumes first and shuts the context down
+  EXPECT_EQ(after, 1) << "the staged wait claimed in the same batch outlived the shutdown (~io_context: "
+                         "its later resolution uses the deleted service)";
+  EXPECT_EQ(alive.use_count(), 1);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+/// One link of an inline hand-off chain: resumed inside the unlock of the link before it (a
+/// coroutine with no scheduler), it shuts the context down on turn `shutting_down`.
+asyncband_test::bare_coroutine take_the_lock_in_turn(ab::mutex<int>& chain, int shutting_down,
+                                                     shutdown_context& ctx, const std::shared_ptr<int>& alive,
+                                                     long& after) {
+  auto turn = co_await chain.lock();
+  if (++*turn == shutting_down) {
+    ctx.shutdown();
+    after = alive.use_count();
+  }
+}
+
+TEST(asio_ops_lifetime, a_context_shut_down_deep_in_an_inline_hand_off_chain_ends_the_waits_it_cancelled) {
+  ab::condvar cv;
+  ab::mutex<int> m(0);
+  ab::mutex<int> chain(0);
+  shutdown_context ctx;
+  auto alive = std::make_shared<int>(0);
+  long after = 0;
+  ab::asio::async_condvar_wait(
+      ctx.get_executor(), cv, *m.try_lock(),
+      [keep = alive](error_code, std::optional<ab::mutex_guard<int>>) { ADD_FAILURE(); });
+  ctx.poll();
+  auto held = m.try_lock();
+  cv.notify_one();  // the wait is notified and queues for m, which is held
+  auto first = chain.try_lock();
+  // The 16th link runs 16 batch resolutions deep (wake_batch::max_nesting): there the shutdown's
+  // wake_collector hands what it collected (the cancelled re-lock's continuation) to the batch
+  // being resolved, which runs it after the shutdown, when ~io_context has deleted the service.
+  constexpr int links = 16;
+  for (int i = 0; i < links; ++i) take_the_lock_in_turn(chain, links, ctx, alive, after);
+  first.reset();
+  EXPECT_EQ(after, 1) << "the wait the shutdown cancelled outlived it";
+  EXPECT_EQ(alive.use_count(), 1);
+  held.reset();
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
+/// Resumed inline by the unlock that hands it the mutex, it destroys the condvar: nothing of
+/// the condvar is in use any more as far as it can tell ("last one out").
+asyncband_test::bare_coroutine destroy_the_condvar_once_locked(ab::mutex<int>& m,
+                                                               std::unique_ptr<ab::condvar>& cv,
+                                                               bool& destroyed) {
+  auto guard = co_await m.lock();
+  cv.reset();
+  destroyed = true;
+}
+
+TEST_F(asio_ops, a_late_cancelled_condvar_wait_is_done_with_the_condvar_before_it_unlocks) {
+  ab::mutex<int> m(0);
+  auto cv = std::make_unique<ab::condvar>();
+  net::cancellation_signal signal;
+  std::optional<error_code> seen;
+  ab::asio::async_condvar_wait(
+      ex(), *cv, *m.try_lock(),
+      net::bind_cancellation_slot(signal.slot(),
+                                  [&](error_code ec, std::optional<ab::mutex_guard<int>>) { seen = ec; }));
+  ioc.poll();
+  cv->notify_one();  // re-locks at once: its completion is posted, the mutex held
+  bool destroyed = false;
+  destroy_the_condvar_once_locked(m, cv, destroyed);  // queues for the mutex
+  EXPECT_FALSE(destroyed);
+  signal.emit(
+      net::cancellation_type::terminal);  // late: the completion gives the mutex and the notify_one back
+  ioc.run();  // ASan: heap-use-after-free in condvar::hand_notify_one, after the unlock resumed the coroutine
+  EXPECT_TRUE(destroyed);
+  EXPECT_EQ(seen, net::error::operation_aborted);
+}
+
+// A bounded threaded stress of staged waits: a notifier thread notifies and takes the mutex
+// (its unlock re-locks a notified wait there), while this thread, which runs the io_context,
+// cancels three waits in four at a varying moment: the stop request races with the stage
+// transitions on the notifier's thread. Every wait completes once, a cancelled one (in time or
+// late) as aborted, without the mutex.
+TEST(asio_ops_stress, staged_condvar_waits_cancelled_while_the_notifier_moves_them_on) {
+  constexpr int rounds = 300;
+  ab::mutex<int> m(0);
+  ab::condvar cv;
+  net::io_context ioc;
+  std::atomic<bool> done{false};
+  std::thread notifier([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      cv.notify_one();
+      auto g = m.lock_blocking();
+      std::this_thread::yield();
+    }
+  });
+  int ok = 0;
+  int aborted = 0;
+  for (int r = 0; r < rounds; ++r) {
+    net::cancellation_signal signal;
+    int calls = 0;
+    ab::asio::async_condvar_wait(
+        ioc.get_executor(), cv, m.lock_blocking(),
+        net::bind_cancellation_slot(signal.slot(), [&](error_code ec, std::optional<ab::mutex_guard<int>> g) {
+          ++calls;
+          EXPECT_EQ(ec ? 1 : 0, g.has_value() ? 0 : 1);
+          (ec ? aborted : ok) += 1;
+        }));
+    for (int i = 0; i < r % 7; ++i) std::this_thread::yield();
+    if (r % 4 != 0) signal.emit(net::cancellation_type::terminal);  // else the notifier completes it
+    ioc.run();
+    ioc.restart();
+    EXPECT_EQ(calls, 1);
+  }
+  done.store(true, std::memory_order_release);
+  notifier.join();
+  EXPECT_EQ(ok, (rounds + 3) / 4) << "a wait not cancelled completes ok";
+  EXPECT_EQ(aborted, rounds - (rounds + 3) / 4) << "a cancelled wait reports aborted, in time or late";
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
 }  // namespace

@@ -361,6 +361,8 @@ class wait_service final : public boost::asio::execution_context::service {
   [[nodiscard]] bool remove(pending_op& op, bool& destroy_now) noexcept {
     destroy_now = false;
     if (shutting_down_here() == this) {  // resolved by our own cancel(), inside the loop below
+      // Still listed: completed by the cancellation of another (a partial grant handed on).
+      if (op.prev != nullptr || head_ == &op) unlink(op);
       op.next = doomed_;
       doomed_ = &op;
       return false;
@@ -370,13 +372,17 @@ class wait_service final : public boost::asio::execution_context::service {
       destroy_now = true;
       return false;
     }
-    (op.prev == nullptr ? head_ : op.prev->next) = op.next;
-    if (op.next != nullptr) op.next->prev = op.prev;
-    op.next = op.prev = nullptr;
+    unlink(op);
     return true;
   }
 
  private:
+  void unlink(pending_op& op) noexcept {
+    (op.prev == nullptr ? head_ : op.prev->next) = op.next;
+    if (op.next != nullptr) op.next->prev = op.prev;
+    op.next = op.prev = nullptr;
+  }
+
   static std::atomic<std::uint64_t>& epoch() noexcept {
     static std::atomic<std::uint64_t> destroyed{0};
     return destroyed;
@@ -390,19 +396,24 @@ class wait_service final : public boost::asio::execution_context::service {
   void shutdown() override {
     {
       // Waiter code a cancellation wakes on this thread (a condvar wait cancelled while it
-      // re-locks passes its notification on) runs once the lock is released.
+      // re-locks passes its notification on) runs once the lock is released, and before this
+      // returns (resolve_here: not in an enclosing batch), since the service is deleted then.
       asyncband::detail::wake_collector after_unlock;
-      const std::lock_guard lock(lock_);
-      shut_down_ = true;
-      shutting_down_here() = this;
-      pending_op* op = std::exchange(head_, nullptr);
-      while (op != nullptr) {
-        pending_op* const next = op->next;  // cancel() may move op to doomed_
-        op->cancel(op);
-        op = next;
+      {
+        const std::lock_guard lock(lock_);
+        shut_down_ = true;
+        shutting_down_here() = this;
+        // One at a time from the head: a cancellation may complete an operation still listed,
+        // which remove() then takes out of the list (a saved `next` would go stale).
+        while (head_ != nullptr) {
+          pending_op* const op = head_;
+          unlink(*op);
+          op->cancel(op);
+        }
+        shutting_down_here() = nullptr;
       }
-      shutting_down_here() = nullptr;
-    }  // the lock is released, then after_unlock resolves
+      after_unlock.resolve_here();
+    }
     // Outside the lock: destroying a handler runs arbitrary destructors.
     while (doomed_ != nullptr) {
       pending_op* const op = doomed_;
@@ -643,14 +654,14 @@ class staged_driver {
   }
 
  private:
-  /// Drops an ok outcome (a guard unlocks) and passes on what the wait consumed.
+  /// Passes on what the wait consumed, then drops an ok outcome (a guard unlocks): in that
+  /// order, since the unlock may resume a waiter inline that destroys the condvar ("last one
+  /// out"); a notify_one passed on while the guard is held only queues its taker for the mutex.
   template <class Outcome>
-  Outcome give_back_instead(Outcome&& outcome) noexcept {
+  Outcome give_back_instead(Outcome outcome) noexcept {
     if (outcome.ok()) {
-      {
-        const Outcome dropped(std::move(outcome));
-      }
       access::give_back(awaiter_);
+      const Outcome dropped(std::move(outcome));
     }
     return Outcome(wait_status::cancelled);
   }

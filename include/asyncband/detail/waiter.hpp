@@ -463,6 +463,20 @@ class wake_collector {
     wake_batch::resolving_here() = batch_.outer_;
     batch_.resolve_all();
   }
+  /// As resolve(), but what was collected runs here even deep in nested resolutions (past
+  /// max_nesting), never handed to an enclosing batch: for a caller whose state the collected
+  /// waiters still use and which is gone once it returns (an execution context's shutdown).
+  void resolve_here() noexcept {
+    if (resolved_) return;
+    resolved_ = true;
+    stop_collecting();
+    wake_batch::resolving_here() = batch_.outer_;
+    const bool deferring = std::exchange(wake_batch::deferring_here(), false);
+    const unsigned depth = std::exchange(wake_batch::nesting_here(), 0U);
+    batch_.resolve_all();
+    wake_batch::nesting_here() = depth;
+    wake_batch::deferring_here() = deferring;
+  }
 
  private:
   wake_batch batch_;
