@@ -92,7 +92,8 @@
 //   not return).
 // - Storage: one allocation per operation, with the handler's associated allocator (asio's
 //   recycling allocator when it has none, which reuses a per-thread block), holding the awaiter,
-//   the handler and the work guard; it is released before the handler is invoked. Posting the
+//   the handler and the work guard; it is released before the handler is invoked. A staged
+//   operation allocates one more block, its std::stop_source's state (with operator new). Posting the
 //   completion is an Asio post (which allocates through the same allocator).
 // - Lifetimes: the primitive must outlive the operation, as for every wait. If the execution
 //   context of the handler's executor is shut down or destroyed (io_context destructor) while
@@ -102,7 +103,10 @@
 //   already woken whose handler had not run yet is destroyed the same way, and what it had been
 //   granted passes on (a permit or lock to the next waiter; a send's value is destroyed unsent).
 //   Do not destroy the context concurrently with a wake-up or cancellation of one of its
-//   operations.
+//   operations, nor from code such a wake-up runs inline (a coroutine without a scheduler that a
+//   set(), notify or unlock resumes) while that wake-up may also have woken operations of the
+//   context: those are resolved after the destruction, when their service is gone (post the
+//   destruction instead; a known limit, to be lifted).
 // - Exceptions: a factory that throws (a second concurrent receive: std::logic_error) throws
 //   from the initiation, nothing started: from the initiating call for callbacks, from the
 //   launch for deferred; under use_awaitable Asio (1.81) initiates after the coroutine

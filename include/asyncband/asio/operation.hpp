@@ -739,9 +739,9 @@ class operation final : public pending_op {
     return boost::asio::get_associated_allocator(h, boost::asio::recycling_allocator<void>());
   }
 
-  /// Throws only before anything is published (a poll of a spent awaiter, a staged wait's first
-  /// check, an allocation: of the work-tracking executor, of the context's service at its
-  /// first use).
+  /// Throws only before anything is published (a poll of a spent awaiter, a condvar predicate's
+  /// first check (watch's wait_for keeps its predicate's exception for the outcome), an allocation: of the
+  /// work-tracking executor, of the context's service at its first use).
   void launch() {
     // Before the wait can complete: a completion may run (and clear the slot) at once.
     if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
