@@ -1607,6 +1607,57 @@ TEST(asio_ops_lifetime, the_shutdown_cancels_every_operation_when_a_cancellation
   EXPECT_EQ(sem.available(), 1U);
 }
 
+/// A coroutine with no scheduler, resumed inline by the wake that also claims the operation
+/// started after it: it shuts the context down from inside that wake's batch.
+asyncband_test::bare_coroutine shut_down_when_set(ab::manual_reset_event& ev, shutdown_context& ctx,
+                                                  const std::shared_ptr<int>& alive, long& after) {
+  co_await ev.wait();
+  ctx.shutdown();
+  after = alive.use_count();
+}
+
+TEST(asio_ops_lifetime, a_context_shut_down_by_a_waiter_resumed_inline_ends_the_operations_woken_with_it) {
+  ab::manual_reset_event ev;
+  shutdown_context ctx;
+  auto alive = std::make_shared<int>(0);
+  long after = 0;
+  shut_down_when_set(ev, ctx, alive, after);
+  ab::asio::async_op(
+      ctx.get_executor(), [&] { return ev.wait(); }, [keep = alive](error_code) { ADD_FAILURE(); });
+  ctx.poll();
+  ev.set();  // claims both; the coroutine resumes first and shuts the context down
+  EXPECT_EQ(after, 1) << "the operation claimed in the same batch outlived the shutdown (~io_context: "
+                         "its later resolution uses the deleted service)";
+  EXPECT_EQ(alive.use_count(), 1);
+}
+
+asyncband_test::bare_coroutine shut_down_when_notified(ab::condvar& cv, ab::mutex_guard<int> guard,
+                                                       shutdown_context& ctx,
+                                                       const std::shared_ptr<int>& alive, long& after) {
+  auto relocked = co_await cv.wait(std::move(guard));
+  ctx.shutdown();
+  after = alive.use_count();
+}
+
+TEST(asio_ops_lifetime, a_context_shut_down_by_a_waiter_resumed_inline_ends_the_staged_waits_woken_with_it) {
+  ab::condvar cv;
+  ab::mutex<int> m(0);
+  ab::mutex<int> other(0);
+  shutdown_context ctx;
+  auto alive = std::make_shared<int>(0);
+  long after = 0;
+  shut_down_when_notified(cv, *other.try_lock(), ctx, alive, after);
+  ab::asio::async_condvar_wait(
+      ctx.get_executor(), cv, *m.try_lock(),
+      [keep = alive](error_code, std::optional<ab::mutex_guard<int>>) { ADD_FAILURE(); });
+  ctx.poll();
+  cv.notify_all();  // claims both; the coroutine re-locks, resumes first and shuts the context down
+  EXPECT_EQ(after, 1) << "the staged wait claimed in the same batch outlived the shutdown (~io_context: "
+                         "its later resolution uses the deleted service)";
+  EXPECT_EQ(alive.use_count(), 1);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
 /// One link of an inline hand-off chain: resumed inside the unlock of the link before it (a
 /// coroutine with no scheduler), it shuts the context down on turn `shutting_down`.
 asyncband_test::bare_coroutine take_the_lock_in_turn(ab::mutex<int>& chain, int shutting_down,

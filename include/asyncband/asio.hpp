@@ -102,11 +102,12 @@
 //   Asio does with its own pending operations; a later wake-up does not find them. An operation
 //   already woken whose handler had not run yet is destroyed the same way, and what it had been
 //   granted passes on (a permit or lock to the next waiter; a send's value is destroyed unsent).
-//   Do not destroy the context concurrently with a wake-up or cancellation of one of its
-//   operations, nor from code such a wake-up runs inline (a coroutine without a scheduler that a
-//   set(), notify or unlock resumes) while that wake-up may also have woken operations of the
-//   context: those are resolved after the destruction, when their service is gone (post the
-//   destruction instead; a known limit, to be lifted).
+//   The context may be destroyed from code a wake-up runs inline (a coroutine without a
+//   scheduler that a set(), notify or unlock resumes), even when that wake-up also woke
+//   operations of the context: the shutdown takes them out of the wake-up still in progress on
+//   its thread and ends them as above. Do not destroy the context concurrently with a wake-up or
+//   cancellation of one of its operations on another thread (a data race on the context, as
+//   for any Asio call made during its destruction).
 // - Exceptions: a factory that throws (a second concurrent receive: std::logic_error) throws
 //   from the initiation, nothing started: from the initiating call for callbacks, from the
 //   launch for deferred; under use_awaitable Asio (1.81) initiates after the coroutine

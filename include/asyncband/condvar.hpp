@@ -283,6 +283,13 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   /// cancelled instead: the notify_one it consumed goes on, as for a cancellation.
   void give_back() noexcept { condvar_->pass_on(notify_bound_); }
 
+  /// The node of the stage in progress or last ended (staged_access::current_node).
+  detail::waiter* current_node() noexcept {
+    if (relock_) return &relock_->node();
+    if (notified_) return &notified_->node();
+    return nullptr;
+  }
+
   // Each step returns true if the wait is pending (a resolver will continue it), false if it
   // is over and the coroutine should continue now. Nothing touches the frame after a step that
   // returned true.

@@ -803,6 +803,9 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait
   /// saw stay seen, as for a cancellation; the guard was dropped).
   static void give_back() noexcept {}
 
+  /// The node of the change wait in progress or last ended (staged_access::current_node).
+  core::waiter* current_node() noexcept { return changed_ ? &changed_->node() : nullptr; }
+
   /// Borrows the current value (marking it seen) and decides the outcome if it can: pred holds
   /// (ok; a throw counts as decided and is rethrown on resumption), the sender is gone
   /// (closed), a stop was requested (cancelled). False: wait for the next version.

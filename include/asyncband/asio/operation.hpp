@@ -499,6 +499,11 @@ class work_hold {
 //                                     operation cancelled in time or late, what it gives back
 //   void give_back()                  completed, destroyed unrun: its grant passes on
 
+/// Takes `node` out of the wake batch of this thread that claimed it, if any, and resolves it.
+inline void resolve_claimed_here(asyncband::detail::waiter& node) noexcept {
+  if (asyncband::detail::wake_batch::withdraw(node)) node.resolve();
+}
+
 /// A when_any branch (detail::select_access): the awaiter's node and the Asio cancellation
 /// contend for one commit point, as the branches of a select do (detail/any_engine.hpp). A node
 /// commits when a waker grants it (under the primitive's lock), when it completes at the start,
@@ -541,6 +546,9 @@ class branch_driver {
 
   /// A resolution that granted nothing commits here.
   void resolved() noexcept { static_cast<void>(commit_.try_commit(&access::node(awaiter_))); }
+
+  /// Resolves now a node a wake batch of this thread has claimed and not resolved yet.
+  void resolve_if_claimed_here() noexcept { resolve_claimed_here(access::node(awaiter_)); }
 
   bool cancel() noexcept {
     if (!commit_.try_commit(cancel_id())) return false;
@@ -633,6 +641,11 @@ class staged_driver {
   bool complete_at_once() { return access::ready(awaiter_); }
   bool publish(asyncband::detail::resume_target target) noexcept { return access::start(awaiter_, target); }
   static void resolved() noexcept {}
+
+  /// Resolves now the current stage's node if a wake batch of this thread claimed it.
+  void resolve_if_claimed_here() noexcept {
+    if (asyncband::detail::waiter* node = access::current_node(awaiter_)) resolve_claimed_here(*node);
+  }
   /// Never too late here: a stop requested after the wait ended is seen by settle().
   bool cancel() noexcept {
     stop_.request_stop();
@@ -799,8 +812,14 @@ class operation final : public pending_op {
   void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
 
   /// The context's shutdown, for a listed operation.
+  /// A node a waker claimed cannot be cancelled any more; if that waker is a wake batch further
+  /// down this thread's stack (the context is destroyed by code it resumed inline), it would
+  /// resolve the operation after the service is gone: it is resolved now instead, and so ends
+  /// with the shutdown.
   static void cancel_listed(pending_op* self) noexcept {
-    static_cast<void>(static_cast<operation*>(self)->driver_.cancel());
+    auto& op = *static_cast<operation*>(self);
+    static_cast<void>(op.driver_.cancel());
+    op.driver_.resolve_if_claimed_here();
   }
   static void destroy_unrun(pending_op* self) noexcept { static_cast<operation*>(self)->destroy_self(); }
 

@@ -405,6 +405,7 @@ concept staged_awaiter = std::derived_from<A, staged_awaiter_base<true>>;
 ///   resume(a)          await_resume(): the outcome
 ///   give_back(a)       after an ok outcome was taken and dropped, for a driver that reports it
 ///                      cancelled instead (late): passes on what the wait consumed
+///   current_node(a)    the node of the stage in progress or last ended (nullptr before any)
 struct staged_access {
   template <class A>
   using outcome = decltype(std::declval<A&>().await_resume());
@@ -424,6 +425,11 @@ struct staged_access {
   template <staged_awaiter A>
   static void give_back(A& a) noexcept {
     a.give_back();
+  }
+  /// The node of the stage in progress or last ended, or nullptr before the first.
+  template <staged_awaiter A>
+  static waiter* current_node(A& a) noexcept {
+    return a.current_node();
   }
 };
 
