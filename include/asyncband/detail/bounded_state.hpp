@@ -45,6 +45,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
   using core = channel_core<bounded_state<T>>;
 
  public:
+  using value_type = T;
+
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
         ring_(capacity, first_index),
