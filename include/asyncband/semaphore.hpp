@@ -29,6 +29,10 @@ namespace mpsc::detail {
 template <class T>
 class bounded_state;
 }  // namespace mpsc::detail
+namespace mpmc::detail {
+template <class T>
+class bounded_state;
+}  // namespace mpmc::detail
 namespace broadcast::detail {
 template <class T, bool Lossless>
 class ring;
@@ -88,6 +92,8 @@ class semaphore {
   friend class detail::source_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
+  template <class T>
+  friend class mpmc::detail::bounded_state;
   template <class T, bool Lossless>
   friend class broadcast::detail::ring;  // close()
   template <class T>

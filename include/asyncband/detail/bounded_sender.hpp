@@ -22,8 +22,9 @@ struct adopt_state_t {
   explicit adopt_state_t() = default;
 };
 
-/// The sending half of a bounded channel. Copyable: every copy is a producer; the channel
-/// disconnects when the last producer (sender or owned permit) or the receiver goes.
+/// The sending half of a bounded channel (mpsc::sender, mpmc::sender). Copyable: every copy
+/// is a producer; the channel disconnects when the last producer (sender or owned permit) or
+/// the last receiver goes.
 ///
 /// Contract
 /// - when_any: a send that lost its when_any is never granted a unit of capacity, and its value
@@ -34,13 +35,13 @@ struct adopt_state_t {
 /// - Capacity waiters are served in FIFO order (the capacity is an asyncband::semaphore): a
 ///   send or reserve that waits is never overtaken by a later one or by a try_send.
 /// - A send that does not deliver hands its value back: full (try_send), disconnected (the
-///   receiver closed the channel or is gone), cancelled, timeout. Cancellation commits while
+///   channel was closed or the receivers are gone), cancelled, timeout. Cancellation commits while
 ///   the send waits for capacity; once a unit is granted the value is delivered (a unit granted
 ///   to a send cancelled at that moment goes to the next waiter).
 /// - Synchronization: constructing a value in the channel happens-before the receive that takes it.
 /// - The value is constructed in the channel from the moved value; if that move throws, the
-///   exception propagates, nothing is received, and the unit of capacity returns once the
-///   receiver passes the empty place.
+///   exception propagates, nothing is received, and the unit of capacity returns once a
+///   receive passes the empty place.
 template <class State>
 class bounded_sender {
   using state_type = State;
@@ -144,8 +145,28 @@ class bounded_sender {
     return bounded_owned_permit<State>(std::move(*p));
   }
 
-  /// The receiver closed the channel or is gone: sends hand their value back.
+  /// The channel is closed, or the receivers are gone: sends hand their value back.
   [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
+
+  /// Closes the channel (MPMC): no new sends or reservations, senders waiting for capacity end
+  /// disconnected; what was accepted still drains to the receivers.
+  void close() noexcept
+    requires State::multi_consumer
+  {
+    if (state_ != nullptr) state_->close();
+  }
+  /// The senders (and owned permits) of the channel now (MPMC; 0 for a moved-from sender).
+  [[nodiscard]] std::size_t sender_count() const noexcept
+    requires State::multi_consumer
+  {
+    return state_ == nullptr ? 0 : state_->sender_count();
+  }
+  /// The receivers of the channel now (MPMC; 0 for a moved-from sender).
+  [[nodiscard]] std::size_t receiver_count() const noexcept
+    requires State::multi_consumer
+  {
+    return state_ == nullptr ? 0 : state_->receiver_count();
+  }
   [[nodiscard]] std::size_t capacity() const noexcept {
     return state_ == nullptr ? 0 : state_->logical_capacity();
   }

@@ -46,6 +46,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
  public:
   using value_type = T;
+  static constexpr bool multi_consumer = false;
 
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
@@ -233,7 +234,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// receiver's announced sleep if that came first: channel_core).
   template <class U>
   void write_at(place i, U&& value) {
-    ring_.write_at(i, std::forward<U>(value), [this]() noexcept { this->after_claimed_publish(); });
+    ring_.write_at(i, std::forward<U>(value),
+                   [this](bool /*with_value*/) noexcept { this->after_claimed_publish(); });
   }
 
   static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->after_possible_end(); }

@@ -70,8 +70,8 @@ class value_ring {
   [[nodiscard]] bool has_value(ring_place i) const noexcept { return published(i) && !at(i).skip; }
 
   /// Constructs the value at place `i` (claimed by the caller) and publishes it, then calls
-  /// `after_publish()`. If the construction throws, the cell is published empty, after_publish()
-  /// still runs, and the exception propagates.
+  /// `after_publish(true)`. If the construction throws, the cell is published empty,
+  /// `after_publish(false)` runs, and the exception propagates.
   template <class U, class AfterPublish>
   void write_at(ring_place i, U&& value, AfterPublish&& after_publish) {
     ring_cell<T>& c = at(i);
@@ -84,13 +84,13 @@ class value_ring {
       writes_in_progress = writing.outer;
       c.skip = true;
       c.seq.store(i + 1, std::memory_order_release);
-      after_publish();
+      after_publish(false);
       throw;
     }
     writes_in_progress = writing.outer;
     c.skip = false;
     c.seq.store(i + 1, std::memory_order_release);
-    after_publish();
+    after_publish(true);
   }
 
   /// Place i is being written by this thread, further down its stack.

@@ -1,0 +1,299 @@
+// asyncband/detail/mpmc_bounded_state.hpp: the shared state of a bounded MPMC channel: the ring
+// and two semaphores, one for the capacity (senders wait on it) and one for the values
+// (receivers wait on it).
+#pragma once
+
+#include <atomic>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "../result.hpp"
+#include "../semaphore.hpp"
+#include "receiving_end.hpp"
+#include "spin_lock.hpp"
+#include "value_ring.hpp"
+
+namespace asyncband::mpmc::detail {
+
+using place = asyncband::detail::ring_place;
+
+/// The places whose value a receive claimed but could not take (its move threw): each goes to
+/// a later receive before any new place. At most `capacity` of them (each keeps its unit of
+/// capacity), so the storage is reserved once, with the channel.
+class parked_places {
+ public:
+  explicit parked_places(std::size_t capacity) : places_(new place[capacity]) {}
+
+  void push(place p) noexcept {
+    const std::lock_guard lock(lock_);
+    places_[count_] = p;
+    count_.store(count_ + 1, std::memory_order_relaxed);
+  }
+  /// Takes the latest parked place, if any. One relaxed load when none is (the usual case): a
+  /// receive whose unit came from a park() sees it, since the park happened before its unit
+  /// was given (see bounded_state::take).
+  bool pop(place& p) noexcept {
+    if (count_.load(std::memory_order_relaxed) == 0) return false;
+    const std::lock_guard lock(lock_);
+    const std::size_t n = count_.load(std::memory_order_relaxed);
+    if (n == 0) return false;
+    p = places_[n - 1];
+    count_.store(n - 1, std::memory_order_relaxed);
+    return true;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
+  /// The parked places, when nobody else is left (the channel's destruction).
+  template <class F>
+  void for_each(F&& f) const {
+    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(places_[i]);
+  }
+
+ private:
+  asyncband::detail::spin_lock lock_;
+  std::atomic<std::size_t> count_{0};  // written under the lock
+  std::unique_ptr<place[]> places_;
+};
+
+/// The shared state of a bounded MPMC channel.
+///
+/// Two semaphores count what the ring holds: `capacity_` the free units (a send takes one, and
+/// with it, from the same word, its place: the send ticket), `items_` the published values no
+/// receive has claimed (a send gives one after publishing; a receive takes one). A receive that
+/// holds a unit of `items_` claims a place with the receive ticket (the ticket bits of `items_`),
+/// waits for that place's publication, moves the value out, hands the cell on and returns the
+/// unit of capacity. So receivers wait, queue FIFO, are cancelled and lose when_any exactly as
+/// semaphore acquisitions do, and a unit granted to a receive that does not use it (cancelled,
+/// destroyed, a losing branch) goes to the next receive: the value it stands for never moved.
+///
+/// Why a receive's place is always claimed by a send: every place before it went to a receive
+/// that held a unit (each backed by one published value) or was empty (a send whose
+/// construction threw: no unit for it). Published values are at least the units granted, so a
+/// published value lies at or after the receive's place, and sends claim places in order. The
+/// receive waits at most for that send's move construction, never for a send not yet made.
+///
+/// Receives hand cells on out of order, so a send that comes round the ring to a cell whose
+/// previous value a receive claimed but has not finished moving waits for it (a few
+/// instructions), as in every ring with per-cell stamps.
+template <class T>
+class bounded_state {
+ public:
+  using value_type = T;
+  static constexpr bool multi_consumer = true;
+
+  bounded_state(std::size_t capacity, place first_index)
+      : logical_capacity_(capacity),
+        ring_(capacity, first_index),
+        parked_(capacity),
+        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index),
+        items_(0, asyncband::detail::varying_count_t{}, first_index) {}
+  bounded_state(const bounded_state&) = delete;
+  bounded_state& operator=(const bounded_state&) = delete;
+
+  /// The last reference is gone: every send finished. Values never received are destroyed here.
+  ~bounded_state() {
+    const place sent = capacity_.next_ticket();
+    const place claimed = items_.next_ticket();
+    assert(capacity_.closed_count() + static_cast<place>(sent - claimed) + parked_.size() ==
+               logical_capacity_ &&
+           "asyncband: permit outlived its channel: every sender and receiver are gone while a permit still "
+           "holds units of capacity (keep a sender alive while it is held, or use an owned permit)");
+    ring_.destroy_values(claimed, sent);
+    parked_.for_each([this](place p) { ring_.at(p).value().~T(); });
+  }
+
+  // --- handles -----------------------------------------------------------------------------------
+  void add_producer() noexcept {
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    producers_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// The last producer (sender or owned permit) closes the channel: what was sent still drains.
+  void drop_producer() noexcept {
+    if (producers_.fetch_sub(1, std::memory_order_acq_rel) == 1) close();
+    drop_ref();
+  }
+  void add_receiver() noexcept {
+    refs_.fetch_add(1, std::memory_order_relaxed);
+    receivers_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// A receiver handle goes; the last one disconnects the channel: later sends hand their value
+  /// back, and the values nobody received are destroyed now (those still being written, when
+  /// the last reference goes).
+  void receiver_leaves() noexcept {
+    if (receivers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      receiver_gone_.store(true, std::memory_order_release);
+      add_ref();  // destroying values and closing may resume senders that drop every handle
+      close();
+      discard_received_by_nobody();
+      drop_ref();
+    }
+    drop_ref();
+  }
+  void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void drop_ref() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  [[nodiscard]] bool producers_gone() const noexcept {
+    return producers_.load(std::memory_order_acquire) == 0;
+  }
+  [[nodiscard]] bool receiver_gone() const noexcept { return receiver_gone_.load(std::memory_order_acquire); }
+  [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
+  [[nodiscard]] std::size_t sender_count() const noexcept {
+    return producers_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::size_t receiver_count() const noexcept {
+    return receivers_.load(std::memory_order_relaxed);
+  }
+
+  /// No new sends or reservations; queued senders end disconnected; permits held may still
+  /// send; what was accepted still drains to the receivers, and then every receive ends closed.
+  /// A sender woken inline may destroy every handle, the caller's included: the state keeps a
+  /// reference of its own until the end.
+  void close() noexcept {
+    add_ref();
+    closed_.store(true, std::memory_order_seq_cst);
+    capacity_.close(&on_unit_back, this);
+    end_if_drained();
+    drop_ref();
+  }
+
+  // --- sending -----------------------------------------------------------------------------------
+  semaphore& capacity() noexcept { return capacity_; }
+  [[nodiscard]] std::size_t logical_capacity() const noexcept { return logical_capacity_; }
+
+  /// Sends `value` with one unit of capacity, which passes to the message (the receive that
+  /// takes it returns it). If constructing the value throws, the cell is published empty,
+  /// holding the unit until a receive passes it, and the exception propagates.
+  template <class U>
+  void push(semaphore_permit& units, U&& value) {
+    units.split(1).forget();
+    write_at(capacity_.take_ticket(), std::forward<U>(value));
+  }
+  /// Sends `value` (moved from only then) if a unit is available and nobody waits for one: the
+  /// unit and the place in one CAS. Closed or full: false.
+  bool try_push(T& value) {
+    place i = 0;
+    if (!capacity_.try_take_with_ticket(i)) return false;
+    write_at(i, std::move(value));
+    return true;
+  }
+
+  // --- receiving ---------------------------------------------------------------------------------
+  semaphore& items() noexcept { return items_; }
+
+  /// With a unit of `items_` (which this consumes): moves the value it stands for into
+  /// `Outcome`, built in place. If that move throws, the value is parked for the next receive,
+  /// a unit for it goes back to `items_`, and the exception propagates.
+  template <class Outcome>
+  Outcome take(semaphore_permit&& unit) {
+    static_cast<void>(unit.forget());  // the unit is the value's: it ends with the value's cell
+    return take_at<Outcome>(claim());
+  }
+
+  /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
+  try_recv_result<T> try_take() {
+    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
+      return take<try_recv_result<T>>(std::move(*unit));
+    return drained() ? recv_status::disconnected : recv_status::empty;
+  }
+
+  /// Values accepted and not yet received (including sends still being written).
+  [[nodiscard]] std::size_t len() const noexcept {
+    return static_cast<place>(capacity_.next_ticket() - items_.next_ticket()) + parked_.size();
+  }
+
+ private:
+  /// Closed, and every unit of capacity is back: every accepted value was received, and no
+  /// permit or send in flight can publish any more.
+  [[nodiscard]] bool drained() const noexcept {
+    return closed() && capacity_.closed_count() == logical_capacity_;
+  }
+
+  /// After close, and after every unit of capacity that comes back later: once drained, the
+  /// receives waiting (for nothing: `items_` is at 0 then) and every later one end closed.
+  void end_if_drained() noexcept {
+    if (drained()) items_.close(&nothing_to_do, nullptr);
+  }
+  static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->end_if_drained(); }
+  static void nothing_to_do(void* /*unused*/) noexcept {}
+
+  template <class U>
+  void write_at(place i, U&& value) {
+    ring_.write_at(i, std::forward<U>(value), [this](bool with_value) noexcept {
+      if (with_value) items_.template give<false>(1);
+    });
+  }
+
+  /// The place of the value a unit of `items_` stands for: a parked one first, else the next
+  /// receive ticket, passing empty cells (their units of capacity go back).
+  place claim() noexcept {
+    place p = 0;
+    if (parked_.pop(p)) return p;
+    for (;;) {
+      p = items_.take_ticket();
+      await_publication(p);
+      if (!ring_.at(p).skip) return p;
+      hand_on(p);
+    }
+  }
+
+  /// The value at a claimed place is being written; a write by this very thread (the receive
+  /// runs inside a value's construction, from code it resumed inline) could never finish.
+  void await_publication(place p) const noexcept {
+    assert(!ring_.written_by_this_thread(p) &&
+           "asyncband::mpmc: a receive from inside the construction of a value sent to the same channel");
+    ring_.await_publication(p);
+  }
+
+  template <class Outcome>
+  Outcome take_at(place p) {
+    T& value = ring_.at(p).value();
+    try {
+      return asyncband::detail::take_into<Outcome>(value, [this, &value, p]() noexcept {
+        value.~T();
+        hand_on(p);
+      });
+    } catch (...) {
+      parked_.push(p);
+      items_.template give<false>(1);  // after the park: the receive given this unit finds it
+      throw;
+    }
+  }
+
+  /// A receive is done with place p: the cell goes to the next lap and its unit of capacity back.
+  void hand_on(place p) noexcept {
+    ring_.hand_on(p);
+    capacity_.template give<false>(1);
+  }
+
+  /// The last receiver went: destroys the values accepted so far (each unit of `items_` stands
+  /// for one), so that they do not live as long as the senders.
+  void discard_received_by_nobody() noexcept {
+    while (std::optional<semaphore_permit> unit = items_.try_acquire(1)) {
+      static_cast<void>(unit->forget());
+      const place p = claim();
+      ring_.at(p).value().~T();
+      hand_on(p);
+    }
+  }
+
+  // Read by everybody, written by nobody.
+  const std::size_t logical_capacity_;
+  asyncband::detail::value_ring<T> ring_;
+  parked_places parked_;
+  // Written by every send and receive: each on its own line.
+  alignas(64) semaphore capacity_;
+  alignas(64) semaphore items_;
+  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + receivers + calls in progress
+  std::atomic<std::size_t> producers_{1};         // senders + owned permits
+  std::atomic<std::size_t> receivers_{1};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> receiver_gone_{false};
+};
+
+}  // namespace asyncband::mpmc::detail
