@@ -17,6 +17,7 @@
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 #include "value_ring.hpp"
+#include "waiter.hpp"
 
 namespace asyncband::mpmc::detail {
 
@@ -247,6 +248,8 @@ class bounded_state {
   void await_publication(place p) const noexcept {
     assert(!ring_.written_by_this_thread(p) &&
            "asyncband::mpmc: a receive from inside the construction of a value sent to the same channel");
+    if (ring_.published(p)) return;
+    asyncband::detail::at_test_point(asyncband::detail::test_point::awaiting_publication);
     ring_.await_publication(p);
   }
 
