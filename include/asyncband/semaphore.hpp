@@ -32,6 +32,8 @@ class bounded_state;
 namespace mpmc::detail {
 template <class T>
 class bounded_state;
+template <class T>
+class unbounded_state;
 }  // namespace mpmc::detail
 namespace broadcast::detail {
 template <class T, bool Lossless>
@@ -94,6 +96,8 @@ class semaphore {
   friend class mpsc::detail::bounded_state;
   template <class T>
   friend class mpmc::detail::bounded_state;
+  template <class T>
+  friend class mpmc::detail::unbounded_state;
   template <class T, bool Lossless>
   friend class broadcast::detail::ring;  // close()
   template <class T>
