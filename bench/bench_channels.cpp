@@ -97,7 +97,7 @@ namespace {
 
 using asyncband::runtime::task;
 using asyncband::runtime::thread_pool;
-using asyncband_bench::context_switches;
+using asyncband_bench::bulk_run;
 using asyncband_bench::escape;
 using asyncband_bench::inline_coroutine;
 using asyncband_bench::thread_crew;
@@ -255,28 +255,7 @@ class asyncband_threads {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Bookkeeping of a bulk case: items/s and context switches per message.
-
-class bulk_run {
- public:
-  bulk_run(benchmark::State& state, u64 messages_per_sample)
-      : state_(state), messages_(messages_per_sample), switches_before_(context_switches()) {}
-
-  void finish() {
-    const auto messages = static_cast<std::int64_t>(messages_) * state_.iterations();
-    state_.SetItemsProcessed(messages);
-    const long switches_after = context_switches();
-    if (switches_before_ >= 0 && switches_after >= 0 && messages > 0) {
-      state_.counters["csw/msg"] =
-          static_cast<double>(switches_after - switches_before_) / static_cast<double>(messages);
-    }
-  }
-
- private:
-  benchmark::State& state_;
-  u64 messages_;
-  long switches_before_;
-};
+// The plain-thread cases.
 
 /// channel/threads_*, channel/inline_1k_*, channel/permit_send_threads_*: `producers` persistent
 /// producer threads, the benchmark thread consumes; one iteration = kThreadMessages messages.

@@ -55,7 +55,7 @@ namespace {
 
 using asyncband::runtime::task;
 using asyncband::runtime::thread_pool;
-using asyncband_bench::context_switches;
+using asyncband_bench::bulk_run;
 using asyncband_bench::thread_crew;
 using asyncband_bench::peers::asio_channel;
 using asyncband_bench::peers::asio_threads;
@@ -111,25 +111,6 @@ class asyncband_threads {
   std::pair<asyncband::mpmc::sender<u64>, asyncband::mpmc::receiver<u64>> channel_;
 };
 
-/// items/s and context switches per message of a bulk case.
-class bulk_run {
- public:
-  explicit bulk_run(benchmark::State& state) : state_(state), switches_before_(context_switches()) {}
-  void finish() {
-    const auto messages = static_cast<std::int64_t>(kMessages) * state_.iterations();
-    state_.SetItemsProcessed(messages);
-    const long switches_after = context_switches();
-    if (switches_before_ >= 0 && switches_after >= 0 && messages > 0) {
-      state_.counters["csw/msg"] =
-          static_cast<double>(switches_after - switches_before_) / static_cast<double>(messages);
-    }
-  }
-
- private:
-  benchmark::State& state_;
-  long switches_before_;
-};
-
 /// mpmc/threads_*: `pairs` producer and `pairs` consumer threads, persistent across samples.
 template <class Channel>
 void threads_case(benchmark::State& state, std::size_t capacity, int pairs) {
@@ -155,7 +136,7 @@ void threads_case(benchmark::State& state, std::size_t capacity, int pairs) {
       sums[i] = sum;
     }
   });
-  bulk_run run(state);
+  bulk_run run(state, kMessages);
   for (auto _ : state) {
     const auto start = clock_type::now();
     crew.release();
@@ -198,7 +179,7 @@ void coro_asyncband(benchmark::State& state, std::size_t capacity, int pairs) {
   thread_pool pool(2);
   auto channel = asyncband::mpmc::bounded<u64>(capacity);
   const u64 share = kMessages / static_cast<u64>(pairs);
-  bulk_run run(state);
+  bulk_run run(state, kMessages);
   for (auto _ : state) {
     std::atomic<u64> sum{0};
     std::vector<task<void>> tasks;
@@ -243,7 +224,7 @@ void coro_asio(benchmark::State& state, std::size_t capacity, int pairs) {
   for (int w = 0; w < 2; ++w) threads.emplace_back([&context] { context.run(); });
   asio_channel<u64> channel(context, capacity);
   const u64 share = kMessages / static_cast<u64>(pairs);
-  bulk_run run(state);
+  bulk_run run(state, kMessages);
   for (auto _ : state) {
     std::atomic<u64> sum{0};
     std::latch done(2 * pairs);

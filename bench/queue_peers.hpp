@@ -125,7 +125,8 @@ class asio_threads {
 
   class consumer {
    public:
-    explicit consumer(asio_channel<T>& channel) : channel_(&channel), context_(std::make_unique<boost::asio::io_context>(1)) {}
+    explicit consumer(asio_channel<T>& channel)
+        : channel_(&channel), context_(std::make_unique<boost::asio::io_context>(1)) {}
     T recv() {
       std::optional<T> out;
       error_code error;

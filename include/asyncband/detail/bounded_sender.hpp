@@ -13,14 +13,10 @@
 #include "../semaphore.hpp"
 #include "bounded_permit.hpp"
 #include "bounded_send.hpp"
+#include "sender_handle.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
-
-/// Tag of the constructor by which a channel's factory hands a handle its first reference.
-struct adopt_state_t {
-  explicit adopt_state_t() = default;
-};
 
 /// The sending half of a bounded channel (mpsc::sender, mpmc::sender). Copyable: every copy
 /// is a producer; the channel disconnects when the last producer (sender or owned permit) or
@@ -43,29 +39,14 @@ struct adopt_state_t {
 ///   exception propagates, nothing is received, and the unit of capacity returns once a
 ///   receive passes the empty place.
 template <class State>
-class bounded_sender {
+class bounded_sender : public sender_handle<State> {
   using state_type = State;
   using T = typename State::value_type;
+  using sender_handle<State>::live;
+  using sender_handle<State>::state_;
 
  public:
-  /// Adopts a reference to `s` that its factory counted (internal).
-  bounded_sender(adopt_state_t /*unused*/, State* s) noexcept : state_(s) {}
-  bounded_sender(const bounded_sender& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) state_->add_producer();  // a copy of a moved-from sender is moved-from
-  }
-  bounded_sender(bounded_sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  bounded_sender& operator=(const bounded_sender& other) noexcept {
-    if (this != &other) *this = bounded_sender(other);
-    return *this;
-  }
-  bounded_sender& operator=(bounded_sender&& other) noexcept {
-    if (this != &other) {
-      const bounded_sender departing(std::move(*this));  // goes last: it may wake the receiver inline
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  ~bounded_sender() { reset(); }
+  using sender_handle<State>::sender_handle;
 
   /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
   auto send(T value) {
@@ -145,28 +126,6 @@ class bounded_sender {
     return bounded_owned_permit<State>(std::move(*p));
   }
 
-  /// The channel is closed, or the receivers are gone: sends hand their value back.
-  [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
-
-  /// Closes the channel (MPMC): no new sends or reservations, senders waiting for capacity end
-  /// disconnected; what was accepted still drains to the receivers.
-  void close() noexcept
-    requires State::multi_consumer
-  {
-    if (state_ != nullptr) state_->close();
-  }
-  /// The senders (and owned permits) of the channel now (MPMC; 0 for a moved-from sender).
-  [[nodiscard]] std::size_t sender_count() const noexcept
-    requires State::multi_consumer
-  {
-    return state_ == nullptr ? 0 : state_->sender_count();
-  }
-  /// The receivers of the channel now (MPMC; 0 for a moved-from sender).
-  [[nodiscard]] std::size_t receiver_count() const noexcept
-    requires State::multi_consumer
-  {
-    return state_ == nullptr ? 0 : state_->receiver_count();
-  }
   [[nodiscard]] std::size_t capacity() const noexcept {
     return state_ == nullptr ? 0 : state_->logical_capacity();
   }
@@ -187,20 +146,11 @@ class bounded_sender {
   template <class Make>
   using capacity_forms_for = acquire_forms<Make, true>;
 
-  state_type* live() const {
-    if (state_ == nullptr) throw std::logic_error("asyncband: sender: moved from");
-    return state_;
-  }
   std::size_t checked(std::size_t n) const {
     if (n == 0 || n > live()->logical_capacity())
       throw std::invalid_argument("asyncband: sender::reserve: n must be in [1, capacity()]");
     return n;
   }
-  void reset() noexcept {
-    if (state_ != nullptr) std::exchange(state_, nullptr)->drop_producer();
-  }
-
-  state_type* state_;
 };
 
 }  // namespace asyncband::detail
