@@ -274,13 +274,20 @@ class bounded_state {
     capacity_.template give<false>(1);
   }
 
-  /// The last receiver went: destroys the values accepted so far (each unit of `items_` stands
-  /// for one), so that they do not live as long as the senders.
+  /// The last receiver went: destroys the values received by nobody, so that they do not live
+  /// as long as the senders: the parked ones, and those in the ring up to the first place still
+  /// being written, which is not waited for (it may be this very thread's, further up its
+  /// stack: the last receiver may go inside a value's construction). That value and those
+  /// behind it are destroyed with the channel. Nobody else claims places any more.
   void discard_received_by_nobody() noexcept {
-    while (std::optional<semaphore_permit> unit = items_.try_acquire(1)) {
-      static_cast<void>(unit->forget());
-      const place p = claim();
+    place p = 0;
+    while (parked_.pop(p)) {
       ring_.at(p).value().~T();
+      hand_on(p);
+    }
+    for (p = items_.next_ticket(); ring_.published(p); p = items_.next_ticket()) {
+      static_cast<void>(items_.take_ticket());
+      if (!ring_.at(p).skip) ring_.at(p).value().~T();
       hand_on(p);
     }
   }
