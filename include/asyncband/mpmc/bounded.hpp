@@ -85,7 +85,14 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 ///   of permits held at the time, still drain to the receivers.
 /// - Every receive form moves the value exactly once, from the channel into the result. If that
 ///   move throws, the exception propagates and the value stays in the channel, for the next
-///   receive (ahead of the others).
+///   receive (ahead of the others). It stays in its cell of the ring: if receives on other
+///   threads overtook the one that threw (claimed later values meanwhile), a send that comes
+///   round the ring to that cell waits (spinning, then yielding) until a receive takes the value,
+///   as it waits for a receive still moving its cell's previous value out. Such a send on the
+///   only thread that receives, or inside that move, never finishes.
+/// - A send whose construction of the value throws leaves an empty place, passed at once if it
+///   is next in line, else by the receive that takes the value before it: its unit of capacity
+///   comes back without any value following it.
 /// - Several receives may be in progress at once, from any copies, threads or coroutines. Each
 ///   receiver must outlive its own receives (their awaiters included).
 /// - A receive may wait for a value being constructed by another thread (spinning, then
