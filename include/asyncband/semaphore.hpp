@@ -171,6 +171,9 @@ class semaphore {
     return word_.try_take_with_ticket(ticket);
   }
   std::uint32_t take_ticket() noexcept { return word_.take_ticket(); }
+  [[nodiscard]] bool try_advance_ticket(std::uint32_t expected) noexcept {
+    return word_.try_advance_ticket(expected);
+  }
   std::uint32_t announce_at_ticket() noexcept { return word_.announce_at_ticket(); }
   [[nodiscard]] std::uint32_t next_ticket() const noexcept { return word_.next_ticket(); }
 

@@ -95,7 +95,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
   /// Passes the empty cells at the head (their units go back).
   void skip_empty() noexcept {
-    while (ring_.published(head_) && ring_.at(head_).skip) hand_on_head();
+    while (ring_.published(head_) && ring_.empty_at(head_)) hand_on_head();
   }
   [[nodiscard]] bool head_has_value() noexcept { return ring_.has_value(head_); }
 
@@ -140,7 +140,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// Under the receiver's lock, while it sleeps: passes the empty cells at its head.
   std::size_t pass_empty_locked() noexcept {
     std::size_t passed = 0;
-    while (ring_.published(head_) && ring_.at(head_).skip) {
+    while (ring_.published(head_) && ring_.empty_at(head_)) {
       ring_.hand_on(head_++);
       ++passed;
     }
@@ -151,7 +151,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   [[nodiscard]] bool value_waiting_locked() const noexcept {
     for (place i = head_;; ++i) {
       if (!ring_.published(i)) return false;
-      if (!ring_.at(i).skip) return true;
+      if (!ring_.empty_at(i)) return true;
     }
   }
   /// After an ok completion of the receiver's wait: a value is at the head, past empty cells.

@@ -25,15 +25,30 @@ using place = asyncband::detail::ring_place;
 
 /// The places whose value a receive claimed but could not take (its move threw): each goes to
 /// a later receive before any new place. At most `capacity` of them (each keeps its unit of
-/// capacity), so the storage is reserved once, with the channel.
+/// capacity), so the storage is reserved once, with the channel. It also counts the parked
+/// places whose cells are not handed on yet (those a receive popped and is taking again
+/// included), under the same lock, so that the passing of empty places can wait for them.
 class parked_places {
  public:
   explicit parked_places(std::size_t capacity) : places_(new place[capacity]) {}
 
-  void push(place p) noexcept {
+  /// Parks place p. `again`: p was popped (its cell is held already).
+  void push(place p, bool again) noexcept {
     const std::lock_guard lock(lock_);
     places_[count_] = p;
     count_.store(count_ + 1, std::memory_order_relaxed);
+    if (!again) ++held_;
+  }
+  /// The value of a popped place was taken, and its cell handed on.
+  void taken() noexcept {
+    const std::lock_guard lock(lock_);
+    --held_;
+  }
+  /// Some parked place's cell is not handed on yet. Under the lock, so ordered with push()
+  /// and taken(): see bounded_state::pass_empty_places.
+  [[nodiscard]] bool any_held() noexcept {
+    const std::lock_guard lock(lock_);
+    return held_ != 0;
   }
   /// Takes the latest parked place, if any. One relaxed load when none is (the usual case): a
   /// receive whose unit came from a park() sees it, since the park happened before its unit
@@ -57,6 +72,7 @@ class parked_places {
  private:
   asyncband::detail::spin_lock lock_;
   std::atomic<std::size_t> count_{0};  // written under the lock
+  std::size_t held_ = 0;               // under the lock
   std::unique_ptr<place[]> places_;
 };
 
@@ -77,9 +93,15 @@ class parked_places {
 /// published value lies at or after the receive's place, and sends claim places in order. The
 /// receive waits at most for that send's move construction, never for a send not yet made.
 ///
+/// An empty place (a send whose construction threw) has no unit of `items_`, so no receive
+/// claims it for itself: the send that empties it passes it if it is next in line already, else
+/// the receive that takes the value before it does, once that value is out (pass_empty_places),
+/// so that its unit of capacity comes back even when no value follows it.
+///
 /// Receives hand cells on out of order, so a send that comes round the ring to a cell whose
 /// previous value a receive claimed but has not finished moving waits for it (a few
-/// instructions), as in every ring with per-cell stamps.
+/// instructions), as in every ring with per-cell stamps; or, for a value parked there, until the
+/// next receive takes it.
 template <class T>
 class bounded_state {
  public:
@@ -193,7 +215,9 @@ class bounded_state {
   template <class Outcome>
   Outcome take(semaphore_permit&& unit) {
     static_cast<void>(unit.forget());  // the unit is the value's: it ends with the value's cell
-    return take_at<Outcome>(claim());
+    place p = 0;
+    if (parked_.pop(p)) return take_at<Outcome>(p, true);
+    return take_at<Outcome>(claim(), false);
   }
 
   /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
@@ -223,23 +247,55 @@ class bounded_state {
   static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->end_if_drained(); }
   static void nothing_to_do(void* /*unused*/) noexcept {}
 
+  /// A value gives its unit of `items_` once published. An empty place (the construction threw)
+  /// is counted before its publication, so that empties_ never undercounts the empty places
+  /// not yet passed, and passed at once if it is next in line.
   template <class U>
   void write_at(place i, U&& value) {
-    ring_.write_at(i, std::forward<U>(value), [this](bool with_value) noexcept {
-      if (with_value) items_.template give<false>(1);
-    });
+    ring_.write_at(
+        i, std::forward<U>(value),
+        [this](bool with_value) noexcept {
+          if (with_value) {
+            items_.template give<false>(1);
+          } else {
+            pass_empty_places();
+          }
+        },
+        [this]() noexcept { empties_.fetch_add(1, std::memory_order_relaxed); });
   }
 
-  /// The place of the value a unit of `items_` stands for: a parked one first, else the next
+  /// The place of the value a unit of `items_` stands for when none is parked: the next
   /// receive ticket, passing empty cells (their units of capacity go back).
   place claim() noexcept {
-    place p = 0;
-    if (parked_.pop(p)) return p;
     for (;;) {
-      p = items_.take_ticket();
+      const place p = items_.take_ticket();
       await_publication(p);
-      if (!ring_.at(p).skip) return p;
-      hand_on(p);
+      if (!ring_.empty_at(p)) return p;
+      hand_on_empty(p);
+    }
+  }
+
+  /// Passes the empty places at the front of the receive order (no unit of `items_` stands for
+  /// them, so no receive would), returning their units of capacity. Run by the send that
+  /// publishes an empty place, and by each receive, once it has taken its value, if empty
+  /// places are not yet passed: one of the two sees the other. Both change the receive ticket
+  /// with a read-modify-write of the items_ word (the send's announce_at_ticket, the receive's
+  /// claim), so one comes first: if the send's, the claim acquires its publication and the
+  /// count in empties_ made before it; if the claim's, the send reads the ticket it left, at the
+  /// empty place. A place that somebody claims meanwhile fails the ticket's compare-and-swap and
+  /// is not touched.
+  ///
+  /// Passing places frees units of capacity, so sends may come round the ring sooner: never
+  /// past a value still in its cell behind the ticket. So a receive passes them only once its
+  /// own value is out and its cell handed on (if the move throws, the value is parked instead),
+  /// and nobody passes them while a parked value holds its cell: the receive that takes it does,
+  /// afterwards. The lock of parked_places orders the check here with that receive's.
+  void pass_empty_places() noexcept {
+    for (;;) {
+      if (parked_.any_held()) return;
+      const place p = items_.announce_at_ticket();
+      if (!ring_.published(p) || !ring_.empty_at(p)) return;
+      if (items_.try_advance_ticket(p)) hand_on_empty(p);
     }
   }
 
@@ -253,19 +309,29 @@ class bounded_state {
     ring_.await_publication(p);
   }
 
+  /// Moves the value at claimed place p out (`was_parked`: p was popped from the parked ones).
   template <class Outcome>
-  Outcome take_at(place p) {
+  Outcome take_at(place p, bool was_parked) {
     T& value = ring_.at(p).value();
     try {
-      return asyncband::detail::take_into<Outcome>(value, [this, &value, p]() noexcept {
+      return asyncband::detail::take_into<Outcome>(value, [this, &value, p, was_parked]() noexcept {
         value.~T();
-        hand_on(p);
+        ring_.hand_on(p);
+        if (was_parked) parked_.taken();
+        if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
+        capacity_.template give<false>(1);  // last: it may resume a send inline
       });
     } catch (...) {
-      parked_.push(p);
+      parked_.push(p, was_parked);
       items_.template give<false>(1);  // after the park: the receive given this unit finds it
       throw;
     }
+  }
+
+  /// An empty place is passed: its count goes (before its unit, which may resume a send inline).
+  void hand_on_empty(place p) noexcept {
+    empties_.fetch_sub(1, std::memory_order_relaxed);
+    hand_on(p);
   }
 
   /// A receive is done with place p: the cell goes to the next lap and its unit of capacity back.
@@ -274,14 +340,30 @@ class bounded_state {
     capacity_.template give<false>(1);
   }
 
-  /// The last receiver went: destroys the values accepted so far (each unit of `items_` stands
-  /// for one), so that they do not live as long as the senders.
+  /// The last receiver went: destroys the values received by nobody, so that they do not live
+  /// as long as the senders: the parked ones and those in the ring up to the first place still
+  /// being written (perhaps by this very thread, further up its stack: the last receiver may go
+  /// inside a value's construction), which is not waited for. It and those behind it are
+  /// destroyed with the channel. Nobody else claims places any more, apart from the passing of
+  /// empty places.
   void discard_received_by_nobody() noexcept {
-    while (std::optional<semaphore_permit> unit = items_.try_acquire(1)) {
-      static_cast<void>(unit->forget());
-      const place p = claim();
+    place p = 0;
+    while (parked_.pop(p)) {
       ring_.at(p).value().~T();
-      hand_on(p);
+      ring_.hand_on(p);
+      parked_.taken();
+      capacity_.template give<false>(1);
+    }
+    for (;;) {
+      p = items_.next_ticket();
+      if (!ring_.published(p)) return;
+      if (!items_.try_advance_ticket(p)) continue;  // an empty place, passed by its send meanwhile
+      if (ring_.empty_at(p)) {
+        hand_on_empty(p);
+      } else {
+        ring_.at(p).value().~T();
+        hand_on(p);
+      }
     }
   }
 
@@ -289,6 +371,7 @@ class bounded_state {
   const std::size_t logical_capacity_;
   asyncband::detail::value_ring<T> ring_;
   parked_places parked_;
+  std::atomic<std::size_t> empties_{0};  // empty places not yet passed (written only for those)
   // Written by every send and receive: each on its own line.
   alignas(64) semaphore capacity_;
   alignas(64) semaphore items_;

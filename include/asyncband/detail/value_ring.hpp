@@ -20,11 +20,14 @@ using ring_place = std::uint32_t;
 /// One cell of the ring. `seq` tells whose turn it is: place i may be written when seq == i,
 /// and read when seq == i + 1; handing it on gives it to place i + size. The value is
 /// constructed in place; `skip` marks a cell whose value's construction threw (nothing to
-/// receive).
+/// receive). It is written before the stamp that publishes the cell and read after it; atomic
+/// (relaxed) because an MPMC receiver may read it speculatively, for a place it has not claimed
+/// and that may be handed on and rewritten meanwhile (its claim then fails: see
+/// mpmc::detail::bounded_state::pass_empty_places).
 template <class T>
 struct ring_cell {
   std::atomic<ring_place> seq;
-  bool skip = false;
+  std::atomic<bool> skip{false};
   alignas(T) unsigned char storage[sizeof(T)];
 
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
@@ -40,6 +43,11 @@ struct write_in_progress {
   const write_in_progress* outer;
 };
 inline thread_local const write_in_progress* writes_in_progress = nullptr;
+
+/// The default of value_ring::write_at's hook before an empty place is published: nothing.
+struct nothing_before_empty {
+  void operator()() const noexcept {}
+};
 
 /// The cells of a bounded channel, at least `capacity` of them (a power of two). Who may write
 /// or read which place is the channel's business (its capacity hands out places, its receivers
@@ -66,14 +74,18 @@ class value_ring {
   [[nodiscard]] bool published(ring_place i) const noexcept {
     return at(i).seq.load(std::memory_order_acquire) == static_cast<ring_place>(i + 1);
   }
+  /// Place i, once published, is empty (its value's construction threw).
+  [[nodiscard]] bool empty_at(ring_place i) const noexcept {
+    return at(i).skip.load(std::memory_order_relaxed);
+  }
   /// Published, with a value.
-  [[nodiscard]] bool has_value(ring_place i) const noexcept { return published(i) && !at(i).skip; }
+  [[nodiscard]] bool has_value(ring_place i) const noexcept { return published(i) && !empty_at(i); }
 
   /// Constructs the value at place `i` (claimed by the caller) and publishes it, then calls
-  /// `after_publish(true)`. If the construction throws, the cell is published empty,
-  /// `after_publish(false)` runs, and the exception propagates.
-  template <class U, class AfterPublish>
-  void write_at(ring_place i, U&& value, AfterPublish&& after_publish) {
+  /// `after_publish(true)`. If the construction throws, `before_empty()` runs, the cell is
+  /// published empty, `after_publish(false)` runs, and the exception propagates.
+  template <class U, class AfterPublish, class BeforeEmpty = nothing_before_empty>
+  void write_at(ring_place i, U&& value, AfterPublish&& after_publish, BeforeEmpty before_empty = {}) {
     ring_cell<T>& c = at(i);
     wait_for_turn(c, i);
     const write_in_progress writing{this, i, writes_in_progress};
@@ -82,13 +94,14 @@ class value_ring {
       ::new (static_cast<void*>(c.storage)) T(std::forward<U>(value));
     } catch (...) {
       writes_in_progress = writing.outer;
-      c.skip = true;
+      before_empty();
+      c.skip.store(true, std::memory_order_relaxed);
       c.seq.store(i + 1, std::memory_order_release);
       after_publish(false);
       throw;
     }
     writes_in_progress = writing.outer;
-    c.skip = false;
+    c.skip.store(false, std::memory_order_relaxed);
     c.seq.store(i + 1, std::memory_order_release);
     after_publish(true);
   }
@@ -113,8 +126,7 @@ class value_ring {
   /// Destroys the values of the published places [from, to) (the channel goes).
   void destroy_values(ring_place from, ring_place to) noexcept {
     for (ring_place i = from; i != to; ++i) {
-      ring_cell<T>& c = at(i);
-      if (!c.skip) c.value().~T();
+      if (!empty_at(i)) at(i).value().~T();
     }
   }
 

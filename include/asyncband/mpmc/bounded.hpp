@@ -47,7 +47,17 @@ std::pair<sender<T>, receiver<T>> bounded_starting_at(std::size_t capacity, std:
 template <class T>
 std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 
-/// The receiving half of a bounded MPMC channel; its contract: detail::receiver_base.
+/// The receiving half of a bounded MPMC channel; its contract: detail::receiver_base, and for
+/// the ring:
+/// - A value whose move throws on receipt stays in its cell of the ring, for the next receive
+///   (ahead of the others). If receives on other threads overtook the one that threw (claimed
+///   later values meanwhile), a send that comes round the ring to that cell waits (spinning,
+///   then yielding) until a receive takes the value, as it waits for a receive still moving its
+///   cell's previous value out. Such a send on the only thread that receives, or inside that
+///   move, never finishes.
+/// - A send whose construction of the value throws leaves an empty place, passed at once if it
+///   is next in line, else by the receive that takes the value before it: its unit of capacity
+///   comes back without any value following it.
 template <class T>
 class [[nodiscard]] receiver : public detail::receiver_base<detail::bounded_state<T>> {
  public:
