@@ -14,6 +14,7 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "mpmc_handles.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 #include "value_ring.hpp"
@@ -103,7 +104,7 @@ class parked_places {
 /// instructions), as in every ring with per-cell stamps; or, for a value parked there, until the
 /// next receive takes it.
 template <class T>
-class bounded_state {
+class bounded_state : public handle_counts<bounded_state<T>> {
  public:
   using value_type = T;
   static constexpr bool multi_consumer = true;
@@ -129,60 +130,31 @@ class bounded_state {
     parked_.for_each([this](place p) { ring_.at(p).value().~T(); });
   }
 
-  // --- handles -----------------------------------------------------------------------------------
-  void add_producer() noexcept {
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    producers_.fetch_add(1, std::memory_order_relaxed);
-  }
-  /// The last producer (sender or owned permit) closes the channel: what was sent still drains.
-  void drop_producer() noexcept {
-    if (producers_.fetch_sub(1, std::memory_order_acq_rel) == 1) close();
-    drop_ref();
-  }
-  void add_receiver() noexcept {
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    receivers_.fetch_add(1, std::memory_order_relaxed);
-  }
   /// A receiver handle goes; the last one disconnects the channel: later sends hand their value
   /// back, and the values nobody received are destroyed now (those still being written, when
   /// the last reference goes).
   void receiver_leaves() noexcept {
-    if (receivers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      receiver_gone_.store(true, std::memory_order_release);
-      add_ref();  // destroying values and closing may resume senders that drop every handle
+    if (this->last_receiver_leaves()) {
+      this->add_ref();  // destroying values and closing may resume senders that drop every handle
       close();
       discard_received_by_nobody();
-      drop_ref();
+      this->drop_ref();
     }
-    drop_ref();
-  }
-  void add_ref() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
-  void drop_ref() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    this->drop_ref();
   }
 
-  [[nodiscard]] bool producers_gone() const noexcept {
-    return producers_.load(std::memory_order_acquire) == 0;
-  }
-  [[nodiscard]] bool receiver_gone() const noexcept { return receiver_gone_.load(std::memory_order_acquire); }
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
-  [[nodiscard]] std::size_t sender_count() const noexcept {
-    return producers_.load(std::memory_order_relaxed);
-  }
-  [[nodiscard]] std::size_t receiver_count() const noexcept {
-    return receivers_.load(std::memory_order_relaxed);
-  }
 
   /// No new sends or reservations; queued senders end disconnected; permits held may still
   /// send; what was accepted still drains to the receivers, and then every receive ends closed.
   /// A sender woken inline may destroy every handle, the caller's included: the state keeps a
   /// reference of its own until the end.
   void close() noexcept {
-    add_ref();
+    this->add_ref();
     closed_.store(true, std::memory_order_seq_cst);
     capacity_.close(&on_unit_back, this);
     end_if_drained();
-    drop_ref();
+    this->drop_ref();
   }
 
   // --- sending -----------------------------------------------------------------------------------
@@ -375,11 +347,7 @@ class bounded_state {
   // Written by every send and receive: each on its own line.
   alignas(64) semaphore capacity_;
   alignas(64) semaphore items_;
-  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + receivers + calls in progress
-  std::atomic<std::size_t> producers_{1};         // senders + owned permits
-  std::atomic<std::size_t> receivers_{1};
   std::atomic<bool> closed_{false};
-  std::atomic<bool> receiver_gone_{false};
 };
 
 }  // namespace asyncband::mpmc::detail

@@ -11,6 +11,7 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "mpmc_handles.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 
@@ -52,7 +53,7 @@ struct message {
 /// before the receives end closed. When the channel is closed and nothing is pending, `items_`
 /// is closed: its count is 0 then, and every waiting and later receive ends closed.
 template <class T>
-class unbounded_state {
+class unbounded_state : public handle_counts<unbounded_state<T>> {
   using message_type = message<T>;
 
  public:
@@ -78,41 +79,18 @@ class unbounded_state {
     }
   }
 
-  // --- handles -----------------------------------------------------------------------------------
-  void add_producer() noexcept {
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    producers_.fetch_add(1, std::memory_order_relaxed);
-  }
-  /// The last sender closes the channel: what was sent still drains.
-  void drop_producer() noexcept {
-    if (producers_.fetch_sub(1, std::memory_order_acq_rel) == 1) close();
-    drop_ref();
-  }
-  void add_receiver() noexcept {
-    refs_.fetch_add(1, std::memory_order_relaxed);
-    receivers_.fetch_add(1, std::memory_order_relaxed);
-  }
-  /// The last receiver disconnects the channel: later sends hand their value back, and the
-  /// values nobody received are destroyed now (one being linked right now, with the state).
+  /// A receiver handle goes; the last one disconnects the channel: later sends hand their value
+  /// back, and the values nobody received are destroyed now (one being linked right now, with
+  /// the state).
   void receiver_leaves() noexcept {
-    if (receivers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      receiver_gone_.store(true, std::memory_order_release);
+    if (this->last_receiver_leaves()) {
       close();
       discard_received_by_nobody();
     }
-    drop_ref();
-  }
-  void drop_ref() noexcept {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    this->drop_ref();
   }
 
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
-  [[nodiscard]] std::size_t sender_count() const noexcept {
-    return producers_.load(std::memory_order_relaxed);
-  }
-  [[nodiscard]] std::size_t receiver_count() const noexcept {
-    return receivers_.load(std::memory_order_relaxed);
-  }
 
   /// Later sends hand their value back; what was accepted still drains to the receivers.
   void close() noexcept {
@@ -240,11 +218,7 @@ class unbounded_state {
   alignas(64) std::atomic<message_type*> tail_;
   alignas(64) std::atomic<std::size_t> pending_{0};
   alignas(64) semaphore items_{0};
-  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + receivers
-  std::atomic<std::size_t> producers_{1};
-  std::atomic<std::size_t> receivers_{1};
   std::atomic<bool> closed_{false};
-  std::atomic<bool> receiver_gone_{false};
 };
 
 }  // namespace asyncband::mpmc::detail
