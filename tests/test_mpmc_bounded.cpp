@@ -3083,4 +3083,126 @@ TEST(MpmcBoundedStress, ThreadsSendReceiveCancelAndCloseDeliverOrHandBackEveryVa
               rounds, received, handed_back, throws);
 }
 
+// --- the senders' closed() wait ----------------------------------------------------------------
+
+/// A coroutine awaiting tx.closed() (with a stop token if `stop` is given); `done` counts its
+/// resumptions, `status` says how it ended.
+bare_coroutine await_closed(mpmc::sender<int>& tx, int& done, std::optional<wait_status>& status,
+                            std::stop_token* stop = nullptr) {
+  if (stop == nullptr) {
+    co_await tx.closed();
+    status = wait_status::ok;
+  } else {
+    auto r = co_await tx.closed(*stop);
+    status = r.status();
+  }
+  ++done;
+}
+
+TEST(MpmcBoundedClosed, ClosedWaitsUntilAReceiverClosesTheChannel) {
+  auto c = make_channel<int>(2);
+  int done = 0;
+  std::optional<wait_status> status;
+  await_closed(c.tx, done, status);
+  put(c.tx, 1);  // sends still succeed: not closed
+  EXPECT_EQ(done, 0);
+  c.rx.close();
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(status, wait_status::ok);
+  EXPECT_EQ(take(c.rx), 1);  // what was accepted still drains
+}
+
+TEST(MpmcBoundedClosed, ClosedCompletesWhenTheLastReceiverGoesAndNotBefore) {
+  auto c = make_channel<int>(2);
+  std::optional<mpmc::receiver<int>> other(c.rx);
+  int done = 0;
+  std::optional<wait_status> status;
+  await_closed(c.tx, done, status);
+  drop(c.rx);
+  EXPECT_EQ(done, 0);  // a receiver is left
+  other.reset();
+  EXPECT_EQ(done, 1);
+  EXPECT_TRUE(c.tx.try_send(2).disconnected());
+}
+
+TEST(MpmcBoundedClosed, ClosedOnAClosedChannelCompletesAtOnceInEveryForm) {
+  auto c = make_channel<int>(2);
+  c.tx.close();
+  int done = 0;
+  std::optional<wait_status> status;
+  await_closed(c.tx, done, status);
+  EXPECT_EQ(done, 1);
+  c.tx.closed_blocking();
+  EXPECT_TRUE(c.tx.closed_blocking(std::stop_token{}).ok());
+  EXPECT_TRUE(c.tx.closed_timeout(std::chrono::milliseconds(0)).ok());
+}
+
+TEST(MpmcBoundedClosed, AStoppedClosedWaitEndsCancelledOnceAndALaterCloseFindsNobody) {
+  auto c = make_channel<int>(2);
+  std::stop_source source;
+  std::stop_token token = source.get_token();
+  int done = 0;
+  std::optional<wait_status> status;
+  await_closed(c.tx, done, status, &token);
+  EXPECT_EQ(done, 0);
+  source.request_stop();
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(status, wait_status::cancelled);
+  c.rx.close();
+  EXPECT_EQ(done, 1);
+}
+
+TEST(MpmcBoundedClosed, ClosedTimeoutTimesOutOnAnOpenChannel) {
+  auto c = make_channel<int>(2);
+  EXPECT_EQ(c.tx.closed_timeout(std::chrono::milliseconds(1)).status(), wait_status::timeout);
+}
+
+TEST(MpmcBoundedClosed, ClosedBlockingIsWokenByTheLastReceiverGoingOnAnotherThread) {
+  auto c = make_channel<int>(2);
+  std::latch waiting(1);
+  std::thread t([&] {
+    waiting.count_down();
+    c.tx.closed_blocking();
+  });
+  waiting.wait();
+  drop(c.rx);  // whether the thread sleeps yet or not, it returns
+  t.join();
+  EXPECT_TRUE(c.tx.is_closed());
+}
+
+TEST(MpmcBoundedClosed, AClosedWaitResumedInlineMayDestroyEveryHandleInsideTheClose) {
+  count_scope counts;
+  auto c = make_channel<counted>(2);
+  auto tx = std::make_unique<mpmc::sender<counted>>(std::move(c.tx));
+  auto rx = std::make_unique<mpmc::receiver<counted>>(std::move(c.rx));
+  ASSERT_TRUE(tx->try_send(counted(1)).ok());
+  bool done = false;
+  [](std::unique_ptr<mpmc::sender<counted>>& sender, std::unique_ptr<mpmc::receiver<counted>>& receiver,
+     bool& out) -> bare_coroutine {
+    co_await sender->closed();
+    sender.reset();    // inside the receiver's close(): the last sender
+    receiver.reset();  // and the last receiver: the channel goes, with the value nobody received
+    out = true;
+  }(tx, rx, done);
+  EXPECT_FALSE(done);
+  rx->close();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(tx, nullptr);
+  EXPECT_EQ(rx, nullptr);
+}
+
+TEST(MpmcBoundedClosed, AClosedWaitResumedInlineByTheLastReceiverGoingMayDestroyTheLastSender) {
+  auto c = make_channel<int>(2);
+  auto tx = std::make_unique<mpmc::sender<int>>(std::move(c.tx));
+  bool done = false;
+  [](std::unique_ptr<mpmc::sender<int>>& sender, bool& out) -> bare_coroutine {
+    co_await sender->closed();
+    sender.reset();  // inside the last receiver's departure
+    out = true;
+  }(tx, done);
+  drop(c.rx);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(tx, nullptr);
+}
+
 }  // namespace

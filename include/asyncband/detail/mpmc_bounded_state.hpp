@@ -154,6 +154,7 @@ class bounded_state : public handle_counts<bounded_state<T>> {
     closed_.store(true, std::memory_order_seq_cst);
     capacity_.close(&on_unit_back, this);
     end_if_drained();
+    this->closed_event().set();
     this->drop_ref();
   }
 

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstddef>
 
+#include "../manual_reset_event.hpp"
+
 namespace asyncband::mpmc::detail {
 
 /// Counts the handles of an MPMC channel and owns its state's lifetime. `State` derives from
@@ -45,6 +47,8 @@ class handle_counts {
   [[nodiscard]] std::size_t receiver_count() const noexcept {
     return receivers_.load(std::memory_order_relaxed);
   }
+  /// Set once the channel is closed (the senders' closed() waits).
+  manual_reset_event& closed_event() noexcept { return closed_event_; }
 
  protected:
   handle_counts() = default;
@@ -66,6 +70,7 @@ class handle_counts {
   std::atomic<std::size_t> producers_{1};         // senders + owned permits
   std::atomic<std::size_t> receivers_{1};
   std::atomic<bool> receiver_gone_{false};
+  manual_reset_event closed_event_;
 };
 
 }  // namespace asyncband::mpmc::detail

@@ -92,10 +92,15 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
 
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
 
-  /// Later sends hand their value back; what was accepted still drains to the receivers.
+  /// Later sends hand their value back; what was accepted still drains to the receivers. A
+  /// receive or a closed() wait resumed inline may destroy every handle, the caller's included:
+  /// the state keeps a reference of its own until the end.
   void close() noexcept {
+    this->add_ref();
     closed_.store(true, std::memory_order_seq_cst);
     if (pending_.load(std::memory_order_seq_cst) == 0) end();
+    this->closed_event().set();
+    this->drop_ref();
   }
 
   // --- sending -----------------------------------------------------------------------------------
