@@ -2111,16 +2111,31 @@ TEST(MpmcBoundedThrowing, AReceiveWhoseMoveThrowsAfterAnotherOvertookLeavesTheVa
 // free, so the next send came round the ring (two cells) to the parked value's cell and waited
 // there for a receive, on the only thread: it hung. Empty places are now passed only after the
 // receive's value is out, and not while a parked value holds its cell.
-TEST(MpmcBoundedThrowing, EmptyPlacesBehindAParkedValueArePassedOnlyOnceItIsTaken) {
+/// Refuses, on this thread, the storage a park moves its cell to: the value then holds its cell
+/// (the fallback when that allocation fails).
+class relocation_refused {
+ public:
+  relocation_refused() noexcept { mpmc::detail::refuse_relocation_for_tests = true; }
+  relocation_refused(const relocation_refused&) = delete;
+  relocation_refused& operator=(const relocation_refused&) = delete;
+  ~relocation_refused() { mpmc::detail::refuse_relocation_for_tests = false; }
+};
+
+/// The scenario below; `refuse`: the parked value holds its cell (no storage to move it to).
+void empty_places_behind_a_parked_value(bool refuse) {
   count_scope counts;
   auto c = make_channel<counted>(2);
   EXPECT_THROW((void)c.tx.try_send(counted(1, 1)), payload_error);  // place 0: empty, passed at once
   EXPECT_TRUE(c.tx.try_send(counted(2, 2)).ok());                   // place 1: its receive throws
   EXPECT_THROW((void)c.tx.try_send(counted(3, 1)), payload_error);  // place 2: empty, behind 2
-  EXPECT_THROW((void)c.rx.try_recv(), payload_error);               // 2 is parked
-  expect_free_capacity(c.tx, 0);  // the parked value and the empty place hold the two units
-  if (HasFailure()) return;       // a send now would come round to the parked value's cell
-  EXPECT_EQ(take(c.rx), 2);       // then passes the empty place
+  {
+    std::optional<relocation_refused> refused;
+    if (refuse) refused.emplace();
+    EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 2 is parked
+  }
+  expect_free_capacity(c.tx, 0);              // the parked value and the empty place hold the two units
+  if (::testing::Test::HasFailure()) return;  // a send now would come round to the parked value's cell
+  EXPECT_EQ(take(c.rx), 2);                   // then passes the empty place
   expect_free_capacity(c.tx, 2);
   put(c.tx, 4);  // place 3, in the cell the parked value had
   put(c.tx, 5);
@@ -2128,17 +2143,55 @@ TEST(MpmcBoundedThrowing, EmptyPlacesBehindAParkedValueArePassedOnlyOnceItIsTake
   EXPECT_EQ(c.rx.len(), 0U);
 }
 
-// The parked value (as above, on a ring of two cells) stays in its cell: a send that comes round
-// the ring to it (on another thread) waits until the next receive takes it (contract), then is
-// delivered. Nothing is lost or received twice.
-TEST(MpmcBoundedThrowing, ASendComingRoundToAParkedValuesCellIsDeliveredOnceTheValueIsTaken) {
+TEST(MpmcBoundedThrowing, EmptyPlacesBehindAParkedValueArePassedOnlyOnceItIsTaken) {
+  empty_places_behind_a_parked_value(false);
+}
+
+TEST(MpmcBoundedThrowing, EmptyPlacesBehindAParkedValueHoldingItsCellArePassedOnlyOnceItIsTaken) {
+  empty_places_behind_a_parked_value(true);
+}
+
+// A parked value (as above, on a ring of two cells) leaves its cell: a send that comes round the
+// ring to that cell (on another thread) is delivered at once, before anyone takes the parked
+// value, which still comes first. Nothing is lost or received twice.
+TEST(MpmcBoundedThrowing, ASendComingRoundToAParkedValuesCellIsDeliveredAtOnce) {
   count_scope counts;
   auto c = make_channel<counted>(2);
   mpmc::receiver<counted> other = c.rx;
   EXPECT_TRUE(c.tx.try_send(counted(1, 2)).ok());  // place 0
   put(c.tx, 2);                                    // place 1
   counted::at_move(1, [&] { EXPECT_EQ(take(other), 2); });
-  EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 1 parked in the cell of place 0
+  EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 1 parked; its cell goes on
+  std::atomic<bool> sent{false};
+  std::thread sender([&] {
+    put(c.tx, 3);  // place 2: the cell the parked value had
+    sent = true;
+  });
+  spin_until([&] { return sent.load(); }, "the send was delivered without a receive");
+  EXPECT_EQ(c.rx.len(), 2U);
+  expect_free_capacity(c.tx, 0);
+  EXPECT_EQ(take(c.rx), 1);  // (were the send still waiting, this would let it go on)
+  sender.join();
+  EXPECT_EQ(take(other), 3);
+  EXPECT_TRUE(c.rx.try_recv().empty());
+  expect_free_capacity(c.tx, 2);
+  EXPECT_EQ(counts.values(), 0);
+}
+
+// The fallback: if the storage to move the cell to cannot be allocated, the parked value holds
+// its cell, and a send that comes round the ring to it (on another thread) waits until the next
+// receive takes it (contract), then is delivered.
+TEST(MpmcBoundedThrowing, WithoutStorageASendComingRoundToAParkedValuesCellWaitsForItsTake) {
+  count_scope counts;
+  auto c = make_channel<counted>(2);
+  mpmc::receiver<counted> other = c.rx;
+  EXPECT_TRUE(c.tx.try_send(counted(1, 2)).ok());  // place 0
+  put(c.tx, 2);                                    // place 1
+  counted::at_move(1, [&] { EXPECT_EQ(take(other), 2); });
+  {
+    const relocation_refused refused;
+    EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 1 parked in the cell of place 0
+  }
   std::atomic<bool> sent{false};
   std::thread sender([&] {
     put(c.tx, 3);  // place 2: the cell of the parked value
@@ -2150,6 +2203,55 @@ TEST(MpmcBoundedThrowing, ASendComingRoundToAParkedValuesCellIsDeliveredOnceTheV
   EXPECT_EQ(take(other), 3);
   EXPECT_TRUE(c.rx.try_recv().empty());
   expect_free_capacity(c.tx, 2);
+  EXPECT_EQ(counts.values(), 0);
+}
+
+// Regression (race review): a receive whose move throws parks its value, after receives on
+// another copy overtook it and a send (another thread) came round the ring to its cell. A
+// receive on a third thread holds the unit of a later value and waits for that send's place.
+// Nobody else receives. When the parked value held its cell, the send waited for a receive to
+// take it and the receive waited for the send: both hung. The cell now goes on at once.
+TEST(MpmcBoundedThrowing, AReceiveBehindASendOnAParkedValuesCellIsNotLeftWaiting) {
+  count_scope counts;
+  auto c = make_channel<counted>(4);
+  mpmc::receiver<counted> other = c.rx;
+  mpmc::receiver<counted> third = c.rx;
+  mpmc::sender<counted> other_tx = c.tx;
+  EXPECT_TRUE(c.tx.try_send(counted(1, 2)).ok());  // place 0: its receive's move throws
+  for (int v = 2; v <= 4; ++v) put(c.tx, v);       // places 1..3
+  std::thread wrapping;
+  std::thread receiving;
+  std::atomic<bool> sent{false};
+  std::atomic<int> got{-1};
+  std::latch receive_waits(1);
+  counted::at_move(1, [&] {  // inside the receive's move of 1, which then throws
+    EXPECT_EQ(take(other), 2);
+    EXPECT_EQ(take(other), 3);
+    EXPECT_EQ(take(other), 4);
+    wrapping = std::thread([&] {
+      put(other_tx, 5);  // place 4: the cell of place 0, whose value is being moved out
+      sent = true;
+    });
+    spin_until([&] { return c.rx.len() == 1; }, "the send took place 4");
+    put(c.tx, 6);  // place 5: a unit of items for the receive below
+    receiving = std::thread([&] {
+      const thread_hook hook(test_point::awaiting_publication, [&] { receive_waits.count_down(); });
+      auto r = third.recv_blocking();
+      got = r.ok() ? r->id() : 0;
+    });
+    receive_waits.wait();  // it holds a unit and waits for place 4
+  });
+  EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 1 is parked
+  spin_until([&] { return got.load() != -1; }, "the waiting receive got a value");
+  const int first = take(c.rx);  // the parked value (were both threads still waiting, they go on)
+  wrapping.join();
+  receiving.join();
+  EXPECT_TRUE(sent.load());
+  EXPECT_EQ(got.load(), 5);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(take_all(c.rx), (std::vector<int>{6}));
+  expect_free_capacity(c.tx, 4);
+  EXPECT_EQ(counts.values(), 0);
 }
 
 /// How the fuse scenarios (support/fuse_payload.hpp) use the channel. A receive that threw keeps

@@ -22,59 +22,77 @@
 
 namespace asyncband::mpmc::detail {
 
+#ifdef ASYNCBAND_TESTING
+/// Tests: parks on this thread find no storage to relocate a cell to (as if allocation failed).
+inline thread_local bool refuse_relocation_for_tests = false;
+#endif
+
 using place = asyncband::detail::ring_place;
 
-/// The places whose value a receive claimed but could not take (its move threw): each goes to
-/// a later receive before any new place. At most `capacity` of them (each keeps its unit of
-/// capacity), so the storage is reserved once, with the channel. It also counts the parked
-/// places whose cells are not handed on yet (those a receive popped and is taking again
-/// included), under the same lock, so that the passing of empty places can wait for them.
+/// A value a receive claimed but could not take (its move threw), waiting for a later receive.
+/// Normally its cell went on to fresh storage and the value stays where it was, in storage the
+/// record owns (`block`; nullptr: the cell's own, the ring's). If that storage could not be
+/// allocated, the value holds its cell (`in_cell`, at place `p`) until a receive takes it.
+template <class T>
+struct parked_value {
+  T* value = nullptr;
+  asyncband::detail::value_block<T>* block = nullptr;
+  place p = 0;
+  bool in_cell = false;
+};
+
+/// The parked values: each goes to a later receive before any new place. At most `capacity` of
+/// them (each keeps its unit of capacity), so the storage for the records is reserved once, with
+/// the channel. It also counts the values parked in their cells that are not handed on yet (those
+/// a receive popped and is taking again included), under the same lock, so that the passing of
+/// empty places can wait for them.
+template <class T>
 class parked_places {
  public:
-  explicit parked_places(std::size_t capacity) : places_(new place[capacity]) {}
+  explicit parked_places(std::size_t capacity) : parked_(new parked_value<T>[capacity]) {}
 
-  /// Parks place p. `again`: p was popped (its cell is held already).
-  void push(place p, bool again) noexcept {
+  /// Parks v. `again`: v was popped (its cell, if it holds one, is counted already).
+  void push(const parked_value<T>& v, bool again) noexcept {
     const std::lock_guard lock(lock_);
-    places_[count_] = p;
+    parked_[count_] = v;
     count_.store(count_ + 1, std::memory_order_relaxed);
-    if (!again) ++held_;
+    if (!again && v.in_cell) ++held_;
   }
-  /// The value of a popped place was taken, and its cell handed on.
-  void taken() noexcept {
+  /// The value of a popped record that held its cell was taken, and the cell handed on.
+  void taken_from_cell() noexcept {
     const std::lock_guard lock(lock_);
     --held_;
   }
-  /// Some parked place's cell is not handed on yet. Under the lock, so ordered with push()
-  /// and taken(): see bounded_state::pass_empty_places.
+  /// Some parked value holds its cell, not handed on yet. Under the lock, so ordered with push()
+  /// and taken_from_cell(): see bounded_state::pass_empty_places.
   [[nodiscard]] bool any_held() noexcept {
     const std::lock_guard lock(lock_);
     return held_ != 0;
   }
-  /// Takes the latest parked place, if any. One relaxed load when none is (the usual case): a
+  /// Takes the latest parked value, if any. One relaxed load when none is (the usual case): a
   /// receive whose unit came from a park() sees it, since the park happened before its unit
   /// was given (see bounded_state::take).
-  bool pop(place& p) noexcept {
+  bool pop(parked_value<T>& v) noexcept {
     if (count_.load(std::memory_order_relaxed) == 0) return false;
     const std::lock_guard lock(lock_);
     const std::size_t n = count_.load(std::memory_order_relaxed);
     if (n == 0) return false;
-    p = places_[n - 1];
+    v = parked_[n - 1];
     count_.store(n - 1, std::memory_order_relaxed);
     return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
-  /// The parked places, when nobody else is left (the channel's destruction).
+  /// The parked values, when nobody else is left (the channel's destruction).
   template <class F>
   void for_each(F&& f) const {
-    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(places_[i]);
+    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(parked_[i]);
   }
 
  private:
   asyncband::detail::spin_lock lock_;
   std::atomic<std::size_t> count_{0};  // written under the lock
   std::size_t held_ = 0;               // under the lock
-  std::unique_ptr<place[]> places_;
+  std::unique_ptr<parked_value<T>[]> parked_;
 };
 
 /// The shared state of a bounded MPMC channel.
@@ -101,8 +119,10 @@ class parked_places {
 ///
 /// Receives hand cells on out of order, so a send that comes round the ring to a cell whose
 /// previous value a receive claimed but has not finished moving waits for it (a few
-/// instructions), as in every ring with per-cell stamps; or, for a value parked there, until the
-/// next receive takes it.
+/// instructions), as in every ring with per-cell stamps. A value whose move threw does not hold
+/// its cell: it stays where it is and the cell goes on to fresh storage (park), so that no send
+/// waits for a receive to take it, and no receive for such a send. Only if that storage cannot
+/// be allocated does the value hold its cell until a receive takes it.
 template <class T>
 class bounded_state : public handle_counts<bounded_state<T>> {
  public:
@@ -127,7 +147,10 @@ class bounded_state : public handle_counts<bounded_state<T>> {
            "asyncband: permit outlived its channel: every sender and receiver are gone while a permit still "
            "holds units of capacity (keep a sender alive while it is held, or use an owned permit)");
     ring_.destroy_values(claimed, sent);
-    parked_.for_each([this](place p) { ring_.at(p).value().~T(); });
+    parked_.for_each([](const parked_value<T>& v) {
+      v.value->~T();
+      delete v.block;
+    });
   }
 
   /// A receiver handle goes; the last one disconnects the channel: later sends hand their value
@@ -188,9 +211,9 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   template <class Outcome>
   Outcome take(semaphore_permit&& unit) {
     static_cast<void>(unit.forget());  // the unit is the value's: it ends with the value's cell
-    place p = 0;
-    if (parked_.pop(p)) return take_at<Outcome>(p, true);
-    return take_at<Outcome>(claim(), false);
+    parked_value<T> v;
+    if (parked_.pop(v)) return take_parked<Outcome>(v);
+    return take_at<Outcome>(claim());
   }
 
   /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
@@ -258,11 +281,13 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   /// empty place. A place that somebody claims meanwhile fails the ticket's compare-and-swap and
   /// is not touched.
   ///
-  /// Passing places frees units of capacity, so sends may come round the ring sooner: never
-  /// past a value still in its cell behind the ticket. So a receive passes them only once its
-  /// own value is out and its cell handed on (if the move throws, the value is parked instead),
-  /// and nobody passes them while a parked value holds its cell: the receive that takes it does,
-  /// afterwards. The lock of parked_places orders the check here with that receive's.
+  /// Passing places frees units of capacity, so sends may come round the ring sooner. A receive
+  /// passes them only once its own value is out and its cell handed on (if the move throws, the
+  /// value is parked instead), and nobody passes them while a value parked in its cell (no
+  /// storage to move the cell to) holds it: the receive that takes it does, afterwards. The lock
+  /// of parked_places orders the check here with that receive's. That guard keeps one thread from
+  /// coming round to such a cell through passed places; capacity also comes back through the
+  /// units of values received meanwhile, so it is a mitigation of the fallback, not an invariant.
   void pass_empty_places() noexcept {
     for (;;) {
       if (parked_.any_held()) return;
@@ -282,23 +307,72 @@ class bounded_state : public handle_counts<bounded_state<T>> {
     ring_.await_publication(p);
   }
 
-  /// Moves the value at claimed place p out (`was_parked`: p was popped from the parked ones).
+  /// Moves the value at claimed place p out. If the move throws, the value is parked.
   template <class Outcome>
-  Outcome take_at(place p, bool was_parked) {
+  Outcome take_at(place p) {
     T& value = ring_.at(p).value();
     try {
-      return asyncband::detail::take_into<Outcome>(value, [this, &value, p, was_parked]() noexcept {
+      return asyncband::detail::take_into<Outcome>(value, [this, &value, p]() noexcept {
         value.~T();
         ring_.hand_on(p);
-        if (was_parked) parked_.taken();
-        if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
-        capacity_.template give<false>(1);  // last: it may resume a send inline
+        done_with_a_value();
       });
     } catch (...) {
-      parked_.push(p, was_parked);
+      park(p, value);
+      throw;
+    }
+  }
+
+  /// Moves a parked value out. If the move throws again, it is parked again.
+  template <class Outcome>
+  Outcome take_parked(const parked_value<T>& v) {
+    try {
+      return asyncband::detail::take_into<Outcome>(*v.value, [this, v]() noexcept {
+        v.value->~T();
+        delete v.block;
+        if (v.in_cell) {
+          ring_.hand_on(v.p);
+          parked_.taken_from_cell();
+        }
+        done_with_a_value();
+      });
+    } catch (...) {
+      parked_.push(v, true);
       items_.template give<false>(1);  // after the park: the receive given this unit finds it
       throw;
     }
+  }
+
+  /// A value was taken and its cell handed on: passes the empty places it held up, then returns
+  /// its unit of capacity.
+  void done_with_a_value() noexcept {
+    if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
+    capacity_.template give<false>(1);  // last: it may resume a send inline
+  }
+
+  /// A receive could not move the value at place p out: the value stays where it is, for the
+  /// next receive (ahead of newer places), with its unit of capacity, and a unit of `items_` goes
+  /// back for it. Its cell goes on at once, to fresh storage, so that sends coming round the ring
+  /// do not wait for a receive to take it; only if that storage cannot be allocated does the
+  /// value hold its cell (as a value still being moved out does).
+  void park(place p, T& value) noexcept {
+    parked_value<T> v{&value, nullptr, p, false};
+    if (auto* fresh = new_block()) {
+      v.block = ring_.relocate(p, fresh);
+      ring_.hand_on(p);
+    } else {
+      v.in_cell = true;
+    }
+    parked_.push(v, false);
+    items_.template give<false>(1);  // after the park: the receive given this unit finds it
+  }
+
+  /// Storage for a cell whose value is parked; nullptr if it cannot be allocated.
+  static asyncband::detail::value_block<T>* new_block() noexcept {
+#ifdef ASYNCBAND_TESTING
+    if (refuse_relocation_for_tests) return nullptr;
+#endif
+    return new (std::nothrow) asyncband::detail::value_block<T>;
   }
 
   /// An empty place is passed: its count goes (before its unit, which may resume a send inline).
@@ -320,15 +394,18 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   /// destroyed with the channel. Nobody else claims places any more, apart from the passing of
   /// empty places.
   void discard_received_by_nobody() noexcept {
-    place p = 0;
-    while (parked_.pop(p)) {
-      ring_.at(p).value().~T();
-      ring_.hand_on(p);
-      parked_.taken();
+    parked_value<T> v;
+    while (parked_.pop(v)) {
+      v.value->~T();
+      delete v.block;
+      if (v.in_cell) {
+        ring_.hand_on(v.p);
+        parked_.taken_from_cell();
+      }
       capacity_.template give<false>(1);
     }
     for (;;) {
-      p = items_.next_ticket();
+      const place p = items_.next_ticket();
       if (!ring_.published(p)) return;
       if (!items_.try_advance_ticket(p)) continue;  // an empty place, passed by its send meanwhile
       if (ring_.empty_at(p)) {
@@ -342,8 +419,8 @@ class bounded_state : public handle_counts<bounded_state<T>> {
 
   // Read by everybody, written by nobody.
   const std::size_t logical_capacity_;
-  asyncband::detail::value_ring<T> ring_;
-  parked_places parked_;
+  asyncband::detail::value_ring<T, true> ring_;
+  parked_places<T> parked_;
   std::atomic<std::size_t> empties_{0};  // empty places not yet passed (written only for those)
   // Written by every send and receive: each on its own line.
   alignas(64) semaphore capacity_;

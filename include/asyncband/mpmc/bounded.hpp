@@ -49,12 +49,13 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 
 /// The receiving half of a bounded MPMC channel; its contract: detail::receiver_base, and for
 /// the ring:
-/// - A value whose move throws on receipt stays in its cell of the ring, for the next receive
-///   (ahead of the others). If receives on other threads overtook the one that threw (claimed
-///   later values meanwhile), a send that comes round the ring to that cell waits (spinning,
-///   then yielding) until a receive takes the value, as it waits for a receive still moving its
-///   cell's previous value out. Such a send on the only thread that receives, or inside that
-///   move, never finishes.
+/// - A value whose move throws on receipt is parked for the next receive (ahead of the others),
+///   keeping its unit of capacity; it stays where it is, and its cell of the ring goes on to
+///   storage allocated then (once per park, never on the normal path), so no send or receive
+///   waits for it to be taken. If that allocation fails, the value holds its cell instead: if
+///   receives on other threads overtook the one that threw (claimed later values meanwhile), a
+///   send that comes round the ring to that cell then waits (spinning, then yielding) until a
+///   receive takes the value, and so does a receive of that send's place.
 /// - A send whose construction of the value throws leaves an empty place, passed at once if it
 ///   is next in line, else by the receive that takes the value before it: its unit of capacity
 ///   comes back without any value following it.
