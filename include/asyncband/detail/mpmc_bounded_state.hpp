@@ -223,7 +223,8 @@ class bounded_state : public handle_counts<bounded_state<T>> {
     return drained() ? recv_status::disconnected : recv_status::empty;
   }
 
-  /// Values accepted and not yet received (including sends still being written).
+  /// Values accepted and not yet received (including sends still being written, and the places
+  /// of sends whose construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
     return static_cast<place>(capacity_.next_ticket() - items_.next_ticket()) + parked_.size();
   }
@@ -347,7 +348,9 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   /// its unit of capacity.
   void done_with_a_value() noexcept {
     if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
-    capacity_.template give<false>(1);  // last: it may resume a send inline
+    // Last: it may resume a send inline. (So may the units of the empty places passed above; the
+    // caller holds a handle, so the state outlives what they resume.)
+    capacity_.template give<false>(1);
   }
 
   /// A receive could not move the value at place p out: the value stays where it is, for the

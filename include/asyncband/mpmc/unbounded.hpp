@@ -22,7 +22,9 @@ using unbounded_sender = asyncband::detail::unbounded_sender<detail::unbounded_s
 template <class T>
 class unbounded_receiver;
 
-/// Creates an unbounded MPMC channel: sends never wait (one allocation each).
+/// Creates an unbounded MPMC channel: sends never wait (one allocation each). At most
+/// semaphore::max() (2^31 - 1) values may wait to be received at once: the values are counted by
+/// a semaphore, and one more terminates the program.
 template <class T>
 std::pair<unbounded_sender<T>, unbounded_receiver<T>> unbounded();
 
