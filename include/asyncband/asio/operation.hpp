@@ -10,20 +10,24 @@
 // movable, and a deferred token initiates later).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/execution.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/is_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
+#include <boost/asio/require.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/system/error_code.hpp>
 #include <concepts>
@@ -448,19 +452,60 @@ auto track_work(const Executor& ex) {
   }
 }
 
-/// An operation's hold on its executor's outstanding work, taken when it publishes. Raw storage
-/// rather than a std::optional: g++ 12 at -O2 reports a false -Wmaybe-uninitialized inside a
-/// never-engaged optional of a type-erased executor (as for stop_registration, wait_operation.hpp).
+/// The io_context executor a type-erased any_io_executor (use_awaitable's) wraps, if it wraps
+/// one; else nullptr. Through it, a post and a work count skip the type erasure: asio::post on
+/// an any_io_executor copies the polymorphic executor several times (each copy an indirect
+/// call) and wraps the function in a second, type-erased allocation; counting work on it builds
+/// another polymorphic executor. Both are the same operation on the same io_context.
+template <class Executor>
+const boost::asio::io_context::executor_type* io_context_target(const Executor& ex) noexcept {
+  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
+    return ex.template target<boost::asio::io_context::executor_type>();
+  } else {
+    return nullptr;
+  }
+}
+
+/// asio::post(ex, f), with f's associated allocator; straight to the io_context's executor when
+/// `ex` is an any_io_executor wrapping one (the same properties asio::post requests).
+template <class Executor, class Function>
+void post_to(const Executor& ex, Function&& f) {
+  namespace execution = boost::asio::execution;
+  if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) {
+    // Asio's property objects are spelled this way.
+    // NOLINTBEGIN(readability-static-accessed-through-instance)
+    boost::asio::prefer(boost::asio::require(*io, execution::blocking.never), execution::relationship.fork,
+                        execution::allocator(boost::asio::get_associated_allocator(f)))
+        .execute(std::forward<Function>(f));
+    // NOLINTEND(readability-static-accessed-through-instance)
+    return;
+  }
+  boost::asio::post(ex, std::forward<Function>(f));
+}
+
+/// The outstanding work of an io_context, counted on its own executor (io_context_target).
+using io_context_work = std::decay_t<decltype(boost::asio::prefer(
+    std::declval<const boost::asio::io_context::executor_type&>(),
+    // NOLINTNEXTLINE(readability-static-accessed-through-instance)
+    boost::asio::execution::outstanding_work.tracked))>;
+
+/// An operation's hold on its executor's outstanding work, taken when it publishes: a `Work`
+/// (track_work), or an io_context_work when the executor wraps an io_context's. Raw storage
+/// rather than a std::optional or std::variant: g++ 12 at -O2 reports a false
+/// -Wmaybe-uninitialized inside a never-engaged optional of a type-erased executor (as for
+/// stop_registration, wait_operation.hpp).
 template <class Work>
 class work_hold {
  public:
   work_hold() noexcept = default;
   work_hold(work_hold&& other) noexcept {
-    if (other.engaged_) {
-      ::new (static_cast<void*>(storage_)) Work(std::move(*other.get()));
-      engaged_ = true;
-      other.reset();
+    if (other.held_ == held::work) {
+      ::new (static_cast<void*>(storage_)) Work(std::move(*other.template get<Work>()));
+    } else if (other.held_ == held::io_work) {
+      ::new (static_cast<void*>(storage_)) io_context_work(std::move(*other.template get<io_context_work>()));
     }
+    held_ = other.held_;
+    other.reset();
   }
   work_hold(const work_hold&) = delete;
   work_hold& operator=(const work_hold&) = delete;
@@ -470,20 +515,34 @@ class work_hold {
   template <class Executor>
   void take(const Executor& ex) {
     reset();
-    ::new (static_cast<void*>(storage_)) Work(track_work(ex));
-    engaged_ = true;
+    if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) {
+      // NOLINTNEXTLINE(readability-static-accessed-through-instance)
+      ::new (static_cast<void*>(storage_))
+          io_context_work(boost::asio::prefer(*io, boost::asio::execution::outstanding_work.tracked));
+      held_ = held::io_work;
+    } else {
+      ::new (static_cast<void*>(storage_)) Work(track_work(ex));
+      held_ = held::work;
+    }
   }
   void reset() noexcept {
-    if (!engaged_) return;
-    engaged_ = false;
-    get()->~Work();
+    if (held_ == held::work) {
+      get<Work>()->~Work();
+    } else if (held_ == held::io_work) {
+      get<io_context_work>()->~io_context_work();
+    }
+    held_ = held::none;
   }
 
  private:
-  Work* get() noexcept { return std::launder(reinterpret_cast<Work*>(storage_)); }
+  enum class held : unsigned char { none, work, io_work };
+  template <class W>
+  W* get() noexcept {
+    return std::launder(reinterpret_cast<W*>(storage_));
+  }
 
-  bool engaged_ = false;
-  alignas(Work) unsigned char storage_[sizeof(Work)];
+  held held_ = held::none;
+  alignas(Work) alignas(io_context_work) unsigned char storage_[std::max(sizeof(Work), sizeof(io_context_work))];
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -809,7 +868,7 @@ class operation final : public pending_op {
     }
   }
 
-  void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
+  void post_completion() noexcept { post_to(executor_, completion(this)); }
 
   /// The context's shutdown, for a listed operation.
   /// A node a waker claimed cannot be cancelled any more; if that waker is a wake batch further
