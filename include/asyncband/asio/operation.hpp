@@ -12,9 +12,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
-#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/cancellation_type.hpp>
@@ -299,12 +299,33 @@ struct poll_policy<asyncband::detail::source_awaiter<Source>> {
 
 /// What the service of an execution context knows of a pending operation.
 struct pending_op {
+  /// Where a published operation stands with its service; guarded by the service's lock. The
+  /// service is told twice, in either order: once the publication left the operation pending
+  /// (wait_service::add), and once its wait is resolved (wait_service::resolve); whichever
+  /// comes second goes on with the operation.
+  enum class stage : std::uint8_t {
+    publishing,  ///< neither yet
+    resolved,    ///< resolved first: the publishing thread completes it when it comes to add()
+    listed,      ///< added first: the resolving thread completes it
+    cancelling,  ///< added after the context shut down: the publishing thread ends the wait, adds again
+    refused,     ///< added again, still unresolved: its resolution destroys it
+  };
+
   pending_op* prev = nullptr;
   pending_op* next = nullptr;
   /// Cancels the wait if no waker committed it yet (it then resolves on this thread).
   void (*cancel)(pending_op*) noexcept = nullptr;
   /// Destroys the operation without invoking its handler.
   void (*destroy)(pending_op*) noexcept = nullptr;
+  stage at = stage::publishing;
+};
+
+/// What the caller of wait_service::add or wait_service::resolve does next with the operation.
+enum class next_step : std::uint8_t {
+  nothing,   ///< the other of the two calls (or the shutdown loop) takes care of it
+  complete,  ///< post its completion
+  cancel,    ///< add() only: the context is shut down: end the wait, then add() again
+  destroy,   ///< the context is shut down and the wait is over: destroy it unrun
 };
 
 /// Tracks the operations pending on one execution context, so that its shutdown can end them
@@ -348,36 +369,40 @@ class wait_service final : public boost::asio::execution_context::service {
     return found;
   }
 
-  /// Lists op; false if the context is shut down.
-  bool add(pending_op& op) noexcept {
+  /// On the publishing thread, once the publication left op pending: lists it, unless it was
+  /// resolved meanwhile (complete it) or the context is shut down (cancel, or destroy it).
+  [[nodiscard]] next_step add(pending_op& op) noexcept {
     const std::lock_guard lock(lock_);
-    if (shut_down_) return false;
+    if (shut_down_) return refuse(op);
+    if (op.at == pending_op::stage::resolved) return next_step::complete;
+    op.at = pending_op::stage::listed;
     op.prev = nullptr;
     op.next = head_;
     if (head_ != nullptr) head_->prev = &op;
     head_ = &op;
-    return true;
+    return next_step::nothing;
   }
 
-  /// A resolved op leaves the list. True: post its completion. False: the context is shut down
-  /// (or shutting down, on this thread): nothing will run there any more; the op is taken care
-  /// of (destroyed by the caller, or after the shutdown loop).
-  [[nodiscard]] bool remove(pending_op& op, bool& destroy_now) noexcept {
-    destroy_now = false;
-    if (shutting_down_here() == this) {  // resolved by our own cancel(), inside the loop below
-      // Still listed: completed by the cancellation of another (a partial grant handed on).
-      if (op.prev != nullptr || head_ == &op) unlink(op);
-      op.next = doomed_;
-      doomed_ = &op;
-      return false;
-    }
+  /// On the resolving thread: a listed op leaves the list (complete it), unless the context is
+  /// shut down (destroy it, or leave it to the shutdown loop running on this thread); one not
+  /// listed yet is left to add().
+  [[nodiscard]] next_step resolve(pending_op& op) noexcept {
+    if (shutting_down_here() == this) return resolve_in_shutdown(op);
     const std::lock_guard lock(lock_);
-    if (shut_down_) {
-      destroy_now = true;
-      return false;
+    switch (op.at) {
+      case pending_op::stage::publishing:
+      case pending_op::stage::cancelling:
+        op.at = pending_op::stage::resolved;
+        return next_step::nothing;
+      case pending_op::stage::listed:
+        if (shut_down_) return next_step::destroy;  // the shutdown loop unlisted it
+        unlink(op);
+        return next_step::complete;
+      case pending_op::stage::refused:
+      case pending_op::stage::resolved:  // not reached: a wait is resolved once
+        break;
     }
-    unlink(op);
-    return true;
+    return next_step::destroy;
   }
 
  private:
@@ -397,6 +422,41 @@ class wait_service final : public boost::asio::execution_context::service {
     return current;
   }
 
+  /// add() on a shut-down context. The first time, the publishing thread ends the wait and comes
+  /// back: a resolution on another thread meanwhile must not destroy the operation under it.
+  /// The second time, whichever of the two comes second destroys it.
+  static next_step refuse(pending_op& op) noexcept {
+    switch (op.at) {
+      case pending_op::stage::publishing:
+        op.at = pending_op::stage::cancelling;
+        return next_step::cancel;
+      case pending_op::stage::cancelling:
+        op.at = pending_op::stage::refused;
+        return next_step::nothing;
+      case pending_op::stage::resolved:
+      case pending_op::stage::listed:  // not reached: the context was shut down before it came
+      case pending_op::stage::refused:
+        break;
+    }
+    return next_step::destroy;
+  }
+
+  /// resolve(), inside this thread's shutdown loop (which holds the lock): an operation the loop
+  /// cancelled, or one still listed that the cancellation of another completed (a partial grant
+  /// handed on), is destroyed after the loop; one whose publication is still under way on
+  /// another thread (a cancellation here woke it) is left to its add(), which finds the context
+  /// shut down.
+  next_step resolve_in_shutdown(pending_op& op) noexcept {
+    if (op.at == pending_op::stage::publishing) {
+      op.at = pending_op::stage::resolved;
+      return next_step::nothing;
+    }
+    if (op.prev != nullptr || head_ == &op) unlink(op);
+    op.next = doomed_;
+    doomed_ = &op;
+    return next_step::nothing;
+  }
+
   void shutdown() override {
     {
       // Waiter code a cancellation wakes on this thread (a condvar wait cancelled while it
@@ -408,7 +468,7 @@ class wait_service final : public boost::asio::execution_context::service {
         shut_down_ = true;
         shutting_down_here() = this;
         // One at a time from the head: a cancellation may complete an operation still listed,
-        // which remove() then takes out of the list (a saved `next` would go stale).
+        // which resolve() then takes out of the list (a saved `next` would go stale).
         while (head_ != nullptr) {
           pending_op* const op = head_;
           unlink(*op);
@@ -484,10 +544,10 @@ void post_to(const Executor& ex, Function&& f) {
 }
 
 /// The outstanding work of an io_context, counted on its own executor (io_context_target).
-using io_context_work = std::decay_t<decltype(boost::asio::prefer(
-    std::declval<const boost::asio::io_context::executor_type&>(),
-    // NOLINTNEXTLINE(readability-static-accessed-through-instance)
-    boost::asio::execution::outstanding_work.tracked))>;
+using io_context_work =
+    std::decay_t<decltype(boost::asio::prefer(std::declval<const boost::asio::io_context::executor_type&>(),
+                                              // NOLINTNEXTLINE(readability-static-accessed-through-instance)
+                                              boost::asio::execution::outstanding_work.tracked))>;
 
 /// An operation's hold on its executor's outstanding work, taken when it publishes: a `Work`
 /// (track_work), or an io_context_work when the executor wraps an io_context's. Raw storage
@@ -542,7 +602,8 @@ class work_hold {
   }
 
   held held_ = held::none;
-  alignas(Work) alignas(io_context_work) unsigned char storage_[std::max(sizeof(Work), sizeof(io_context_work))];
+  alignas(Work) alignas(
+      io_context_work) unsigned char storage_[std::max(sizeof(Work), sizeof(io_context_work))];
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -603,8 +664,12 @@ class branch_driver {
     return false;
   }
 
-  /// A resolution that granted nothing commits here.
-  void resolved() noexcept { static_cast<void>(commit_.try_commit(&access::node(awaiter_))); }
+  /// A resolution that granted nothing commits here. A waker that granted something committed
+  /// the node already, under the primitive's lock: the exchange would only fail, and costs as
+  /// much as one that succeeds.
+  void resolved() noexcept {
+    if (commit_.winner() == nullptr) static_cast<void>(commit_.try_commit(&access::node(awaiter_)));
+  }
 
   /// Resolves now a node a wake batch of this thread has claimed and not resolved yet.
   void resolve_if_claimed_here() noexcept { resolve_claimed_here(access::node(awaiter_)); }
@@ -758,8 +823,8 @@ class staged_driver {
 /// - finish(), on the handler's executor: the driver settles the outcome (the winner's, or the
 ///   give-back reported as cancelled); then the state is freed and the handler invoked.
 /// - A pending operation is listed with the context's wait_service (for shutdown) after its
-///   publication; `phase_` orders that listing with a resolution on another thread: whichever
-///   of the two comes second goes on to complete the operation.
+///   publication; the service's lock orders that listing with a resolution on another thread:
+///   whichever of the two comes second goes on to complete the operation (pending_op::stage).
 template <class Driver, class Form, boost::asio::cancellation_type_t Accepted, class Handler, class Executor>
 class operation final : public pending_op {
   using outcome_type = typename Form::outcome_type;
@@ -794,9 +859,6 @@ class operation final : public pending_op {
   ~operation() = default;
 
  private:
-  static constexpr std::uint8_t registered_bit = 1;
-  static constexpr std::uint8_t resolved_bit = 2;
-
   template <class Factory>
   operation(Factory& factory, Handler&& handler, const Executor& ex)
       : driver_(factory),
@@ -835,16 +897,12 @@ class operation final : public pending_op {
     list_pending();
   }
 
-  /// After a publication that left the wait pending: lists the operation with its context, then
-  /// completes it if it was resolved meanwhile. Nothing is touched after the exchange on phase_
-  /// unless this thread came second.
+  /// After a publication that left the wait pending: lists the operation with its context, or
+  /// completes it if it was resolved meanwhile. Nothing is touched after add() unless this thread
+  /// came second.
   void list_pending() noexcept {
-    if (!service_->add(*this)) {
-      // The context is shut down already: end the wait now (if not granted yet); the
-      // resolution finds the service shut down and destroys the operation unrun.
-      static_cast<void>(driver_.cancel());
-    }
-    if ((phase_.fetch_or(registered_bit, std::memory_order_acq_rel) & resolved_bit) != 0) complete_later();
+    asyncband::detail::at_test_point(asyncband::detail::test_point::listing);
+    take_step(service_->add(*this));
   }
 
   /// The resume target of the published wait: on the thread that resolved it (a waker, a
@@ -852,19 +910,26 @@ class operation final : public pending_op {
   static void on_resolved(void* self) noexcept {
     auto& op = *static_cast<operation*>(self);
     op.driver_.resolved();
-    if ((op.phase_.fetch_or(resolved_bit, std::memory_order_acq_rel) & registered_bit) != 0)
-      op.complete_later();
+    op.completed_ = true;  // before resolve(): the thread that add() or resolve() sends on reads it
+    op.take_step(op.service_->resolve(op));
   }
 
-  /// A resolved, listed operation: unlisted and its completion posted, unless its context is
-  /// shut down (then destroyed unrun, now or after the shutdown loop).
-  void complete_later() noexcept {
-    completed_ = true;
-    bool destroy_now = false;
-    if (service_->remove(*this, destroy_now)) {
-      post_completion();
-    } else if (destroy_now) {
-      destroy_self();
+  /// What wait_service::add or wait_service::resolve left to this thread.
+  void take_step(next_step step) noexcept {
+    switch (step) {
+      case next_step::nothing:
+        return;
+      case next_step::complete:
+        post_completion();
+        return;
+      case next_step::cancel:  // shut down: end the wait (if not granted yet), then add() again
+        asyncband::detail::at_test_point(asyncband::detail::test_point::refused);
+        static_cast<void>(driver_.cancel());
+        take_step(service_->add(*this));
+        return;
+      case next_step::destroy:
+        destroy_self();
+        return;
     }
   }
 
@@ -953,10 +1018,9 @@ class operation final : public pending_op {
   Executor executor_;          // the handler's
   work_hold<work_type> work_;  // its outstanding work, from the publication
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
-  wait_service* service_ = nullptr;     // set before it publishes
-  std::atomic<std::uint8_t> phase_{0};  // registered_bit, resolved_bit
-  bool completed_ = false;              // its outcome decided, not yet settled (a grant to give back)
-  bool late_cancel_ = false;            // cancelled after its wait had been granted
+  wait_service* service_ = nullptr;  // set before it publishes
+  bool completed_ = false;           // its outcome decided, not yet settled (a grant to give back)
+  bool late_cancel_ = false;         // cancelled after its wait had been granted
 };
 
 /// The driver of the operation a factory starts.

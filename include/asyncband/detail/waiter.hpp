@@ -46,7 +46,9 @@ enum class test_point : unsigned char {
   queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
   claimed_position,      ///< A broadcast send claimed its position and has not written it yet.
-  parking  ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
+  parking,  ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
+  listing,  ///< An Asio operation's wait is published and pending; it lists itself with its context next.
+  refused   ///< An Asio operation's listing found its context shut down; it cancels its wait next.
 };
 
 #ifdef ASYNCBAND_TESTING
