@@ -50,6 +50,13 @@ class source_awaiter;
 struct varying_count_t {
   explicit varying_count_t() = default;
 };
+/// Tag of the semaphore constructor for a semaphore whose owner keeps it alive through every
+/// call that may wake one of its waiters (a return of permits, a cancellation, close): a
+/// channel's capacity, every user of which holds a reference to the channel. Its wake-ups then
+/// need no pin (detail::wait_queue::wake_kept_alive).
+struct kept_alive_t {
+  explicit kept_alive_t() = default;
+};
 /// The Make of an acquisition that yields the permit itself (semaphore::acquire, a condvar's
 /// re-lock).
 struct permit_itself;
@@ -175,6 +182,13 @@ class semaphore {
   /// `first_ticket`: the channel's first place (tests of wrap-around start near 2^32).
   semaphore(std::size_t permits, detail::varying_count_t /*unused*/, std::uint32_t first_ticket = 0)
       : idle_(0), state_(encode(checked(permits)) | (std::uint64_t{first_ticket} << 32)) {}
+  /// As above, for a semaphore its owner keeps alive through every call that may wake a waiter
+  /// (detail::kept_alive_t).
+  semaphore(std::size_t permits, detail::varying_count_t varying, std::uint32_t first_ticket,
+            detail::kept_alive_t /*unused*/)
+      : semaphore(permits, varying, first_ticket) {
+    kept_alive_ = true;
+  }
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
   /// Debug builds assert that no acquisition is pending.
@@ -367,7 +381,7 @@ class semaphore {
       return_hook hook = nullptr;
       void* hook_context = nullptr;
       outcome =
-          queue_.wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
+          wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
             const add_outcome locked = try_add(n);
             if (locked != add_outcome::contended) return locked;
             if (n > max()) return add_outcome::overflow;
@@ -397,6 +411,13 @@ class semaphore {
 
   detail::wait_queue& queue() noexcept { return queue_; }
 
+  /// The queue's wake-up (detail::wait_queue::wake), pinned unless the owner keeps this alive.
+  template <class Claim>
+  auto wake(Claim&& claim, detail::test_point after_unlock = detail::test_point::claimed_for_wake) noexcept {
+    if (kept_alive_) return queue_.wake_kept_alive(std::forward<Claim>(claim), after_unlock);
+    return queue_.wake(std::forward<Claim>(claim), after_unlock);
+  }
+
   /// For a channel's capacity (bounded_state): no acquisition succeeds any more; queued ones end
   /// wait_status::closed. The state stays `contended`, so every lock-free path fails and the
   /// locked paths see closed_. From then on the semaphore only counts the permits that are back
@@ -416,6 +437,7 @@ class semaphore {
   const std::uint64_t idle_;  // the state with the initial permits all available
   std::atomic<std::uint64_t> state_;
   std::size_t deficit_ = 0;  // guarded by queue_.mutex()
+  bool kept_alive_ = false;  // set once, by the constructor (detail::kept_alive_t)
   bool closed_ = false;      // guarded by queue_.mutex(), as the three below
   std::size_t closed_count_ = 0;
   return_hook on_return_ = nullptr;
@@ -445,7 +467,7 @@ class semaphore_waiter : public waiter {
   /// which then finds it resolved. So this returns false in every case (as if a waker had
   /// claimed it), and the caller leaves the resolution to us.
   bool cancel(wait_status why) noexcept {
-    semaphore_->queue_.wake(
+    semaphore_->wake(
         [this, why](wait_list& waiters, wake_batch& batch) {
           if (!waiters.unlink_if_linked(*this, why)) return;
           batch.add(*this);
@@ -712,7 +734,7 @@ inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
 }
 
 inline void semaphore::close(return_hook on_return, void* context) noexcept {
-  queue_.wake([&](detail::wait_list& waiters, detail::wake_batch& batch) {
+  wake([&](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (closed_) return;
     closed_ = true;
     on_return_ = on_return;

@@ -106,7 +106,10 @@ inline thread_local const write_in_progress* writes_in_progress = nullptr;
 /// most `capacity` <= physical size: a claimed cell is normally free already; the writer still
 /// waits for its seq, which also gives it the happens-before of the cell's last read. Places
 /// are 32-bit and wrap; the physical size is at most 2^31, so a cell's stamps of two laps never
-/// collide.
+/// collide. Whatever may wake a capacity waiter (a unit returned by the receiver, a permit or a
+/// failed send; a cancelled send; close) holds a reference to the state meanwhile (a handle, a
+/// permit's sender, which must outlive it, or the state's own), so the semaphore is kept alive
+/// by its owner (detail::kept_alive_t) and its wake-ups take no pin.
 template <class T>
 class bounded_state : public channel_core<bounded_state<T>> {
   using core = channel_core<bounded_state<T>>;
@@ -116,7 +119,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
       : logical_capacity_(capacity),
         mask_(static_cast<place>(std::bit_ceil(capacity) - 1)),
         cells_(new cell<T>[std::size_t{mask_} + 1]),
-        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index),
+        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index, asyncband::detail::kept_alive_t{}),
         head_(first_index) {
     for (place i = first_index; i != static_cast<place>(first_index + mask_ + 1); ++i)
       at(i).seq.store(i, std::memory_order_relaxed);
