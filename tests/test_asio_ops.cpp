@@ -1052,6 +1052,53 @@ TEST_F(asio_ops, a_pending_operation_is_outstanding_work) {
   EXPECT_TRUE(ioc.stopped());
 }
 
+TEST_F(asio_ops, a_coroutine_pending_on_an_operation_keeps_the_context_running) {
+  // Under use_awaitable (bare, as_tuple, redirect_error) an operation counts no work of its own:
+  // its handler's coroutine holds work on the same executor (asio::co_spawn's) while it exists.
+  // Either way, the context must not run out of work while the operation is pending.
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  std::vector<int> got;
+  net::co_spawn(
+      ioc,
+      [&rx = rx, &got]() -> net::awaitable<void> {
+        got.push_back(co_await ab::asio::async_recv(rx, net::use_awaitable));
+        auto [ec, v] = co_await ab::asio::async_recv(rx, net::as_tuple(net::use_awaitable));
+        EXPECT_FALSE(ec);
+        got.push_back(v);
+        error_code ec2;
+        got.push_back(co_await ab::asio::async_recv(rx, net::redirect_error(net::use_awaitable, ec2)));
+        EXPECT_FALSE(ec2);
+      },
+      net::detached);
+  for (int i = 1; i <= 3; ++i) {
+    ioc.poll();
+    EXPECT_FALSE(ioc.stopped()) << "no outstanding work while receive " << i << " is pending";
+    ASSERT_TRUE(tx.try_send(i).ok());
+  }
+  ioc.poll();
+  EXPECT_TRUE(ioc.stopped());
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3}));
+
+  // A staged wait the same way.
+  ab::mutex<int> m(0);
+  ab::condvar cv;
+  bool notified = false;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        auto g = co_await ab::asio::async_condvar_wait(cv, *m.try_lock(), net::use_awaitable);
+        notified = g.has_value();
+      },
+      net::detached);
+  ioc.restart();
+  ioc.poll();
+  EXPECT_FALSE(ioc.stopped()) << "no outstanding work while the condvar wait is pending";
+  cv.notify_one();
+  ioc.poll();
+  EXPECT_TRUE(ioc.stopped());
+  EXPECT_TRUE(notified);
+}
+
 TEST_F(asio_ops, a_wait_resolved_before_it_is_listed_completes_once_posted) {
   // The wake-up comes between the publication that left the receive pending and its listing
   // with the context (on another thread in real life; here at the test point, on this one):

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -27,8 +28,10 @@
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/require.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
 #include <concepts>
 #include <cstdint>
@@ -549,6 +552,23 @@ using io_context_work =
                                               // NOLINTNEXTLINE(readability-static-accessed-through-instance)
                                               boost::asio::execution::outstanding_work.tracked))>;
 
+/// Whether a handler keeps its associated executor's outstanding work by itself, so that an
+/// operation holding it needs to count none of its own: use_awaitable's handler owns its
+/// coroutine, and a coroutine started by asio::co_spawn holds work on its executor (which is the
+/// handler's) for as long as it exists (co_spawn_entry_point's work guards); as_tuple and
+/// redirect_error wrap such a handler and keep its executor. (A bound executor does not: an
+/// executor_binder is not looked through.)
+template <class Handler>
+inline constexpr bool keeps_own_work_v = false;
+template <class Executor, class... Args>
+inline constexpr bool keeps_own_work_v<boost::asio::detail::awaitable_handler<Executor, Args...>> = true;
+template <class Handler>
+inline constexpr bool keeps_own_work_v<boost::asio::detail::as_tuple_handler<Handler>> =
+    keeps_own_work_v<Handler>;
+template <class Handler>
+inline constexpr bool keeps_own_work_v<boost::asio::detail::redirect_error_handler<Handler>> =
+    keeps_own_work_v<Handler>;
+
 /// An operation's hold on its executor's outstanding work, taken when it publishes: a `Work`
 /// (track_work), or an io_context_work when the executor wraps an io_context's. Raw storage
 /// rather than a std::optional or std::variant: g++ 12 at -O2 reports a false
@@ -886,8 +906,9 @@ class operation final : public pending_op {
     }
     // An operation that may wait holds its executor's outstanding work from here. One that
     // completed at once needs none: its posted completion is work, and copying a tracked
-    // type-erased executor (post copies it several times) costs an atomic count each time.
-    work_.take(executor_);
+    // type-erased executor (post copies it several times) costs an atomic count each time. Nor
+    // does one whose handler holds that work already (a coroutine's, keeps_own_work_v).
+    if constexpr (!keeps_own_work_v<Handler>) work_.take(executor_);
     service_ = &wait_service::of(context_of(executor_));  // may create it: before publishing
     if (!driver_.publish(asyncband::detail::resume_target(&on_resolved, this))) {
       completed_ = true;
