@@ -630,6 +630,8 @@ class work_hold {
 // Drivers: what the operation does with its awaiter.
 //
 // A driver is built in place from the factory and offers:
+//   void uncontended()                before the start: no cancellation slot, so nothing cancels
+//                                     the operation concurrently with its completion
 //   bool complete_at_once()           completes without publishing (may throw: nothing started)
 //   bool publish(resume_target)       true if pending: the target runs on the resolving thread
 //   void resolved()                   on that thread, first thing
@@ -647,8 +649,9 @@ inline void resolve_claimed_here(asyncband::detail::waiter& node) noexcept {
 /// A when_any branch (detail::select_access): the awaiter's node and the Asio cancellation
 /// contend for one commit point, as the branches of a select do (detail/any_engine.hpp). A node
 /// commits when a waker grants it (under the primitive's lock), when it completes at the start,
-/// or, for a resolution that grants nothing, in resolved(). A cancellation that loses is late:
-/// the operation gives back what the node was granted.
+/// or, for a resolution that grants nothing, in resolved() (the last two only with a
+/// cancellation slot: commit_node). A cancellation that loses is late: the operation gives back
+/// what the node was granted. The context's shutdown contends too, for a listed operation.
 template <class Awaiter>
 class branch_driver {
   using access = asyncband::detail::select_access<Awaiter>;
@@ -666,12 +669,15 @@ class branch_driver {
   branch_driver& operator=(const branch_driver&) = delete;
   ~branch_driver() = default;
 
+  /// No cancellation slot: the node need not commit (commit_node).
+  void uncontended() noexcept { uncontended_ = true; }
+
   /// The poll, where what it takes is revocable (poll_policy).
   bool complete_at_once() {
     if constexpr (policy::polls) {
       if (access::poll(awaiter_)) {
         polled_ = true;
-        static_cast<void>(commit_.try_commit(&awaiter_));
+        commit_node(&awaiter_);
         return true;
       }
     }
@@ -684,12 +690,8 @@ class branch_driver {
     return false;
   }
 
-  /// A resolution that granted nothing commits here. A waker that granted something committed
-  /// the node already, under the primitive's lock: the exchange would only fail, and costs as
-  /// much as one that succeeds.
-  void resolved() noexcept {
-    if (commit_.winner() == nullptr) static_cast<void>(commit_.try_commit(&access::node(awaiter_)));
-  }
+  /// A resolution that granted nothing commits here.
+  void resolved() noexcept { commit_node(&access::node(awaiter_)); }
 
   /// Resolves now a node a wake batch of this thread has claimed and not resolved yet.
   void resolve_if_claimed_here() noexcept { resolve_claimed_here(access::node(awaiter_)); }
@@ -731,6 +733,18 @@ class branch_driver {
   /// What the cancellation contends for the commit point as: never a node's address.
   [[nodiscard]] const void* cancel_id() const noexcept { return &commit_; }
 
+  /// The node's side of the commit point, as `who`, once the wait is over. Without a
+  /// cancellation slot it commits nothing: only a waker of the linked node and settle() read the
+  /// winner, and settle() takes "nobody won" as the node's win. The other contenders (the
+  /// context's shutdown, a listing that finds the context shut down) cancel an operation that
+  /// is then destroyed unrun, never settled. A waker that granted something committed the node
+  /// already, under the primitive's lock: the exchange would only fail, and costs as much as one
+  /// that succeeds.
+  void commit_node(const void* who) noexcept {
+    if (uncontended_ || commit_.winner() != nullptr) return;
+    static_cast<void>(commit_.try_commit(who));
+  }
+
   template <class Outcome>
   Outcome win() {
     if constexpr (std::is_void_v<access_outcome>) {
@@ -758,7 +772,8 @@ class branch_driver {
 
   Awaiter awaiter_;
   asyncband::detail::commit_point commit_;
-  bool polled_ = false;  // completed by poll at the start, never published
+  bool polled_ = false;       // completed by poll at the start, never published
+  bool uncontended_ = false;  // no cancellation slot (commit_node)
 };
 
 /// Several waits in a row (a condvar wait, watch's wait_for; detail::staged_access), built with
@@ -782,6 +797,8 @@ class staged_driver {
   staged_driver& operator=(const staged_driver&) = delete;
   ~staged_driver() = default;
 
+  /// Nothing to spare: a staged wait has no commit point.
+  static void uncontended() noexcept {}
   bool complete_at_once() { return access::ready(awaiter_); }
   bool publish(asyncband::detail::resume_target target) noexcept { return access::start(awaiter_, target); }
   static void resolved() noexcept {}
@@ -898,7 +915,11 @@ class operation final : public pending_op {
   /// work-tracking executor, of the context's service at its first use).
   void launch() {
     // Before the wait can complete: a completion may run (and clear the slot) at once.
-    if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
+    if (slot_.is_connected()) {
+      slot_.template emplace<cancel_handler>(this);
+    } else {
+      driver_.uncontended();
+    }
     if (driver_.complete_at_once()) {
       completed_ = true;
       post_completion();
