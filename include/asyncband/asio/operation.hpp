@@ -496,15 +496,6 @@ class wait_service final : public boost::asio::execution_context::service {
 };
 
 template <class Executor>
-boost::asio::execution_context& context_of(const Executor& ex) {
-  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
-    return boost::asio::query(ex, boost::asio::execution::context);
-  } else {
-    return ex.context();
-  }
-}
-
-template <class Executor>
 auto track_work(const Executor& ex) {
   if constexpr (boost::asio::execution::is_executor<Executor>::value) {
     // Asio's property objects are spelled this way.
@@ -526,6 +517,18 @@ const boost::asio::io_context::executor_type* io_context_target(const Executor& 
     return ex.template target<boost::asio::io_context::executor_type>();
   } else {
     return nullptr;
+  }
+}
+
+/// The execution context of `ex` (through io_context_target when it has one: a query through
+/// the type erasure is an indirect call).
+template <class Executor>
+boost::asio::execution_context& context_of(const Executor& ex) {
+  if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) return io->context();
+  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    return boost::asio::query(ex, boost::asio::execution::context);
+  } else {
+    return ex.context();
   }
 }
 
