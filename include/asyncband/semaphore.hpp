@@ -380,19 +380,18 @@ class semaphore {
     if (outcome == add_outcome::contended) {
       return_hook hook = nullptr;
       void* hook_context = nullptr;
-      outcome =
-          wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
-            const add_outcome locked = try_add(n);
-            if (locked != add_outcome::contended) return locked;
-            if (n > max()) return add_outcome::overflow;
-            if (closed_) {
-              hook = on_return_;
-              hook_context = on_return_context_;
-            }
-            hand_out(n, waiters, batch);
-            return locked;
-          });
-      if (hook != nullptr) hook(hook_context);  // nothing of the semaphore is read after unpinning
+      outcome = wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
+        const add_outcome locked = try_add(n);
+        if (locked != add_outcome::contended) return locked;
+        if (n > max()) return add_outcome::overflow;
+        if (closed_) {
+          hook = on_return_;
+          hook_context = on_return_context_;
+        }
+        hand_out(n, waiters, batch);
+        return locked;
+      });
+      if (hook != nullptr) hook(hook_context);  // nothing of the semaphore is read after the wake-up
     }
     if (outcome == add_outcome::overflow) {
       if constexpr (Checked) {

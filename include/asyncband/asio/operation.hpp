@@ -34,6 +34,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -624,9 +625,11 @@ class work_hold {
     return std::launder(reinterpret_cast<W*>(storage_));
   }
 
+  static constexpr std::size_t storage_size = std::max(sizeof(Work), sizeof(io_context_work));
+  static constexpr std::size_t storage_align = std::max(alignof(Work), alignof(io_context_work));
+
   held held_ = held::none;
-  alignas(Work) alignas(
-      io_context_work) unsigned char storage_[std::max(sizeof(Work), sizeof(io_context_work))];
+  alignas(storage_align) unsigned char storage_[storage_size];
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -672,8 +675,12 @@ class branch_driver {
   branch_driver& operator=(const branch_driver&) = delete;
   ~branch_driver() = default;
 
-  /// No cancellation slot: the node need not commit (commit_node).
-  void uncontended() noexcept { uncontended_ = true; }
+  /// No cancellation slot: the node need not commit (commit_node), and a waker's commit is a
+  /// load and a store (commit_point::set_uncontended).
+  void uncontended() noexcept {
+    uncontended_ = true;
+    commit_.set_uncontended();
+  }
 
   /// The poll, where what it takes is revocable (poll_policy).
   bool complete_at_once() {

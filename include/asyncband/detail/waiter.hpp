@@ -176,8 +176,19 @@ class commit_point {
   commit_point(const commit_point&) = delete;
   commit_point& operator=(const commit_point&) = delete;
 
+  /// For an owner whose contenders never commit concurrently (an Asio operation without a
+  /// cancellation slot): the first still decides, without a read-modify-write. Before anything
+  /// can commit.
+  void set_uncontended() noexcept { uncontended_ = true; }
+
   /// True if `who` has won (now, or before): the first call decides for good.
   bool try_commit(const void* who) noexcept {
+    if (uncontended_) {
+      const void* const first = winner_.load(std::memory_order_acquire);
+      if (first != nullptr) return first == who;
+      winner_.store(who, std::memory_order_release);
+      return true;
+    }
     const void* expected = nullptr;
     return winner_.compare_exchange_strong(expected, who, std::memory_order_acq_rel,
                                            std::memory_order_acquire) ||
@@ -192,6 +203,7 @@ class commit_point {
 
  private:
   std::atomic<const void*> winner_{nullptr};
+  bool uncontended_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -119,7 +119,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
       : logical_capacity_(capacity),
         mask_(static_cast<place>(std::bit_ceil(capacity) - 1)),
         cells_(new cell<T>[std::size_t{mask_} + 1]),
-        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index, asyncband::detail::kept_alive_t{}),
+        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index,
+                  asyncband::detail::kept_alive_t{}),
         head_(first_index) {
     for (place i = first_index; i != static_cast<place>(first_index + mask_ + 1); ++i)
       at(i).seq.store(i, std::memory_order_relaxed);
