@@ -600,9 +600,10 @@ class work_hold {
   void take(const Executor& ex) {
     reset();
     if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) {
-      // NOLINTNEXTLINE(readability-static-accessed-through-instance)
+      // NOLINTBEGIN(readability-static-accessed-through-instance)
       ::new (static_cast<void*>(storage_))
           io_context_work(boost::asio::prefer(*io, boost::asio::execution::outstanding_work.tracked));
+      // NOLINTEND(readability-static-accessed-through-instance)
       held_ = held::io_work;
     } else {
       ::new (static_cast<void*>(storage_)) Work(track_work(ex));
