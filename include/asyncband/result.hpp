@@ -256,4 +256,28 @@ class [[nodiscard]] try_recv_result {
   recv_status status_ = recv_status::ok;
 };
 
+/// The outcome of a bounded channel's try_reserve: a permit, or full / disconnected.
+template <class P>
+class [[nodiscard]] try_reserve_result {
+ public:
+  try_reserve_result(P p) : permit_(std::move(p)) {}             // NOLINT(google-explicit-constructor)
+  try_reserve_result(send_status failure) : status_(failure) {}  // NOLINT(google-explicit-constructor)
+
+  [[nodiscard]] send_status status() const noexcept { return status_; }
+  [[nodiscard]] bool ok() const noexcept { return status_ == send_status::ok; }
+  [[nodiscard]] bool full() const noexcept { return status_ == send_status::full; }
+  [[nodiscard]] bool disconnected() const noexcept { return status_ == send_status::disconnected; }
+  explicit operator bool() const noexcept { return ok(); }
+
+  /// Precondition: ok().
+  [[nodiscard]] P& value() & noexcept { return *permit_; }
+  [[nodiscard]] P&& value() && noexcept { return std::move(*permit_); }
+  [[nodiscard]] P& operator*() & noexcept { return *permit_; }
+  [[nodiscard]] P* operator->() noexcept { return &*permit_; }
+
+ private:
+  std::optional<P> permit_;
+  send_status status_ = send_status::ok;
+};
+
 }  // namespace asyncband

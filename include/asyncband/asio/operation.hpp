@@ -399,7 +399,9 @@ class wait_service final : public boost::asio::execution_context::service {
         op.at = pending_op::stage::resolved;
         return next_step::nothing;
       case pending_op::stage::listed:
-        if (shut_down_) return next_step::destroy;  // the shutdown loop unlisted it
+        // The shutdown loop unlisted it. Only a resolution outside Asio's rules reaches this (one
+        // on another thread while the context is being destroyed): a defence, not a contract.
+        if (shut_down_) return next_step::destroy;
         unlink(op);
         return next_step::complete;
       case pending_op::stage::refused:
@@ -451,6 +453,8 @@ class wait_service final : public boost::asio::execution_context::service {
   /// another thread (a cancellation here woke it) is left to its add(), which finds the context
   /// shut down.
   next_step resolve_in_shutdown(pending_op& op) noexcept {
+    // A publication under way on another thread while the context is destroyed is outside
+    // Asio's rules (the service is deleted right after shutdown()): this branch is a defence.
     if (op.at == pending_op::stage::publishing) {
       op.at = pending_op::stage::resolved;
       return next_step::nothing;
@@ -745,8 +749,9 @@ class branch_driver {
   [[nodiscard]] const void* cancel_id() const noexcept { return &commit_; }
 
   /// The node's side of the commit point, as `who`, once the wait is over. Without a
-  /// cancellation slot it commits nothing: only a waker of the linked node and settle() read the
-  /// winner, and settle() takes "nobody won" as the node's win. The other contenders (the
+  /// cancellation slot it commits nothing: only a waker of the linked node (the semaphore's
+  /// hand-out asks whether its head lost, which is false while nobody else committed) and
+  /// settle() read the winner, and settle() takes "nobody won" as the node's win. The other contenders (the
   /// context's shutdown, a listing that finds the context shut down) cancel an operation that
   /// is then destroyed unrun, never settled. A waker that granted something committed the node
   /// already, under the primitive's lock: the exchange would only fail, and costs as much as one

@@ -149,7 +149,8 @@ class channel_core {
   /// nothing more to wait for. Every caller holds a reference to the state (a sender's or the
   /// receiver's, a permit's sender's, or one of the state's own: close() and drop_producer() keep
   /// theirs until after this) while the queue is locked, and resolving touches only the nodes:
-  /// the queue is woken without a pin.
+  /// the queue is woken without a pin. (A cancellation of the receive locks the queue without a
+  /// reference of its own; the receiver cannot go before it returns: see bounded_state.)
   void wake_receiver(bool ending) noexcept {
     std::size_t passed = 0;
     rx_queue_.wake_kept_alive(

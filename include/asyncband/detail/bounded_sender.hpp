@@ -1,0 +1,185 @@
+// asyncband/detail/bounded_sender.hpp: the sending half of a bounded channel (mpsc::sender and
+// its MPMC twin): sends, their blocking twins, and reservations of capacity.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <stop_token>
+#include <utility>
+
+#include "../result.hpp"
+#include "../semaphore.hpp"
+#include "bounded_permit.hpp"
+#include "bounded_send.hpp"
+#include "wait_functions.hpp"
+
+namespace asyncband::detail {
+
+/// Tag of the constructor by which a channel's factory hands a handle its first reference.
+struct adopt_state_t {
+  explicit adopt_state_t() = default;
+};
+
+/// The sending half of a bounded channel. Copyable: every copy is a producer; the channel
+/// disconnects when the last producer (sender or owned permit) or the receiver goes.
+///
+/// Contract
+/// - when_any: a send that lost its when_any is never granted a unit of capacity, and its value
+///   comes back in the when_any's result (send_status::cancelled); the same for reserve().
+/// - Order: values from one sender (one thread or coroutine sending in sequence) are received in
+///   the order they were sent; sends from different producers interleave in the order in which
+///   they claimed their places (one atomic step each, once it has its unit of capacity).
+/// - Capacity waiters are served in FIFO order (the capacity is an asyncband::semaphore): a
+///   send or reserve that waits is never overtaken by a later one or by a try_send.
+/// - A send that does not deliver hands its value back: full (try_send), disconnected (the
+///   receiver closed the channel or is gone), cancelled, timeout. Cancellation commits while
+///   the send waits for capacity; once a unit is granted the value is delivered (a unit granted
+///   to a send cancelled at that moment goes to the next waiter).
+/// - Synchronization: constructing a value in the channel happens-before the receive that takes it.
+/// - The value is constructed in the channel from the moved value; if that move throws, the
+///   exception propagates, nothing is received, and the unit of capacity returns once the
+///   receiver passes the empty place.
+template <class State>
+class bounded_sender {
+  using state_type = State;
+  using T = typename State::value_type;
+
+ public:
+  /// Adopts a reference to `s` that its factory counted (internal).
+  bounded_sender(adopt_state_t /*unused*/, State* s) noexcept : state_(s) {}
+  bounded_sender(const bounded_sender& other) noexcept : state_(other.state_) {
+    if (state_ != nullptr) state_->add_producer();  // a copy of a moved-from sender is moved-from
+  }
+  bounded_sender(bounded_sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  bounded_sender& operator=(const bounded_sender& other) noexcept {
+    if (this != &other) *this = bounded_sender(other);
+    return *this;
+  }
+  bounded_sender& operator=(bounded_sender&& other) noexcept {
+    if (this != &other) {
+      const bounded_sender departing(std::move(*this));  // goes last: it may wake the receiver inline
+      state_ = std::exchange(other.state_, nullptr);
+    }
+    return *this;
+  }
+  ~bounded_sender() { reset(); }
+
+  /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
+  auto send(T value) {
+    state_type* const s = live();  // before any use of the state
+    return bounded_send_awaiter<State, acquire_awaiter<permit_itself, true>>(
+        s, std::move(value), &s->capacity(), 1, permit_itself{});
+  }
+  /// As above; also ends cancelled (with the value) when `stop` is requested first.
+  auto send(T value, std::stop_token stop) {
+    using acquire = wait_awaiter<semaphore_acquire<permit_itself, true>, true>;
+    state_type* const s = live();
+    return bounded_send_awaiter<State, acquire>(s, std::move(value), std::move(stop), &s->capacity(), 1,
+                                                permit_itself{});
+  }
+  /// Sends now if there is capacity: ok, full or disconnected (with the value).
+  send_result<T> try_send(T value) {
+    state_type& s = *live();
+    if (s.closed()) return {send_status::disconnected, std::move(value)};
+    if (s.try_push(value)) return {};
+    return {s.closed() ? send_status::disconnected : send_status::full, std::move(value)};
+  }
+  /// The blocking twins of send.
+  send_result<T> send_blocking(T value) {
+    state_type& s = *live();
+    if (!s.closed() && s.try_push(value)) return {};
+    return finish_bounded_send(s, capacity_forms::block(&s.capacity(), 1, permit_itself{}), std::move(value));
+  }
+  send_result<T> send_blocking(T value, std::stop_token stop) {
+    state_type& s = *live();
+    return finish_bounded_send(
+        s, capacity_forms::block_until_stopped(std::move(stop), &s.capacity(), 1, permit_itself{}),
+        std::move(value));
+  }
+  template <class Rep, class Period>
+  send_result<T> send_timeout(T value, std::chrono::duration<Rep, Period> timeout) {
+    state_type& s = *live();
+    return finish_bounded_send(s, capacity_forms::block_for(timeout, &s.capacity(), 1, permit_itself{}),
+                               std::move(value));
+  }
+
+  /// `co_await tx.reserve()` yields result<bounded_permit<State>>: a unit of capacity held for a later
+  /// send, or closed (disconnected). The permit must not outlive this sender.
+  auto reserve() { return reserve_many(1); }
+  auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
+  /// n units at once (n <= capacity()), for n later sends.
+  auto reserve_many(std::size_t n) {
+    return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
+  }
+  auto reserve_many(std::size_t n, std::stop_token stop) {
+    return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
+                                                                checked(n), make_permit{state_});
+  }
+  result<bounded_permit<State>> reserve_blocking(std::size_t n = 1) {
+    return capacity_forms_for<make_permit>::block(&live()->capacity(), checked(n), make_permit{state_});
+  }
+  /// A permit now, or full / disconnected.
+  try_reserve_result<bounded_permit<State>> try_reserve(std::size_t n = 1) {
+    state_type& s = *live();
+    if (s.closed()) return send_status::disconnected;
+    std::optional<semaphore_permit> units = s.capacity().try_acquire(checked(n));
+    if (!units) return s.closed() ? send_status::disconnected : send_status::full;
+    return bounded_permit<State>(&s, std::move(*units));
+  }
+
+  /// As reserve(), but the permit keeps the channel alive and counts as a producer by itself.
+  auto reserve_owned(std::size_t n = 1) {
+    return capacity_forms_for<make_owned_permit>::await(&live()->capacity(), checked(n),
+                                                        make_owned_permit{state_});
+  }
+  auto reserve_owned(std::size_t n, std::stop_token stop) {
+    return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
+                                                                      checked(n), make_owned_permit{state_});
+  }
+  try_reserve_result<bounded_owned_permit<State>> try_reserve_owned(std::size_t n = 1) {
+    try_reserve_result<bounded_permit<State>> p = try_reserve(n);
+    if (!p) return p.status();
+    return bounded_owned_permit<State>(std::move(*p));
+  }
+
+  /// The receiver closed the channel or is gone: sends hand their value back.
+  [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
+  [[nodiscard]] std::size_t capacity() const noexcept {
+    return state_ == nullptr ? 0 : state_->logical_capacity();
+  }
+
+ private:
+  struct make_permit {
+    state_type* state;
+    bounded_permit<State> operator()(semaphore_permit&& units) const noexcept {
+      return bounded_permit<State>(state, std::move(units));
+    }
+  };
+  struct make_owned_permit {
+    state_type* state;
+    bounded_owned_permit<State> operator()(semaphore_permit&& units) const noexcept {
+      return bounded_owned_permit<State>(bounded_permit<State>(state, std::move(units)));
+    }
+  };
+  template <class Make>
+  using capacity_forms_for = acquire_forms<Make, true>;
+
+  state_type* live() const {
+    if (state_ == nullptr) throw std::logic_error("asyncband: sender: moved from");
+    return state_;
+  }
+  std::size_t checked(std::size_t n) const {
+    if (n == 0 || n > live()->logical_capacity())
+      throw std::invalid_argument("asyncband: sender::reserve: n must be in [1, capacity()]");
+    return n;
+  }
+  void reset() noexcept {
+    if (state_ != nullptr) std::exchange(state_, nullptr)->drop_producer();
+  }
+
+  state_type* state_;
+};
+
+}  // namespace asyncband::detail

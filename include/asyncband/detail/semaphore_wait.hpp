@@ -1,0 +1,333 @@
+// asyncband/detail/semaphore_wait.hpp: the semaphore's wait list (its queued waiter, the
+// hand-out of returned permits, close) and its acquisitions (the awaiters, the five forms).
+//
+// Part of semaphore.hpp, which includes it at its end: everything here needs the complete
+// class. Included on its own, it includes semaphore.hpp first, whose own include of this file
+// is then skipped.
+#pragma once
+
+#include <algorithm>
+#include <coroutine>
+#include <cstddef>
+#include <stop_token>
+#include <utility>
+
+#include "../semaphore.hpp"
+#include "wait_functions.hpp"
+#include "wait_queue.hpp"
+
+namespace asyncband {
+
+namespace detail {
+
+/// A queued acquisition: how many it asked for and how many it has been given so far.
+class semaphore_waiter : public waiter {
+ public:
+  semaphore_waiter(semaphore* owner, std::size_t n) noexcept : semaphore_(owner), needed_(n) {}
+
+  static constexpr bool transferable = true;
+
+  bool try_ready() noexcept { return needed_ == 0 || semaphore_->try_take(needed_); }
+
+  bool enqueue() noexcept {
+    granted_ = 0;
+    return semaphore_->queue_.complete_or_enqueue(*this, [this] { return semaphore_->take_or_queue(*this); });
+  }
+
+  /// Unlinks a queued waiter and gives its partial grant to the waiters behind it, in one
+  /// locked step. The cancelled waiter goes first into the batch that wakes those it completes,
+  /// and is resolved here, ahead of them: one of them resumed inline may destroy its frame,
+  /// which then finds it resolved. So this returns false in every case (as if a waker had
+  /// claimed it), and the caller leaves the resolution to us.
+  bool cancel(wait_status why) noexcept {
+    semaphore_->wake(
+        [this, why](wait_list& waiters, wake_batch& batch) {
+          if (!waiters.unlink_if_linked(*this, why)) return;
+          batch.add(*this);
+          semaphore_->hand_out(std::exchange(granted_, 0), waiters, batch);
+        },
+        test_point::claimed_for_cancel);
+    return false;
+  }
+
+  /// A complete grant that will not be used goes back (to the next waiter, or available).
+  void give_back() noexcept { semaphore_->give<false>(needed_); }
+
+  [[nodiscard]] std::size_t missing() const noexcept { return needed_ - granted_; }
+  [[nodiscard]] std::size_t granted() const noexcept { return granted_; }
+  void grant(std::size_t n) noexcept { granted_ += n; }
+  /// Takes back everything granted so far (a branch that lost its when_any); returns how much.
+  std::size_t ungrant() noexcept { return std::exchange(granted_, 0); }
+
+ protected:
+  semaphore_permit take_permit() noexcept { return {semaphore_, needed_}; }
+
+ private:
+  semaphore* semaphore_;
+  std::size_t needed_;
+  std::size_t granted_;  // set by enqueue(); guarded by the semaphore's lock while queued
+};
+
+struct permit_itself {
+  semaphore_permit operator()(semaphore_permit&& permit) const noexcept { return std::move(permit); }
+};
+
+/// An acquisition whose completed wait yields `make(permit)`: the permit itself, or a guard built
+/// on it (mutex, rwlock). `Make` is called once, on the waiter's side, after resumption.
+template <class Make, bool Fallible>
+class semaphore_acquire : public semaphore_waiter {
+ public:
+  using value_type = std::invoke_result_t<Make&, semaphore_permit&&>;
+  /// A closable semaphore's acquisition (a channel's capacity) can end wait_status::closed.
+  static constexpr bool fallible = Fallible;
+
+  semaphore_acquire(semaphore* owner, std::size_t n,
+                    Make make) noexcept(std::is_nothrow_move_constructible_v<Make>)
+      : semaphore_waiter(owner, n), make_(std::move(make)) {}
+
+  value_type take() { return make_(take_permit()); }
+
+ private:
+  Make make_;
+};
+
+/// `co_await` of an acquisition without a stop token. The uncontended case takes the permits
+/// with one CAS and builds nothing else: the awaiter holds only the acquisition's arguments,
+/// and the waiting operation (node, publication) is constructed in await_suspend, only when the
+/// acquisition must queue. Every store before the CAS delays it (a locked instruction first
+/// drains the store buffer), so this is what makes `co_await m.lock()` as cheap as a try_lock.
+/// `semaphore_ == nullptr` marks the constructed wait.
+template <class Awaiter>
+struct lazy_acquire_access;
+
+template <class Make, bool Fallible>
+class [[nodiscard("co_await it: a lock or acquisition does nothing until it is awaited")]] acquire_awaiter {
+  using wait_type = pending_wait<semaphore_acquire<Make, Fallible>, false>;
+
+ public:
+  using value_type = wait_yield_t<semaphore_acquire<Make, Fallible>, false>;
+
+  acquire_awaiter(semaphore* owner, std::size_t n, Make make) noexcept
+      : semaphore_(owner), count_(n), make_(std::move(make)) {
+    static_assert(std::is_nothrow_move_constructible_v<Make>);
+  }
+  acquire_awaiter(const acquire_awaiter&) = delete;
+  acquire_awaiter& operator=(const acquire_awaiter&) = delete;
+  ~acquire_awaiter() {
+    if (semaphore_ == nullptr) wait_.~wait_type();
+  }
+
+  /// Throws std::logic_error if this awaiter suspended before (the null semaphore_ says so; a
+  /// test folded away when the awaiter was just built from a semaphore's `this`).
+  bool await_ready() {
+    if (semaphore_ == nullptr) [[unlikely]]
+      throw_awaited_again();
+    return count_ == 0 || semaphore_->try_take(count_);
+  }
+
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    return publish(resume_target(h, scheduler_of(h)), nullptr);
+  }
+
+  value_type await_resume() {
+    if (semaphore_ != nullptr) return make_(semaphore_permit(semaphore_, count_));
+    return wait_.finish();
+  }
+
+ private:
+  friend struct lazy_acquire_access<acquire_awaiter>;
+
+  /// Awaited (or selected) before: its wait was built.
+  [[nodiscard]] bool spent() const noexcept { return semaphore_ == nullptr; }
+
+  /// Builds the waiting operation (the awaiter's arguments move into its node) and publishes it.
+  bool publish(resume_target target, commit_point* commit) noexcept {
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, semaphore_, count_, std::move(make_));
+    semaphore_ = nullptr;
+    return wait_.publish(target, nothing_to_do{}, commit);
+  }
+
+  semaphore* semaphore_;
+  std::size_t count_;
+  Make make_;
+  union {
+    wait_type wait_;  // constructed by await_suspend
+  };
+};
+
+/// acquire_awaiter for an acquisition whose semaphore, count and guard maker all follow from
+/// one pointer (a mutex; an rwlock's read or write side): the awaiter is that `Source`, so the
+/// uncontended lock stores one word into the frame before its CAS instead of three. A Source is
+/// a pointer wrapper with `explicit operator bool`, `semaphore_ref()`, `count()` and `maker()`; an
+/// empty Source marks the constructed wait.
+template <class Source>
+class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] source_awaiter {
+  using node_type = semaphore_acquire<decltype(std::declval<const Source&>().maker())>;
+  using wait_type = pending_wait<node_type, false>;
+
+ public:
+  using value_type = typename node_type::value_type;
+
+  explicit source_awaiter(Source source) noexcept : source_(source) {}
+  source_awaiter(const source_awaiter&) = delete;
+  source_awaiter& operator=(const source_awaiter&) = delete;
+  ~source_awaiter() {
+    if (!source_) wait_.~wait_type();
+  }
+
+  /// Throws std::logic_error if this awaiter suspended before (an empty source says so; a test
+  /// folded away when the source was just built from a mutex's or rwlock's `this`).
+  bool await_ready() {
+    if (!source_) [[unlikely]]
+      throw_awaited_again();
+    return source_.semaphore_ref().try_take(source_.count());
+  }
+
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    return publish(resume_target(h, scheduler_of(h)), nullptr);
+  }
+
+  value_type await_resume() {
+    if (source_) return source_.maker()(semaphore_permit(&source_.semaphore_ref(), source_.count()));
+    return wait_.finish();
+  }
+
+ private:
+  friend struct lazy_acquire_access<source_awaiter>;
+
+  /// Awaited (or selected) before: its wait was built.
+  [[nodiscard]] bool spent() const noexcept { return !source_; }
+
+  /// Builds the waiting operation from the source (which empties) and publishes it.
+  bool publish(resume_target target, commit_point* commit) noexcept {
+    const Source s = std::exchange(source_, Source{});
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
+    return wait_.publish(target, nothing_to_do{}, commit);
+  }
+
+  Source source_;
+  union {
+    wait_type wait_;  // constructed by await_suspend
+  };
+};
+
+/// when_any drives a lazily built acquisition (acquire_awaiter, source_awaiter) as the plain
+/// co_await does: one CAS in poll when uncontended, and through the node it then builds when
+/// not, committed before it is granted anything.
+template <class Awaiter>
+struct lazy_acquire_access {
+  using awaiter = Awaiter;
+  using outcome = typename awaiter::value_type;
+
+  static bool spent(const awaiter& a) noexcept { return a.spent(); }
+  static bool poll(awaiter& a) { return a.await_ready(); }
+  static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
+    return a.publish(target, &commit);
+  }
+  static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
+  static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
+  static outcome win(awaiter& a) { return a.await_resume(); }
+  static void pass_on(awaiter& a, bool started) noexcept {
+    if (started) a.wait_.discard();
+  }
+  static std::optional<stored_outcome_t<outcome>> handed_back(awaiter& /*unused*/) {
+    return cancelled_outcome<outcome>();
+  }
+};
+
+/// A semaphore acquisition (or a channel's capacity) as a when_any branch.
+template <class Make, bool Fallible>
+struct select_access<acquire_awaiter<Make, Fallible>> : lazy_acquire_access<acquire_awaiter<Make, Fallible>> {
+};
+
+/// A mutex's or rwlock's lock as a when_any branch.
+template <class Source>
+struct select_access<source_awaiter<Source>> : lazy_acquire_access<source_awaiter<Source>> {};
+
+/// The five forms of an acquisition yielding `make(permit)`: wait_forms, with the plain
+/// `co_await` form replaced by acquire_awaiter.
+template <class Make, bool Fallible>
+struct acquire_forms : wait_forms<semaphore_acquire<Make, Fallible>> {
+  [[nodiscard]] static acquire_awaiter<Make, Fallible> await(semaphore* owner, std::size_t n,
+                                                             Make make) noexcept {
+    return {owner, n, std::move(make)};
+  }
+};
+
+}  // namespace detail
+
+// --- the wait list ------------------------------------------------------------------------------
+
+inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
+  if (closed_) {
+    w.status = wait_status::closed;
+    return true;
+  }
+  std::size_t partial = 0;
+  if (word_.take_or_mark_contended(w.missing(), partial)) return true;
+  w.grant(partial);
+  return false;
+}
+
+inline void semaphore::close(return_hook on_return, void* context) noexcept {
+  wake([&](detail::wait_list& waiters, detail::wake_batch& batch) {
+    if (closed_) return;
+    closed_ = true;
+    on_return_ = on_return;
+    on_return_context_ = context;
+    closed_count_ = word_.take_all_and_mark_contended();
+    for (detail::waiter* w = waiters.front(); w != nullptr; w = w->next)
+      closed_count_ += static_cast<detail::semaphore_waiter*>(w)->granted();
+    waiters.claim_all(batch, wait_status::closed);
+  });
+}
+
+inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
+                                detail::wake_batch& batch) noexcept {
+  if (closed_) {  // nobody acquires any more: returned permits are only counted
+    closed_count_ += n;
+    return;
+  }
+  const std::size_t repaid = std::min(n, deficit_);
+  deficit_ -= repaid;
+  n -= repaid;
+  while (n != 0 && !waiters.empty()) {
+    auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
+    if (head.lost()) {  // its when_any is over: not even part of a grant is its
+      n += head.ungrant();
+      waiters.claim_front(batch, wait_status::cancelled);
+      continue;
+    }
+    const std::size_t given = std::min(n, head.missing());
+    head.grant(given);
+    n -= given;
+    if (head.missing() != 0) continue;
+    // Complete: commit it before it takes the permits. A branch whose when_any another branch
+    // won gives back what it was partly granted, and is claimed cancelled.
+    if (!head.commit()) n += head.ungrant();
+    waiters.claim_front(batch, head.missing() == 0 ? wait_status::ok : wait_status::cancelled);
+  }
+  if (waiters.empty() && deficit_ == 0) word_.make_available(n);  // contended (count 0) until now
+}
+
+inline auto semaphore::acquire(std::size_t n) {
+  return acquire_forms::await(this, checked(n), detail::permit_itself{});
+}
+inline auto semaphore::acquire(std::size_t n, std::stop_token stop) {
+  return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
+}
+inline semaphore_permit semaphore::acquire_blocking(std::size_t n) {
+  return acquire_forms::block(this, checked(n), detail::permit_itself{});
+}
+inline result<semaphore_permit> semaphore::acquire_blocking(std::size_t n, std::stop_token stop) {
+  return acquire_forms::block_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
+}
+template <class Rep, class Period>
+result<semaphore_permit> semaphore::acquire_timeout(std::size_t n,
+                                                    std::chrono::duration<Rep, Period> timeout) {
+  return acquire_forms::block_for(timeout, this, checked(n), detail::permit_itself{});
+}
+
+}  // namespace asyncband

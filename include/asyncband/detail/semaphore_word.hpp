@@ -1,0 +1,195 @@
+// asyncband/detail/semaphore_word.hpp: the semaphore's count word, its lock-free paths and
+// the tickets a channel's capacity hands out with it.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace asyncband::detail {
+
+/// Tag of the semaphore constructor for a count that is rarely at its initial value (a
+/// channel's capacity): its lock-free paths read the state instead of guessing it.
+struct varying_count_t {
+  explicit varying_count_t() = default;
+};
+/// Tag of the semaphore constructor for a semaphore whose owner keeps it alive through every
+/// call that may wake one of its waiters (a return of permits, a cancellation, close): its
+/// wake-ups then need no pin (detail::wait_queue::wake_kept_alive). Only for an owner that can
+/// show it for every caller: see bounded_state (mpsc) for the argument.
+struct kept_alive_t {
+  explicit kept_alive_t() = default;
+};
+
+/// The one atomic word of a semaphore: bit 0 is `contended`, set while anybody is queued or a
+/// deficit is outstanding; bits 1-31 are the available count; bits 32-63 are a ticket counter,
+/// which only a channel uses (a send takes its unit of capacity and its place in the ring in
+/// one CAS). While `contended` is set the count is 0 (the head waiter or the deficit absorbs
+/// every permit), and only holders of the owner's lock change the word apart from the tickets,
+/// so the lock-free paths are exactly: take with the bit clear, give with the bit clear, and
+/// advance the ticket. Every write keeps the ticket bits, and every write is a
+/// read-modify-write, never a plain store: a channel's receiver announces its sleep with one,
+/// and each later claim must read from its release sequence (announce_at_ticket).
+class semaphore_word {
+ public:
+  /// The largest count the word holds: 2^31 - 1.
+  static constexpr std::size_t max = (std::size_t{1} << 31) - 1;
+
+  /// What try_add did.
+  enum class add_outcome : unsigned char { added, contended, overflow };
+
+  /// `count` available, and guessed to be the usual state (see guess_before_take).
+  explicit semaphore_word(std::size_t count) noexcept : idle_(encode(count)), state_(idle_) {}
+  /// For a count that is rarely all available: no guess. Tickets start at `first_ticket`.
+  semaphore_word(std::size_t count, varying_count_t /*unused*/, std::uint32_t first_ticket) noexcept
+      : idle_(0), state_(encode(count) | (std::uint64_t{first_ticket} << 32)) {}
+
+  // --- lock-free --------------------------------------------------------------------------------
+  /// Takes n if nobody is queued and enough are available.
+  bool try_take(std::size_t n) noexcept {
+    std::uint64_t s = guess_before_take(n);
+    while ((s & contended) == 0 && count_of(s) >= n) {
+      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+
+  /// Adds n if nobody is queued and nothing is owed; reports overflow above max instead.
+  add_outcome try_add(std::size_t n) noexcept {
+    std::uint64_t s = guess_before_give(n);
+    while ((s & contended) == 0) {
+      if (n > max || count_of(s) > max - n) return add_outcome::overflow;
+      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
+                                       std::memory_order_relaxed))
+        return add_outcome::added;
+    }
+    return add_outcome::contended;
+  }
+
+  /// Available now (0 while contended).
+  [[nodiscard]] std::size_t available() const noexcept {
+    const std::uint64_t s = state_.load(std::memory_order_acquire);
+    return (s & contended) != 0 ? 0 : count_of(s);
+  }
+
+  /// Takes everything available; returns how much.
+  std::size_t take_all() noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0 && count_of(s) != 0) {
+      if (state_.compare_exchange_weak(s, s & ticket_bits, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return count_of(s);
+    }
+    return 0;
+  }
+
+  // --- tickets, for a channel's capacity ----------------------------------------------------------
+  /// One unit and the next ticket, if nobody is queued and a unit is available.
+  [[nodiscard]] bool try_take_with_ticket(std::uint32_t& ticket) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0 && count_of(s) != 0) {
+      if (state_.compare_exchange_weak(s, s - encode(1) + ticket_one, std::memory_order_acquire,
+                                       std::memory_order_relaxed)) {
+        ticket = ticket_of(s);
+        return true;
+      }
+    }
+    return false;
+  }
+  /// The next ticket, for a unit already held.
+  std::uint32_t take_ticket() noexcept {
+    return ticket_of(state_.fetch_add(ticket_one, std::memory_order_acquire));
+  }
+  /// The next ticket, not taken: a read-modify-write, ordered with every take (seq_cst).
+  std::uint32_t announce_at_ticket() noexcept {
+    return ticket_of(state_.fetch_add(0, std::memory_order_seq_cst));
+  }
+  [[nodiscard]] std::uint32_t next_ticket() const noexcept {
+    return ticket_of(state_.load(std::memory_order_acquire));
+  }
+
+  // --- under the owner's lock ---------------------------------------------------------------------
+  /// For a waiter about to queue that still misses `missing`: takes them (true), or takes every
+  /// available unit into `granted` and marks the word contended (false: the caller queues).
+  bool take_or_mark_contended(std::size_t missing, std::size_t& granted) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((s & contended) != 0) return false;
+      const std::size_t available_now = count_of(s);
+      if (available_now >= missing) {
+        if (state_.compare_exchange_weak(s, s - encode(missing), std::memory_order_acquire,
+                                         std::memory_order_relaxed))
+          return true;
+      } else if (state_.compare_exchange_weak(s, (s & ticket_bits) | contended, std::memory_order_acquire,
+                                              std::memory_order_relaxed)) {
+        granted += available_now;
+        return false;
+      }
+    }
+  }
+
+  /// Takes up to n of what is available and sets `missing` to the rest; if any is missing, the
+  /// word is marked contended (the owner records it as a deficit). False, and nothing changed,
+  /// if more than `max_missing` would be missing. Contended already: all n are missing.
+  bool take_up_to(std::size_t n, std::size_t max_missing, std::size_t& missing) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::size_t taken = (s & contended) != 0 ? 0 : std::min(count_of(s), n);
+      if (n - taken > max_missing) return false;
+      if ((s & contended) != 0) break;  // only lock holders change the word now
+      const std::uint64_t next =
+          (s & ticket_bits) | encode(count_of(s) - taken) | (taken != n ? contended : 0);
+      if (state_.compare_exchange_weak(s, next, std::memory_order_acquire, std::memory_order_relaxed)) break;
+    }
+    missing = n - ((s & contended) != 0 ? 0 : std::min(count_of(s), n));
+    return true;
+  }
+
+  /// Marks the word contended for good (a close); returns what was available.
+  std::size_t take_all_and_mark_contended() noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(s, (s & ticket_bits) | contended, std::memory_order_acq_rel,
+                                         std::memory_order_relaxed)) {
+    }
+    return (s & contended) != 0 ? 0 : count_of(s);
+  }
+
+  /// From contended (count 0) to uncontended with n available: nobody waits, nothing is owed.
+  void make_available(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(s, (s & ticket_bits) | encode(n), std::memory_order_release,
+                                         std::memory_order_relaxed)) {
+    }
+  }
+
+ private:
+  static constexpr std::uint64_t contended = 1;
+  static constexpr std::uint64_t ticket_one = std::uint64_t{1} << 32;
+  static constexpr std::uint64_t ticket_bits = ~(ticket_one - 1);
+  static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
+  static constexpr std::size_t count_of(std::uint64_t state) noexcept {
+    return static_cast<std::size_t>((state >> 1) & max);
+  }
+  static constexpr std::uint32_t ticket_of(std::uint64_t state) noexcept {
+    return static_cast<std::uint32_t>(state >> 32);
+  }
+
+  /// The first guess of the lock-free paths: nobody else holds any, as for an uncontended
+  /// mutex or rwlock. A right guess saves the read before the CAS, which costs about 5 ns right
+  /// after another locked instruction; a wrong one costs the failed CAS, which then reports the
+  /// actual state.
+  [[nodiscard]] std::uint64_t guess_before_take(std::size_t n) const noexcept {
+    return idle_ >= encode(n) ? idle_ : state_.load(std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::uint64_t guess_before_give(std::size_t n) const noexcept {
+    return idle_ >= encode(n) ? idle_ - encode(n) : state_.load(std::memory_order_relaxed);
+  }
+
+  const std::uint64_t idle_;  // the word with the initial count all available (0: no guess)
+  std::atomic<std::uint64_t> state_;
+};
+
+}  // namespace asyncband::detail
