@@ -1052,6 +1052,98 @@ TEST_F(asio_ops, a_pending_operation_is_outstanding_work) {
   EXPECT_TRUE(ioc.stopped());
 }
 
+TEST_F(asio_ops, a_coroutine_pending_on_an_operation_keeps_the_context_running) {
+  // Under use_awaitable (bare, as_tuple, redirect_error) an operation counts no work of its own:
+  // its handler's coroutine holds work on the same executor (asio::co_spawn's) while it exists.
+  // Either way, the context must not run out of work while the operation is pending.
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  std::vector<int> got;
+  net::co_spawn(
+      ioc,
+      [&rx = rx, &got]() -> net::awaitable<void> {
+        got.push_back(co_await ab::asio::async_recv(rx, net::use_awaitable));
+        auto [ec, v] = co_await ab::asio::async_recv(rx, net::as_tuple(net::use_awaitable));
+        EXPECT_FALSE(ec);
+        got.push_back(v);
+        error_code ec2;
+        got.push_back(co_await ab::asio::async_recv(rx, net::redirect_error(net::use_awaitable, ec2)));
+        EXPECT_FALSE(ec2);
+      },
+      net::detached);
+  for (int i = 1; i <= 3; ++i) {
+    ioc.poll();
+    EXPECT_FALSE(ioc.stopped()) << "no outstanding work while receive " << i << " is pending";
+    ASSERT_TRUE(tx.try_send(i).ok());
+  }
+  ioc.poll();
+  EXPECT_TRUE(ioc.stopped());
+  EXPECT_EQ(got, (std::vector<int>{1, 2, 3}));
+
+  // A staged wait the same way.
+  ab::mutex<int> m(0);
+  ab::condvar cv;
+  bool notified = false;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        auto g = co_await ab::asio::async_condvar_wait(cv, *m.try_lock(), net::use_awaitable);
+        notified = g.has_value();
+      },
+      net::detached);
+  ioc.restart();
+  ioc.poll();
+  EXPECT_FALSE(ioc.stopped()) << "no outstanding work while the condvar wait is pending";
+  cv.notify_one();
+  ioc.poll();
+  EXPECT_TRUE(ioc.stopped());
+  EXPECT_TRUE(notified);
+}
+
+TEST_F(asio_ops, a_wait_resolved_before_it_is_listed_completes_once_posted) {
+  // The wake-up comes between the publication that left the receive pending and its listing
+  // with the context (on another thread in real life; here at the test point, on this one):
+  // the listing finds it resolved and completes it, once, through the executor.
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  ab::runtime::test_scheduler sched;
+  sched.at(test_point::listing, [&tx = tx] { ASSERT_TRUE(tx.try_send(5).ok()); });
+  std::vector<std::pair<error_code, int>> seen;
+  ab::asio::async_recv(rx, net::bind_executor(ioc, [&](error_code ec, int v) { seen.emplace_back(ec, v); }));
+  EXPECT_EQ(sched.pending_actions(), 0U);
+  EXPECT_TRUE(seen.empty());   // not inside the initiation, which woke it
+  EXPECT_EQ(ioc.poll(), 1U);   // one completion (poll: a lost one must not hang the test)
+  EXPECT_TRUE(ioc.stopped());  // and no outstanding work left behind
+  ASSERT_EQ(seen.size(), 1U);
+  EXPECT_EQ(seen[0], std::make_pair(error_code(), 5));
+  EXPECT_TRUE(rx.try_recv().empty());
+
+  // A grant the same way: the lock handed over before the listing, and released by the handler;
+  // then a staged wait, notified (and re-locked at once) before the listing.
+  const auto record = [](bool& locked) {
+    return [&locked](error_code ec, std::optional<ab::mutex_guard<int>> g) { locked = !ec && g.has_value(); };
+  };
+  const auto completes_once_posted = [this](const bool& locked) {
+    EXPECT_FALSE(locked);
+    ioc.restart();
+    EXPECT_EQ(ioc.poll(), 1U);
+    EXPECT_TRUE(ioc.stopped());
+    EXPECT_TRUE(locked);
+  };
+  ab::mutex<int> m(0);
+  auto held = m.try_lock();
+  sched.at(test_point::listing, [&held] { held.reset(); });
+  bool locked = false;
+  ab::asio::async_lock(m, net::bind_executor(ioc, record(locked)));
+  completes_once_posted(locked);
+  EXPECT_TRUE(m.try_lock().has_value());
+
+  ab::condvar cv;
+  sched.at(test_point::listing, [&cv] { cv.notify_one(); });
+  bool relocked = false;
+  ab::asio::async_condvar_wait(cv, *m.try_lock(), net::bind_executor(ioc, record(relocked)));
+  completes_once_posted(relocked);
+  EXPECT_TRUE(m.try_lock().has_value());
+}
+
 TEST_F(asio_ops, a_wake_while_the_io_context_is_stopped_completes_after_restart) {
   auto [tx, rx] = ab::mpsc::bounded<int>(1);
   std::optional<int> got;
@@ -1605,6 +1697,36 @@ TEST(asio_ops_lifetime, the_shutdown_cancels_every_operation_when_a_cancellation
   EXPECT_EQ(alive.use_count(), 1);
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(sem.available(), 1U);
+}
+
+TEST(asio_ops_lifetime,
+     an_operation_started_on_a_shut_down_context_and_woken_before_its_cancellation_goes_once) {
+  // The listing finds the context shut down: the operation is to cancel its wait. A wake-up
+  // comes first (on another thread in real life; here at the test point, on this one): the
+  // operation must still be there for the cancellation, and be destroyed once, after it.
+  shutdown_context ctx;
+  auto [tx, rx] = ab::mpsc::bounded<int>(1);
+  auto alive = std::make_shared<int>(0);
+  ab::asio::async_recv(rx, net::bind_executor(ctx, [keep = alive](error_code, int) { ADD_FAILURE(); }));
+  ctx.shutdown();  // ends the first receive; the service stays (the context is not destroyed)
+  EXPECT_EQ(alive.use_count(), 1);
+  ab::runtime::test_scheduler sched;
+  sched.at(test_point::refused, [&tx = tx] { ASSERT_TRUE(tx.try_send(5).ok()); });
+  ab::asio::async_recv(rx, net::bind_executor(ctx, [keep = alive](error_code, int) { ADD_FAILURE(); }));
+  EXPECT_EQ(sched.pending_actions(), 0U);
+  EXPECT_EQ(alive.use_count(), 1);
+  EXPECT_EQ(rx.try_recv().value(), 5);  // the value it was woken for stays in the channel
+
+  // A staged wait the same way: notified (and re-locked) before its stop is requested.
+  ab::condvar cv;
+  ab::mutex<int> m(0);
+  sched.at(test_point::refused, [&cv] { cv.notify_one(); });
+  ab::asio::async_condvar_wait(
+      ctx.get_executor(), cv, *m.try_lock(),
+      [keep = alive](error_code, std::optional<ab::mutex_guard<int>>) { ADD_FAILURE(); });
+  EXPECT_EQ(sched.pending_actions(), 0U);
+  EXPECT_EQ(alive.use_count(), 1);
+  EXPECT_TRUE(m.try_lock().has_value());
 }
 
 /// A coroutine with no scheduler, resumed inline by the wake that also claims the operation

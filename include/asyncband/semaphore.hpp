@@ -116,6 +116,13 @@ class semaphore {
   /// `first_ticket`: the channel's first place (tests of wrap-around start near 2^32).
   semaphore(std::size_t permits, detail::varying_count_t /*unused*/, std::uint32_t first_ticket = 0)
       : word_(checked(permits), detail::varying_count_t{}, first_ticket) {}
+  /// As above, for a semaphore its owner keeps alive through every call that may wake a waiter
+  /// (detail::kept_alive_t).
+  semaphore(std::size_t permits, detail::varying_count_t varying, std::uint32_t first_ticket,
+            detail::kept_alive_t /*unused*/)
+      : semaphore(permits, varying, first_ticket) {
+    kept_alive_ = true;
+  }
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
   /// Debug builds assert that no acquisition is pending.
@@ -213,19 +220,18 @@ class semaphore {
     if (outcome == add_outcome::contended) {
       return_hook hook = nullptr;
       void* hook_context = nullptr;
-      outcome =
-          queue_.wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
-            const add_outcome locked = try_add(n);
-            if (locked != add_outcome::contended) return locked;
-            if (n > max()) return add_outcome::overflow;
-            if (closed_) {
-              hook = on_return_;
-              hook_context = on_return_context_;
-            }
-            hand_out(n, waiters, batch);
-            return locked;
-          });
-      if (hook != nullptr) hook(hook_context);  // nothing of the semaphore is read after unpinning
+      outcome = wake([this, n, &hook, &hook_context](detail::wait_list& waiters, detail::wake_batch& batch) {
+        const add_outcome locked = try_add(n);
+        if (locked != add_outcome::contended) return locked;
+        if (n > max()) return add_outcome::overflow;
+        if (closed_) {
+          hook = on_return_;
+          hook_context = on_return_context_;
+        }
+        hand_out(n, waiters, batch);
+        return locked;
+      });
+      if (hook != nullptr) hook(hook_context);  // nothing of the semaphore is read after the wake-up
     }
     if (outcome == add_outcome::overflow) {
       if constexpr (Checked) {
@@ -243,6 +249,13 @@ class semaphore {
   inline void hand_out(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
 
   detail::wait_queue& queue() noexcept { return queue_; }
+
+  /// The queue's wake-up (detail::wait_queue::wake), pinned unless the owner keeps this alive.
+  template <class Claim>
+  auto wake(Claim&& claim, detail::test_point after_unlock = detail::test_point::claimed_for_wake) noexcept {
+    if (kept_alive_) return queue_.wake_kept_alive(std::forward<Claim>(claim), after_unlock);
+    return queue_.wake(std::forward<Claim>(claim), after_unlock);
+  }
 
   /// For a channel's capacity (bounded_state): no acquisition succeeds any more; queued ones end
   /// wait_status::closed. The state stays `contended`, so every lock-free path fails and the
@@ -262,6 +275,7 @@ class semaphore {
 
   detail::semaphore_word word_;
   std::size_t deficit_ = 0;  // guarded by queue_.mutex()
+  bool kept_alive_ = false;  // set once, by the constructor (detail::kept_alive_t)
   bool closed_ = false;      // guarded by queue_.mutex(), as the three below
   std::size_t closed_count_ = 0;
   return_hook on_return_ = nullptr;

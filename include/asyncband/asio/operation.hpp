@@ -10,7 +10,10 @@
 // movable, and a deferred token initiates later).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_allocator.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
 #include <boost/asio/associated_executor.hpp>
@@ -19,14 +22,19 @@
 #include <boost/asio/execution.hpp>
 #include <boost/asio/execution_context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/is_executor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/prefer.hpp>
 #include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/require.hpp>
 #include <boost/asio/system_executor.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -295,12 +303,33 @@ struct poll_policy<asyncband::detail::source_awaiter<Source>> {
 
 /// What the service of an execution context knows of a pending operation.
 struct pending_op {
+  /// Where a published operation stands with its service; guarded by the service's lock. The
+  /// service is told twice, in either order: once the publication left the operation pending
+  /// (wait_service::add), and once its wait is resolved (wait_service::resolve); whichever
+  /// comes second goes on with the operation.
+  enum class stage : std::uint8_t {
+    publishing,  ///< neither yet
+    resolved,    ///< resolved first: the publishing thread completes it when it comes to add()
+    listed,      ///< added first: the resolving thread completes it
+    cancelling,  ///< added after the context shut down: the publishing thread ends the wait, adds again
+    refused,     ///< added again, still unresolved: its resolution destroys it
+  };
+
   pending_op* prev = nullptr;
   pending_op* next = nullptr;
   /// Cancels the wait if no waker committed it yet (it then resolves on this thread).
   void (*cancel)(pending_op*) noexcept = nullptr;
   /// Destroys the operation without invoking its handler.
   void (*destroy)(pending_op*) noexcept = nullptr;
+  stage at = stage::publishing;
+};
+
+/// What the caller of wait_service::add or wait_service::resolve does next with the operation.
+enum class next_step : std::uint8_t {
+  nothing,   ///< the other of the two calls (or the shutdown loop) takes care of it
+  complete,  ///< post its completion
+  cancel,    ///< add() only: the context is shut down: end the wait, then add() again
+  destroy,   ///< the context is shut down and the wait is over: destroy it unrun
 };
 
 /// Tracks the operations pending on one execution context, so that its shutdown can end them
@@ -344,36 +373,42 @@ class wait_service final : public boost::asio::execution_context::service {
     return found;
   }
 
-  /// Lists op; false if the context is shut down.
-  bool add(pending_op& op) noexcept {
+  /// On the publishing thread, once the publication left op pending: lists it, unless it was
+  /// resolved meanwhile (complete it) or the context is shut down (cancel, or destroy it).
+  [[nodiscard]] next_step add(pending_op& op) noexcept {
     const std::lock_guard lock(lock_);
-    if (shut_down_) return false;
+    if (shut_down_) return refuse(op);
+    if (op.at == pending_op::stage::resolved) return next_step::complete;
+    op.at = pending_op::stage::listed;
     op.prev = nullptr;
     op.next = head_;
     if (head_ != nullptr) head_->prev = &op;
     head_ = &op;
-    return true;
+    return next_step::nothing;
   }
 
-  /// A resolved op leaves the list. True: post its completion. False: the context is shut down
-  /// (or shutting down, on this thread): nothing will run there any more; the op is taken care
-  /// of (destroyed by the caller, or after the shutdown loop).
-  [[nodiscard]] bool remove(pending_op& op, bool& destroy_now) noexcept {
-    destroy_now = false;
-    if (shutting_down_here() == this) {  // resolved by our own cancel(), inside the loop below
-      // Still listed: completed by the cancellation of another (a partial grant handed on).
-      if (op.prev != nullptr || head_ == &op) unlink(op);
-      op.next = doomed_;
-      doomed_ = &op;
-      return false;
-    }
+  /// On the resolving thread: a listed op leaves the list (complete it), unless the context is
+  /// shut down (destroy it, or leave it to the shutdown loop running on this thread); one not
+  /// listed yet is left to add().
+  [[nodiscard]] next_step resolve(pending_op& op) noexcept {
+    if (shutting_down_here() == this) return resolve_in_shutdown(op);
     const std::lock_guard lock(lock_);
-    if (shut_down_) {
-      destroy_now = true;
-      return false;
+    switch (op.at) {
+      case pending_op::stage::publishing:
+      case pending_op::stage::cancelling:
+        op.at = pending_op::stage::resolved;
+        return next_step::nothing;
+      case pending_op::stage::listed:
+        // The shutdown loop unlisted it. Only a resolution outside Asio's rules reaches this (one
+        // on another thread while the context is being destroyed): a defence, not a contract.
+        if (shut_down_) return next_step::destroy;
+        unlink(op);
+        return next_step::complete;
+      case pending_op::stage::refused:
+      case pending_op::stage::resolved:  // not reached: a wait is resolved once
+        break;
     }
-    unlink(op);
-    return true;
+    return next_step::destroy;
   }
 
  private:
@@ -393,6 +428,43 @@ class wait_service final : public boost::asio::execution_context::service {
     return current;
   }
 
+  /// add() on a shut-down context. The first time, the publishing thread ends the wait and comes
+  /// back: a resolution on another thread meanwhile must not destroy the operation under it.
+  /// The second time, whichever of the two comes second destroys it.
+  static next_step refuse(pending_op& op) noexcept {
+    switch (op.at) {
+      case pending_op::stage::publishing:
+        op.at = pending_op::stage::cancelling;
+        return next_step::cancel;
+      case pending_op::stage::cancelling:
+        op.at = pending_op::stage::refused;
+        return next_step::nothing;
+      case pending_op::stage::resolved:
+      case pending_op::stage::listed:  // not reached: the context was shut down before it came
+      case pending_op::stage::refused:
+        break;
+    }
+    return next_step::destroy;
+  }
+
+  /// resolve(), inside this thread's shutdown loop (which holds the lock): an operation the loop
+  /// cancelled, or one still listed that the cancellation of another completed (a partial grant
+  /// handed on), is destroyed after the loop; one whose publication is still under way on
+  /// another thread (a cancellation here woke it) is left to its add(), which finds the context
+  /// shut down.
+  next_step resolve_in_shutdown(pending_op& op) noexcept {
+    // A publication under way on another thread while the context is destroyed is outside
+    // Asio's rules (the service is deleted right after shutdown()): this branch is a defence.
+    if (op.at == pending_op::stage::publishing) {
+      op.at = pending_op::stage::resolved;
+      return next_step::nothing;
+    }
+    if (op.prev != nullptr || head_ == &op) unlink(op);
+    op.next = doomed_;
+    doomed_ = &op;
+    return next_step::nothing;
+  }
+
   void shutdown() override {
     {
       // Waiter code a cancellation wakes on this thread (a condvar wait cancelled while it
@@ -404,7 +476,7 @@ class wait_service final : public boost::asio::execution_context::service {
         shut_down_ = true;
         shutting_down_here() = this;
         // One at a time from the head: a cancellation may complete an operation still listed,
-        // which remove() then takes out of the list (a saved `next` would go stale).
+        // which resolve() then takes out of the list (a saved `next` would go stale).
         while (head_ != nullptr) {
           pending_op* const op = head_;
           unlink(*op);
@@ -429,15 +501,6 @@ class wait_service final : public boost::asio::execution_context::service {
 };
 
 template <class Executor>
-boost::asio::execution_context& context_of(const Executor& ex) {
-  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
-    return boost::asio::query(ex, boost::asio::execution::context);
-  } else {
-    return ex.context();
-  }
-}
-
-template <class Executor>
 auto track_work(const Executor& ex) {
   if constexpr (boost::asio::execution::is_executor<Executor>::value) {
     // Asio's property objects are spelled this way.
@@ -448,19 +511,89 @@ auto track_work(const Executor& ex) {
   }
 }
 
-/// An operation's hold on its executor's outstanding work, taken when it publishes. Raw storage
-/// rather than a std::optional: g++ 12 at -O2 reports a false -Wmaybe-uninitialized inside a
-/// never-engaged optional of a type-erased executor (as for stop_registration, wait_operation.hpp).
+/// The io_context executor a type-erased any_io_executor (use_awaitable's) wraps, if it wraps
+/// one; else nullptr. Through it, a post and a work count skip the type erasure: asio::post on
+/// an any_io_executor copies the polymorphic executor several times (each copy an indirect
+/// call) and wraps the function in a second, type-erased allocation; counting work on it builds
+/// another polymorphic executor. Both are the same operation on the same io_context.
+template <class Executor>
+const boost::asio::io_context::executor_type* io_context_target(const Executor& ex) noexcept {
+  if constexpr (std::is_same_v<Executor, boost::asio::any_io_executor>) {
+    return ex.template target<boost::asio::io_context::executor_type>();
+  } else {
+    return nullptr;
+  }
+}
+
+/// The execution context of `ex` (through io_context_target when it has one: a query through
+/// the type erasure is an indirect call).
+template <class Executor>
+boost::asio::execution_context& context_of(const Executor& ex) {
+  if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) return io->context();
+  if constexpr (boost::asio::execution::is_executor<Executor>::value) {
+    return boost::asio::query(ex, boost::asio::execution::context);
+  } else {
+    return ex.context();
+  }
+}
+
+/// asio::post(ex, f), with f's associated allocator; straight to the io_context's executor when
+/// `ex` is an any_io_executor wrapping one (the same properties asio::post requests).
+template <class Executor, class Function>
+void post_to(const Executor& ex, Function&& f) {
+  namespace execution = boost::asio::execution;
+  if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) {
+    // Asio's property objects are spelled this way.
+    // NOLINTBEGIN(readability-static-accessed-through-instance)
+    boost::asio::prefer(boost::asio::require(*io, execution::blocking.never), execution::relationship.fork,
+                        execution::allocator(boost::asio::get_associated_allocator(f)))
+        .execute(std::forward<Function>(f));
+    // NOLINTEND(readability-static-accessed-through-instance)
+    return;
+  }
+  boost::asio::post(ex, std::forward<Function>(f));
+}
+
+/// The outstanding work of an io_context, counted on its own executor (io_context_target).
+using io_context_work =
+    std::decay_t<decltype(boost::asio::prefer(std::declval<const boost::asio::io_context::executor_type&>(),
+                                              // NOLINTNEXTLINE(readability-static-accessed-through-instance)
+                                              boost::asio::execution::outstanding_work.tracked))>;
+
+/// Whether a handler keeps its associated executor's outstanding work by itself, so that an
+/// operation holding it needs to count none of its own: use_awaitable's handler owns its
+/// coroutine, and a coroutine started by asio::co_spawn holds work on its executor (which is the
+/// handler's) for as long as it exists (co_spawn_entry_point's work guards); as_tuple and
+/// redirect_error wrap such a handler and keep its executor. (A bound executor does not: an
+/// executor_binder is not looked through.)
+template <class Handler>
+inline constexpr bool keeps_own_work_v = false;
+template <class Executor, class... Args>
+inline constexpr bool keeps_own_work_v<boost::asio::detail::awaitable_handler<Executor, Args...>> = true;
+template <class Handler>
+inline constexpr bool keeps_own_work_v<boost::asio::detail::as_tuple_handler<Handler>> =
+    keeps_own_work_v<Handler>;
+template <class Handler>
+inline constexpr bool keeps_own_work_v<boost::asio::detail::redirect_error_handler<Handler>> =
+    keeps_own_work_v<Handler>;
+
+/// An operation's hold on its executor's outstanding work, taken when it publishes: a `Work`
+/// (track_work), or an io_context_work when the executor wraps an io_context's. Raw storage
+/// rather than a std::optional or std::variant: g++ 12 at -O2 reports a false
+/// -Wmaybe-uninitialized inside a never-engaged optional of a type-erased executor (as for
+/// stop_registration, wait_operation.hpp).
 template <class Work>
 class work_hold {
  public:
   work_hold() noexcept = default;
   work_hold(work_hold&& other) noexcept {
-    if (other.engaged_) {
-      ::new (static_cast<void*>(storage_)) Work(std::move(*other.get()));
-      engaged_ = true;
-      other.reset();
+    if (other.held_ == held::work) {
+      ::new (static_cast<void*>(storage_)) Work(std::move(*other.template get<Work>()));
+    } else if (other.held_ == held::io_work) {
+      ::new (static_cast<void*>(storage_)) io_context_work(std::move(*other.template get<io_context_work>()));
     }
+    held_ = other.held_;
+    other.reset();
   }
   work_hold(const work_hold&) = delete;
   work_hold& operator=(const work_hold&) = delete;
@@ -470,26 +603,46 @@ class work_hold {
   template <class Executor>
   void take(const Executor& ex) {
     reset();
-    ::new (static_cast<void*>(storage_)) Work(track_work(ex));
-    engaged_ = true;
+    if (const boost::asio::io_context::executor_type* io = io_context_target(ex)) {
+      // NOLINTBEGIN(readability-static-accessed-through-instance)
+      ::new (static_cast<void*>(storage_))
+          io_context_work(boost::asio::prefer(*io, boost::asio::execution::outstanding_work.tracked));
+      // NOLINTEND(readability-static-accessed-through-instance)
+      held_ = held::io_work;
+    } else {
+      ::new (static_cast<void*>(storage_)) Work(track_work(ex));
+      held_ = held::work;
+    }
   }
   void reset() noexcept {
-    if (!engaged_) return;
-    engaged_ = false;
-    get()->~Work();
+    if (held_ == held::work) {
+      get<Work>()->~Work();
+    } else if (held_ == held::io_work) {
+      get<io_context_work>()->~io_context_work();
+    }
+    held_ = held::none;
   }
 
  private:
-  Work* get() noexcept { return std::launder(reinterpret_cast<Work*>(storage_)); }
+  enum class held : unsigned char { none, work, io_work };
+  template <class W>
+  W* get() noexcept {
+    return std::launder(reinterpret_cast<W*>(storage_));
+  }
 
-  bool engaged_ = false;
-  alignas(Work) unsigned char storage_[sizeof(Work)];
+  static constexpr std::size_t storage_size = std::max(sizeof(Work), sizeof(io_context_work));
+  static constexpr std::size_t storage_align = std::max(alignof(Work), alignof(io_context_work));
+
+  held held_ = held::none;
+  alignas(storage_align) unsigned char storage_[storage_size];
 };
 
 // ---------------------------------------------------------------------------------------------
 // Drivers: what the operation does with its awaiter.
 //
 // A driver is built in place from the factory and offers:
+//   void uncontended()                before the start: no cancellation slot, so nothing cancels
+//                                     the operation concurrently with its completion
 //   bool complete_at_once()           completes without publishing (may throw: nothing started)
 //   bool publish(resume_target)       true if pending: the target runs on the resolving thread
 //   void resolved()                   on that thread, first thing
@@ -507,8 +660,9 @@ inline void resolve_claimed_here(asyncband::detail::waiter& node) noexcept {
 /// A when_any branch (detail::select_access): the awaiter's node and the Asio cancellation
 /// contend for one commit point, as the branches of a select do (detail/any_engine.hpp). A node
 /// commits when a waker grants it (under the primitive's lock), when it completes at the start,
-/// or, for a resolution that grants nothing, in resolved(). A cancellation that loses is late:
-/// the operation gives back what the node was granted.
+/// or, for a resolution that grants nothing, in resolved() (the last two only with a
+/// cancellation slot: commit_node). A cancellation that loses is late: the operation gives back
+/// what the node was granted. The context's shutdown contends too, for a listed operation.
 template <class Awaiter>
 class branch_driver {
   using access = asyncband::detail::select_access<Awaiter>;
@@ -526,12 +680,19 @@ class branch_driver {
   branch_driver& operator=(const branch_driver&) = delete;
   ~branch_driver() = default;
 
+  /// No cancellation slot: the node need not commit (commit_node), and a waker's commit is a
+  /// load and a store (commit_point::set_uncontended).
+  void uncontended() noexcept {
+    uncontended_ = true;
+    commit_.set_uncontended();
+  }
+
   /// The poll, where what it takes is revocable (poll_policy).
   bool complete_at_once() {
     if constexpr (policy::polls) {
       if (access::poll(awaiter_)) {
         polled_ = true;
-        static_cast<void>(commit_.try_commit(&awaiter_));
+        commit_node(&awaiter_);
         return true;
       }
     }
@@ -545,7 +706,7 @@ class branch_driver {
   }
 
   /// A resolution that granted nothing commits here.
-  void resolved() noexcept { static_cast<void>(commit_.try_commit(&access::node(awaiter_))); }
+  void resolved() noexcept { commit_node(&access::node(awaiter_)); }
 
   /// Resolves now a node a wake batch of this thread has claimed and not resolved yet.
   void resolve_if_claimed_here() noexcept { resolve_claimed_here(access::node(awaiter_)); }
@@ -587,6 +748,19 @@ class branch_driver {
   /// What the cancellation contends for the commit point as: never a node's address.
   [[nodiscard]] const void* cancel_id() const noexcept { return &commit_; }
 
+  /// The node's side of the commit point, as `who`, once the wait is over. Without a
+  /// cancellation slot it commits nothing: only a waker of the linked node (the semaphore's
+  /// hand-out asks whether its head lost, which is false while nobody else committed) and
+  /// settle() read the winner, and settle() takes "nobody won" as the node's win. The other contenders (the
+  /// context's shutdown, a listing that finds the context shut down) cancel an operation that
+  /// is then destroyed unrun, never settled. A waker that granted something committed the node
+  /// already, under the primitive's lock: the exchange would only fail, and costs as much as one
+  /// that succeeds.
+  void commit_node(const void* who) noexcept {
+    if (uncontended_ || commit_.winner() != nullptr) return;
+    static_cast<void>(commit_.try_commit(who));
+  }
+
   template <class Outcome>
   Outcome win() {
     if constexpr (std::is_void_v<access_outcome>) {
@@ -614,7 +788,8 @@ class branch_driver {
 
   Awaiter awaiter_;
   asyncband::detail::commit_point commit_;
-  bool polled_ = false;  // completed by poll at the start, never published
+  bool polled_ = false;       // completed by poll at the start, never published
+  bool uncontended_ = false;  // no cancellation slot (commit_node)
 };
 
 /// Several waits in a row (a condvar wait, watch's wait_for; detail::staged_access), built with
@@ -638,6 +813,8 @@ class staged_driver {
   staged_driver& operator=(const staged_driver&) = delete;
   ~staged_driver() = default;
 
+  /// Nothing to spare: a staged wait has no commit point.
+  static void uncontended() noexcept {}
   bool complete_at_once() { return access::ready(awaiter_); }
   bool publish(asyncband::detail::resume_target target) noexcept { return access::start(awaiter_, target); }
   static void resolved() noexcept {}
@@ -699,8 +876,8 @@ class staged_driver {
 /// - finish(), on the handler's executor: the driver settles the outcome (the winner's, or the
 ///   give-back reported as cancelled); then the state is freed and the handler invoked.
 /// - A pending operation is listed with the context's wait_service (for shutdown) after its
-///   publication; `phase_` orders that listing with a resolution on another thread: whichever
-///   of the two comes second goes on to complete the operation.
+///   publication; the service's lock orders that listing with a resolution on another thread:
+///   whichever of the two comes second goes on to complete the operation (pending_op::stage).
 template <class Driver, class Form, boost::asio::cancellation_type_t Accepted, class Handler, class Executor>
 class operation final : public pending_op {
   using outcome_type = typename Form::outcome_type;
@@ -735,9 +912,6 @@ class operation final : public pending_op {
   ~operation() = default;
 
  private:
-  static constexpr std::uint8_t registered_bit = 1;
-  static constexpr std::uint8_t resolved_bit = 2;
-
   template <class Factory>
   operation(Factory& factory, Handler&& handler, const Executor& ex)
       : driver_(factory),
@@ -757,7 +931,11 @@ class operation final : public pending_op {
   /// work-tracking executor, of the context's service at its first use).
   void launch() {
     // Before the wait can complete: a completion may run (and clear the slot) at once.
-    if (slot_.is_connected()) slot_.template emplace<cancel_handler>(this);
+    if (slot_.is_connected()) {
+      slot_.template emplace<cancel_handler>(this);
+    } else {
+      driver_.uncontended();
+    }
     if (driver_.complete_at_once()) {
       completed_ = true;
       post_completion();
@@ -765,8 +943,9 @@ class operation final : public pending_op {
     }
     // An operation that may wait holds its executor's outstanding work from here. One that
     // completed at once needs none: its posted completion is work, and copying a tracked
-    // type-erased executor (post copies it several times) costs an atomic count each time.
-    work_.take(executor_);
+    // type-erased executor (post copies it several times) costs an atomic count each time. Nor
+    // does one whose handler holds that work already (a coroutine's, keeps_own_work_v).
+    if constexpr (!keeps_own_work_v<Handler>) work_.take(executor_);
     service_ = &wait_service::of(context_of(executor_));  // may create it: before publishing
     if (!driver_.publish(asyncband::detail::resume_target(&on_resolved, this))) {
       completed_ = true;
@@ -776,16 +955,12 @@ class operation final : public pending_op {
     list_pending();
   }
 
-  /// After a publication that left the wait pending: lists the operation with its context, then
-  /// completes it if it was resolved meanwhile. Nothing is touched after the exchange on phase_
-  /// unless this thread came second.
+  /// After a publication that left the wait pending: lists the operation with its context, or
+  /// completes it if it was resolved meanwhile. Nothing is touched after add() unless this thread
+  /// came second.
   void list_pending() noexcept {
-    if (!service_->add(*this)) {
-      // The context is shut down already: end the wait now (if not granted yet); the
-      // resolution finds the service shut down and destroys the operation unrun.
-      static_cast<void>(driver_.cancel());
-    }
-    if ((phase_.fetch_or(registered_bit, std::memory_order_acq_rel) & resolved_bit) != 0) complete_later();
+    asyncband::detail::at_test_point(asyncband::detail::test_point::listing);
+    take_step(service_->add(*this));
   }
 
   /// The resume target of the published wait: on the thread that resolved it (a waker, a
@@ -793,23 +968,30 @@ class operation final : public pending_op {
   static void on_resolved(void* self) noexcept {
     auto& op = *static_cast<operation*>(self);
     op.driver_.resolved();
-    if ((op.phase_.fetch_or(resolved_bit, std::memory_order_acq_rel) & registered_bit) != 0)
-      op.complete_later();
+    op.completed_ = true;  // before resolve(): the thread that add() or resolve() sends on reads it
+    op.take_step(op.service_->resolve(op));
   }
 
-  /// A resolved, listed operation: unlisted and its completion posted, unless its context is
-  /// shut down (then destroyed unrun, now or after the shutdown loop).
-  void complete_later() noexcept {
-    completed_ = true;
-    bool destroy_now = false;
-    if (service_->remove(*this, destroy_now)) {
-      post_completion();
-    } else if (destroy_now) {
-      destroy_self();
+  /// What wait_service::add or wait_service::resolve left to this thread.
+  void take_step(next_step step) noexcept {
+    switch (step) {
+      case next_step::nothing:
+        return;
+      case next_step::complete:
+        post_completion();
+        return;
+      case next_step::cancel:  // shut down: end the wait (if not granted yet), then add() again
+        asyncband::detail::at_test_point(asyncband::detail::test_point::refused);
+        static_cast<void>(driver_.cancel());
+        take_step(service_->add(*this));
+        return;
+      case next_step::destroy:
+        destroy_self();
+        return;
     }
   }
 
-  void post_completion() noexcept { boost::asio::post(executor_, completion(this)); }
+  void post_completion() noexcept { post_to(executor_, completion(this)); }
 
   /// The context's shutdown, for a listed operation.
   /// A node a waker claimed cannot be cancelled any more; if that waker is a wake batch further
@@ -894,10 +1076,9 @@ class operation final : public pending_op {
   Executor executor_;          // the handler's
   work_hold<work_type> work_;  // its outstanding work, from the publication
   boost::asio::associated_cancellation_slot_t<Handler> slot_;
-  wait_service* service_ = nullptr;     // set before it publishes
-  std::atomic<std::uint8_t> phase_{0};  // registered_bit, resolved_bit
-  bool completed_ = false;              // its outcome decided, not yet settled (a grant to give back)
-  bool late_cancel_ = false;            // cancelled after its wait had been granted
+  wait_service* service_ = nullptr;  // set before it publishes
+  bool completed_ = false;           // its outcome decided, not yet settled (a grant to give back)
+  bool late_cancel_ = false;         // cancelled after its wait had been granted
 };
 
 /// The driver of the operation a factory starts.

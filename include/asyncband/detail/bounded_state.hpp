@@ -40,6 +40,19 @@ using place = asyncband::detail::ring_place;
 /// waits for its seq, which also gives it the happens-before of the cell's last read. Places
 /// are 32-bit and wrap; the physical size is at most 2^31, so a cell's stamps of two laps never
 /// collide.
+///
+/// The capacity semaphore is kept alive by its owner (detail::kept_alive_t): its wake-ups take
+/// no pin. Whatever may wake a capacity waiter holds a reference to the state meanwhile, or is
+/// ordered before the state's destruction by other means:
+/// - a unit returned by the receiver, a permit (its sender must outlive it) or a failed send,
+///   and close(): a handle's reference, or the state's own, kept until after the wake-up;
+/// - a cancelled send or reservation, which need not hold one itself (a stop callback on
+///   another thread, the Asio cancellation slot or the context's shutdown, a when_any sweep):
+///   the waiting side holds a reference and cannot go on before the cancellation returns.
+///   ~std::stop_callback, run on every way out of the wait, waits for a callback in progress;
+///   Asio's emit is synchronized with the handler, and the primitive must outlive a pending
+///   operation (asio.hpp); the when_any sweeper holds a unit of the combinator, so the winner
+///   does not resume before the sweep ends.
 template <class T>
 class bounded_state : public channel_core<bounded_state<T>> {
   using core = channel_core<bounded_state<T>>;
@@ -51,7 +64,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
         ring_(capacity, first_index),
-        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index),
+        capacity_(capacity, asyncband::detail::varying_count_t{}, first_index,
+                  asyncband::detail::kept_alive_t{}),
         head_(first_index) {}
   bounded_state(const bounded_state&) = delete;
   bounded_state& operator=(const bounded_state&) = delete;

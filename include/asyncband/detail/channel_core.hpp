@@ -146,10 +146,14 @@ class channel_core {
   }
 
   /// Wakes a sleeping receiver if it has something to do: a value at its head, or (`ending`)
-  /// nothing more to wait for.
+  /// nothing more to wait for. Every caller holds a reference to the state (a sender's or the
+  /// receiver's, a permit's sender's, or one of the state's own: close() and drop_producer() keep
+  /// theirs until after this) while the queue is locked, and resolving touches only the nodes:
+  /// the queue is woken without a pin. (A cancellation of the receive locks the queue without a
+  /// reference of its own; the receiver cannot go before it returns: see bounded_state.)
   void wake_receiver(bool ending) noexcept {
     std::size_t passed = 0;
-    rx_queue_.wake(
+    rx_queue_.wake_kept_alive(
         [this, ending, &passed](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
           if (!receiver_sleeping_.load(std::memory_order_relaxed)) return;
           // The receiver's cursor is ours while it sleeps: an empty cell at its head would keep

@@ -40,7 +40,7 @@ class semaphore_waiter : public waiter {
   /// which then finds it resolved. So this returns false in every case (as if a waker had
   /// claimed it), and the caller leaves the resolution to us.
   bool cancel(wait_status why) noexcept {
-    semaphore_->queue_.wake(
+    semaphore_->wake(
         [this, why](wait_list& waiters, wake_batch& batch) {
           if (!waiters.unlink_if_linked(*this, why)) return;
           batch.add(*this);
@@ -272,7 +272,7 @@ inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
 }
 
 inline void semaphore::close(return_hook on_return, void* context) noexcept {
-  queue_.wake([&](detail::wait_list& waiters, detail::wake_batch& batch) {
+  wake([&](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (closed_) return;
     closed_ = true;
     on_return_ = on_return;

@@ -14,6 +14,13 @@ namespace asyncband::detail {
 struct varying_count_t {
   explicit varying_count_t() = default;
 };
+/// Tag of the semaphore constructor for a semaphore whose owner keeps it alive through every
+/// call that may wake one of its waiters (a return of permits, a cancellation, close): its
+/// wake-ups then need no pin (detail::wait_queue::wake_kept_alive). Only for an owner that can
+/// show it for every caller: see bounded_state (mpsc) for the argument.
+struct kept_alive_t {
+  explicit kept_alive_t() = default;
+};
 
 /// The one atomic word of a semaphore: bit 0 is `contended`, set while anybody is queued or a
 /// deficit is outstanding; bits 1-31 are the available count; bits 32-63 are a ticket counter,

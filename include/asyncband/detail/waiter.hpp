@@ -46,7 +46,9 @@ enum class test_point : unsigned char {
   queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
   claimed_position,      ///< A broadcast send claimed its position and has not written it yet.
-  parking  ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
+  parking,  ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
+  listing,  ///< An Asio operation's wait is published and pending; it lists itself with its context next.
+  refused   ///< An Asio operation's listing found its context shut down; it cancels its wait next.
 };
 
 #ifdef ASYNCBAND_TESTING
@@ -174,8 +176,19 @@ class commit_point {
   commit_point(const commit_point&) = delete;
   commit_point& operator=(const commit_point&) = delete;
 
+  /// For an owner whose contenders never commit concurrently (an Asio operation without a
+  /// cancellation slot): the first still decides, without a read-modify-write. Before anything
+  /// can commit.
+  void set_uncontended() noexcept { uncontended_ = true; }
+
   /// True if `who` has won (now, or before): the first call decides for good.
   bool try_commit(const void* who) noexcept {
+    if (uncontended_) {
+      const void* const first = winner_.load(std::memory_order_acquire);
+      if (first != nullptr) return first == who;
+      winner_.store(who, std::memory_order_release);
+      return true;
+    }
     const void* expected = nullptr;
     return winner_.compare_exchange_strong(expected, who, std::memory_order_acq_rel,
                                            std::memory_order_acquire) ||
@@ -190,6 +203,7 @@ class commit_point {
 
  private:
   std::atomic<const void*> winner_{nullptr};
+  bool uncontended_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
