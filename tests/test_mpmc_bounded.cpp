@@ -1050,6 +1050,19 @@ TEST(MpmcBoundedThrowing, AReceiveWhoseMoveThrowsAfterAnotherOvertookLeavesTheVa
 // free, so the next send came round the ring (two cells) to the parked value's cell and waited
 // there for a receive, on the only thread: it hung. Empty places are now passed only after the
 // receive's value is out, and not while a parked value holds its cell.
+/// Until `done()` holds, or fails after a generous limit (a hang would otherwise stop the run).
+template <class Done>
+void spin_until(Done done, const char* what) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > limit) {
+      ADD_FAILURE() << "timed out waiting until " << what;
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
 /// Refuses, on this thread, the storage a park moves its cell to: the value then holds its cell
 /// (the fallback when that allocation fails).
 class relocation_refused {
