@@ -872,6 +872,46 @@ TEST(MpmcUnboundedLifetime, AReceiveResumedInlineByARefusedSendsWithdrawalMayDes
   EXPECT_EQ(tx, nullptr);
 }
 
+// The senders' closed() wait (as the bounded channel's, tested there in every form).
+TEST(MpmcUnboundedClosed, ClosedWaitsUntilTheChannelIsClosedAndThenSendsHandTheirValueBack) {
+  auto c = make_channel<int>();
+  bool done = false;
+  [](mpmc::unbounded_sender<int>& tx, bool& out) -> bare_coroutine {
+    co_await tx.closed();
+    out = true;
+  }(c.tx, done);
+  EXPECT_TRUE(c.tx.send(1).ok());
+  EXPECT_FALSE(done);
+  c.rx.close();
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(c.tx.send(2).disconnected());
+  EXPECT_EQ(take(c.rx), 1);
+  EXPECT_EQ(c.tx.closed_timeout(std::chrono::milliseconds(0)).status(), wait_status::ok);
+}
+
+// The close keeps a reference of its own: a closed() wait it resumes inline may destroy every
+// handle, with the channel and the value nobody received (ASan checks the close touches none).
+TEST(MpmcUnboundedClosed, AClosedWaitResumedInlineMayDestroyEveryHandleInsideTheClose) {
+  const count_scope counts;
+  auto c = make_channel<counted>();
+  auto tx = std::make_unique<mpmc::unbounded_sender<counted>>(std::move(c.tx));
+  auto rx = std::make_unique<mpmc::unbounded_receiver<counted>>(std::move(c.rx));
+  ASSERT_TRUE(tx->send(counted(1)).ok());
+  bool done = false;
+  [](std::unique_ptr<mpmc::unbounded_sender<counted>>& t_owner,
+     std::unique_ptr<mpmc::unbounded_receiver<counted>>& r_owner, bool& out) -> bare_coroutine {
+    co_await t_owner->closed();
+    t_owner.reset();
+    r_owner.reset();
+    out = true;
+  }(tx, rx, done);
+  rx->close();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(tx, nullptr);
+  EXPECT_EQ(rx, nullptr);
+  EXPECT_EQ(counts.values(), 0);
+}
+
 std::vector<lifetime::row> mpmc_unbounded_lifetime_rows() {
   std::vector<lifetime::row> rows;
   add_receive_lifetime_rows<unbounded_kind>(rows, "send");
