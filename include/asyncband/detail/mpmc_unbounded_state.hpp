@@ -206,9 +206,9 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   void end() noexcept { items_.close(&nothing_to_do, nullptr); }
   static void nothing_to_do(void* /*unused*/) noexcept {}
 
+  /// Takes (and forgets) the unit of each value left, then destroys the value.
   void discard_received_by_nobody() noexcept {
-    while (std::optional<semaphore_permit> unit = items_.try_acquire(1)) {
-      static_cast<void>(unit->forget());
+    while (items_.try_take(1)) {
       message_type* const m = claim();
       m->value().~T();
       m->drop();
