@@ -91,12 +91,13 @@
 #include <asyncband/runtime/when_all.hpp>
 
 #include "bench_support.hpp"
+#include "queue_peers.hpp"
 
 namespace {
 
 using asyncband::runtime::task;
 using asyncband::runtime::thread_pool;
-using asyncband_bench::context_switches;
+using asyncband_bench::bulk_run;
 using asyncband_bench::escape;
 using asyncband_bench::inline_coroutine;
 using asyncband_bench::thread_crew;
@@ -104,6 +105,13 @@ using u64 = std::uint64_t;
 using clock_type = std::chrono::steady_clock;
 using seconds = std::chrono::duration<double>;
 using error_code = boost::system::error_code;
+using asyncband_bench::peers::asio_channel;
+using asyncband_bench::peers::asio_threads;
+using asyncband_bench::peers::cv_bounded_queue;
+using asyncband_bench::peers::impossible;
+using asyncband_bench::peers::moodycamel_threads;
+using asyncband_bench::peers::std_threads;
+using asyncband_bench::peers::tbb_threads;
 
 /// Messages per sample of the plain-thread cases.
 constexpr u64 kThreadMessages = 16384;
@@ -115,13 +123,6 @@ constexpr u64 coro_messages(std::size_t capacity) {
 
 /// Capacity of the single-thread cases (never reached: the channel holds at most one value).
 constexpr std::size_t kReadyCapacity = 64;
-
-/// A state the benchmark cannot recover from (a send refused by a channel nobody closed): a
-/// producer thread has no way to fail the case without leaving the consumer waiting forever.
-[[noreturn]] void impossible(const char* what) {
-  std::fprintf(stderr, "bench_channels: %s\n", what);
-  std::abort();
-}
 
 // ---------------------------------------------------------------------------------------------
 // Messages and their checks.
@@ -212,63 +213,6 @@ class message_check<inline_message> {
   bool bad_ = false;
 };
 
-// ---------------------------------------------------------------------------------------------
-// The std baseline: a bounded deque under a mutex, the textbook way.
-
-template <class T>
-class cv_bounded_queue {
- public:
-  explicit cv_bounded_queue(std::size_t capacity) : capacity_(capacity) {}
-
-  void push(T&& value) {
-    std::unique_lock lock(mutex_);
-    not_full_.wait(lock, [this] { return items_.size() < capacity_; });
-    items_.push_back(std::move(value));
-    lock.unlock();
-    not_empty_.notify_one();
-  }
-  T pop() {
-    std::unique_lock lock(mutex_);
-    not_empty_.wait(lock, [this] { return !items_.empty(); });
-    T value = std::move(items_.front());
-    items_.pop_front();
-    lock.unlock();
-    not_full_.notify_one();
-    return value;
-  }
-  bool try_push(T& value) {
-    {
-      const std::lock_guard lock(mutex_);
-      if (items_.size() == capacity_) return false;
-      items_.push_back(std::move(value));
-    }
-    not_empty_.notify_one();
-    return true;
-  }
-  bool try_pop(T& out) {
-    {
-      const std::lock_guard lock(mutex_);
-      if (items_.empty()) return false;
-      out = std::move(items_.front());
-      items_.pop_front();
-    }
-    not_full_.notify_one();
-    return true;
-  }
-
- private:
-  const std::size_t capacity_;
-  std::mutex mutex_;
-  std::condition_variable not_full_;
-  std::condition_variable not_empty_;
-  std::deque<T> items_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// Plain-thread adapters: Channel(capacity); Channel::producer (movable, one per producer thread,
-// kept for the whole run) with send(T&&) that blocks while the channel is full; Channel::consumer
-// with recv() that blocks while it is empty.
-
 template <class T, bool ThroughPermits = false>
 class asyncband_threads {
  public:
@@ -310,192 +254,8 @@ class asyncband_threads {
   std::pair<asyncband::mpsc::sender<T>, asyncband::mpsc::receiver<T>> channel_;
 };
 
-template <class T>
-using asio_channel = boost::asio::experimental::concurrent_channel<void(error_code, T)>;
-
-/// Try first; when that fails, an async operation completed on this thread's own io_context.
-template <class T>
-class asio_threads {
- public:
-  explicit asio_threads(std::size_t capacity) : channel_(home_.get_executor(), capacity) {}
-
-  class producer {
-   public:
-    explicit producer(asio_channel<T>& channel)
-        : channel_(&channel), context_(std::make_unique<boost::asio::io_context>(1)) {}
-    void send(T&& value) {
-      if (channel_->try_send(error_code{}, std::move(value))) return;  // leaves value alone if it fails
-      bool done = false;
-      error_code error;
-      channel_->async_send(error_code{}, std::move(value),
-                           boost::asio::bind_executor(*context_, [&done, &error](error_code e) {
-                             error = e;
-                             done = true;
-                           }));
-      context_->restart();
-      while (!done) context_->run_one();
-      if (error) impossible("asio: async_send failed");
-    }
-
-   private:
-    asio_channel<T>* channel_;
-    std::unique_ptr<boost::asio::io_context> context_;
-  };
-  producer make_producer() { return producer(channel_); }
-
-  class consumer {
-   public:
-    explicit consumer(asio_channel<T>& channel) : channel_(&channel), context_(1) {}
-    T recv() {
-      std::optional<T> out;
-      error_code error;
-      auto take = [&out, &error](error_code e, T value) {
-        error = e;
-        out.emplace(std::move(value));
-      };
-      if (!channel_->try_receive(take)) {
-        channel_->async_receive(boost::asio::bind_executor(context_, take));
-        context_.restart();
-        while (!out) context_.run_one();
-      }
-      if (error) impossible("asio: receive failed");
-      return std::move(*out);
-    }
-
-   private:
-    asio_channel<T>* channel_;
-    boost::asio::io_context context_;
-  };
-  consumer make_consumer() { return consumer(channel_); }
-
- private:
-  boost::asio::io_context home_{1};  // the channel's executor; never run (handlers bring their own)
-  asio_channel<T> channel_;
-};
-
-/// Unbounded: `capacity` is only the initial allocation.
-template <class T>
-class moodycamel_threads {
- public:
-  explicit moodycamel_threads(std::size_t capacity) : queue_(capacity) {}
-
-  class producer {
-   public:
-    explicit producer(moodycamel::BlockingConcurrentQueue<T>& queue) : queue_(&queue), token_(queue) {}
-    void send(T&& value) {
-      if (!queue_->enqueue(token_, std::move(value))) impossible("moodycamel: enqueue failed");
-    }
-
-   private:
-    moodycamel::BlockingConcurrentQueue<T>* queue_;
-    moodycamel::ProducerToken token_;
-  };
-  producer make_producer() { return producer(queue_); }
-
-  class consumer {
-   public:
-    explicit consumer(moodycamel::BlockingConcurrentQueue<T>& queue) : queue_(&queue), token_(queue) {}
-    T recv() {
-      T value{};
-      queue_->wait_dequeue(token_, value);
-      return value;
-    }
-
-   private:
-    moodycamel::BlockingConcurrentQueue<T>* queue_;
-    moodycamel::ConsumerToken token_;
-  };
-  consumer make_consumer() { return consumer(queue_); }
-
- private:
-  moodycamel::BlockingConcurrentQueue<T> queue_;
-};
-
-template <class T>
-class tbb_threads {
- public:
-  explicit tbb_threads(std::size_t capacity) { queue_.set_capacity(static_cast<std::ptrdiff_t>(capacity)); }
-
-  class producer {
-   public:
-    explicit producer(tbb::concurrent_bounded_queue<T>& queue) : queue_(&queue) {}
-    void send(T&& value) { queue_->push(std::move(value)); }
-
-   private:
-    tbb::concurrent_bounded_queue<T>* queue_;
-  };
-  producer make_producer() { return producer(queue_); }
-
-  class consumer {
-   public:
-    explicit consumer(tbb::concurrent_bounded_queue<T>& queue) : queue_(&queue) {}
-    T recv() {
-      T value{};
-      queue_->pop(value);
-      return value;
-    }
-
-   private:
-    tbb::concurrent_bounded_queue<T>* queue_;
-  };
-  consumer make_consumer() { return consumer(queue_); }
-
- private:
-  tbb::concurrent_bounded_queue<T> queue_;
-};
-
-template <class T>
-class std_threads {
- public:
-  explicit std_threads(std::size_t capacity) : queue_(capacity) {}
-
-  class producer {
-   public:
-    explicit producer(cv_bounded_queue<T>& queue) : queue_(&queue) {}
-    void send(T&& value) { queue_->push(std::move(value)); }
-
-   private:
-    cv_bounded_queue<T>* queue_;
-  };
-  producer make_producer() { return producer(queue_); }
-
-  class consumer {
-   public:
-    explicit consumer(cv_bounded_queue<T>& queue) : queue_(&queue) {}
-    T recv() { return queue_->pop(); }
-
-   private:
-    cv_bounded_queue<T>* queue_;
-  };
-  consumer make_consumer() { return consumer(queue_); }
-
- private:
-  cv_bounded_queue<T> queue_;
-};
-
 // ---------------------------------------------------------------------------------------------
-// Bookkeeping of a bulk case: items/s and context switches per message.
-
-class bulk_run {
- public:
-  bulk_run(benchmark::State& state, u64 messages_per_sample)
-      : state_(state), messages_(messages_per_sample), switches_before_(context_switches()) {}
-
-  void finish() {
-    const auto messages = static_cast<std::int64_t>(messages_) * state_.iterations();
-    state_.SetItemsProcessed(messages);
-    const long switches_after = context_switches();
-    if (switches_before_ >= 0 && switches_after >= 0 && messages > 0) {
-      state_.counters["csw/msg"] =
-          static_cast<double>(switches_after - switches_before_) / static_cast<double>(messages);
-    }
-  }
-
- private:
-  benchmark::State& state_;
-  u64 messages_;
-  long switches_before_;
-};
+// The plain-thread cases.
 
 /// channel/threads_*, channel/inline_1k_*, channel/permit_send_threads_*: `producers` persistent
 /// producer threads, the benchmark thread consumes; one iteration = kThreadMessages messages.

@@ -3,6 +3,7 @@
 //   inline_coroutine   an eager, scheduler-less coroutine driving a benchmark loop from inside
 //   escape(x)          keeps x (and everything reachable from it) observable to the optimiser
 //   context_switches() the process's context switches so far
+//   bulk_run           items/s and context switches per message of a bulk case
 //   run_with_helpers   a benchmark loop with helper threads running the same number of rounds
 //   barrier_rounds<N>, std_barrier_rounds<N>
 //                      N threads doing one asyncband::barrier (std::barrier) round per iteration:
@@ -84,6 +85,30 @@ inline long context_switches() {
 #endif
   return -1;
 }
+
+/// The bookkeeping of a bulk case (a batch of messages per sample): items/s, and the process's
+/// context switches per message (`csw/msg`).
+class bulk_run {
+ public:
+  bulk_run(benchmark::State& state, std::uint64_t messages_per_sample)
+      : state_(state), messages_(messages_per_sample), switches_before_(context_switches()) {}
+
+  /// After the samples: sets items/s and csw/msg.
+  void finish() {
+    const auto messages = static_cast<std::int64_t>(messages_) * state_.iterations();
+    state_.SetItemsProcessed(messages);
+    const long switches_after = context_switches();
+    if (switches_before_ >= 0 && switches_after >= 0 && messages > 0) {
+      state_.counters["csw/msg"] =
+          static_cast<double>(switches_after - switches_before_) / static_cast<double>(messages);
+    }
+  }
+
+ private:
+  benchmark::State& state_;
+  std::uint64_t messages_;
+  long switches_before_;
+};
 
 /// Runs `body()` exactly state.max_iterations times on each of `helpers` extra threads while the
 /// benchmark loop runs `main_body()` on this thread: one iteration = one round for everybody.

@@ -47,7 +47,9 @@
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
 #include "asyncband/semaphore.hpp"
+#include "support/channel_probes.hpp"
 #include "support/count_scope.hpp"
+#include "support/counted.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -69,136 +71,21 @@ using asyncband::try_recv_result;
 using asyncband::runtime::thread_pool;
 namespace mpsc = asyncband::mpsc;
 
-constexpr bool stoppable = true;
-constexpr bool plain = false;
-
-// ---------------------------------------------------------------------------------------------
-// Payloads
-
-/// Thrown by a counted payload's move constructor when its fuse burns out.
-struct payload_error : std::runtime_error {
-  payload_error() : std::runtime_error("payload move constructor failed") {}
-};
-
-/// A move-only payload that counts its constructions and destructions and the "values" alive
-/// (objects with a non-zero id: a move transfers the id and leaves 0 behind). It detects being
-/// destroyed or read after its destruction. Its move constructor can run a hook first (the window
-/// of a send between claiming its place and publishing it: the construction in the ring is the
-/// send's only call of user code there), and throws on the `fuse`-th move of the value (fuse 1:
-/// the next move throws; the fuse then goes out, so a retry would succeed). Safe to destroy twice
-/// (no resources), so that a bug that does it is reported rather than crashing.
-class counted {
- public:
-  static inline std::atomic<long> constructed{0};
-  static inline std::atomic<long> destroyed{0};
-  static inline std::atomic<long> values{0};
-  static inline std::atomic<long> misuse{0};  // destroyed or read after its destruction
-  /// When set, ~counted of a value with id `i` counts into finals[i] (the soak's "exactly once").
-  static inline std::atomic<int>* finals = nullptr;
-  static inline std::size_t finals_size = 0;
-  /// Runs `hook` (once) at the start of the `n`-th next move constructor on this thread (n = 1:
-  /// the next one).
-  static void at_move(int n, std::function<void()> hook) {
-    moves_until_hook = n;
-    on_move = std::move(hook);
-  }
-
-  explicit counted(int id, int fuse = 0) : id_(id), fuse_(fuse) {
-    constructed.fetch_add(1);
-    if (id_ != 0) values.fetch_add(1);
-  }
-  counted(counted&& other) {  // NOLINT(performance-noexcept-move-constructor): it may throw on purpose
-    if (on_move && --moves_until_hook == 0) std::exchange(on_move, nullptr)();
-    if (other.fuse_ == 1) {
-      other.fuse_ = 0;
-      throw payload_error();
-    }
-    id_ = other.id();
-    fuse_ = other.fuse_ > 1 ? other.fuse_ - 1 : 0;
-    other.id_ = 0;
-    constructed.fetch_add(1);
-  }
-  counted(const counted&) = delete;
-  counted& operator=(const counted&) = delete;
-  counted& operator=(counted&&) = delete;
-  ~counted() {
-    if (magic_ != alive) {
-      misuse.fetch_add(1);
-      return;
-    }
-    if (id_ != 0) {
-      values.fetch_sub(1);
-      if (finals != nullptr && static_cast<std::size_t>(id_) < finals_size) finals[id_].fetch_add(1);
-    }
-    *const_cast<volatile std::uint32_t*>(&magic_) = dead;  // volatile: not removed as a dead store
-    destroyed.fetch_add(1);
-  }
-
-  [[nodiscard]] int id() const {
-    if (magic_ != alive) misuse.fetch_add(1);
-    return id_;
-  }
-
- private:
-  static constexpr std::uint32_t alive = 0x5AFEC0DE;
-  static constexpr std::uint32_t dead = 0xDEADBEEF;
-  static inline thread_local std::function<void()> on_move;
-  static inline thread_local int moves_until_hook = 0;
-
-  int id_ = 0;
-  int fuse_ = 0;
-  std::uint32_t magic_ = alive;
-};
-
-using count_scope = count_scope_of<counted>;
-
-/// The payload types of the generic helpers: int, std::unique_ptr<int> and counted, made from
-/// an int and identified by it.
-template <class T>
-T make(int v) {
-  if constexpr (std::is_same_v<T, std::unique_ptr<int>>) {
-    return std::make_unique<int>(v);
-  } else {
-    return T(v);
-  }
-}
-inline int id_of(int v) {
-  return v;
-}
-[[maybe_unused]] inline int id_of(const std::unique_ptr<int>& v) {
-  return v ? *v : -1;
-}
-inline int id_of(const counted& v) {
-  return v.id();
-}
-
 // ---------------------------------------------------------------------------------------------
 // Channels and handles
 
-/// The two halves of a channel, named (clang 14 cannot capture structured bindings in lambdas).
 template <class T>
-struct chan {
-  mpsc::sender<T> tx;
-  mpsc::receiver<T> rx;
-};
+using chan = channel_halves<mpsc::sender<T>, mpsc::receiver<T>>;
 
 template <class T>
 chan<T> make_channel(std::size_t capacity) {
-  auto halves = mpsc::bounded<T>(capacity);
-  return chan<T>{std::move(halves.first), std::move(halves.second)};
+  return halves_of(mpsc::bounded<T>(capacity));
 }
 
 /// A channel whose ring indexes start at `first_index` (for wrap-around).
 template <class T>
 chan<T> make_channel_at(std::size_t capacity, std::uint32_t first_index) {
-  auto halves = mpsc::detail::bounded_starting_at<T>(capacity, first_index);
-  return chan<T>{std::move(halves.first), std::move(halves.second)};
-}
-
-/// Destroys what handle `h` holds now (h is left moved from).
-template <class Handle>
-void drop(Handle& h) {
-  const Handle gone(std::move(h));
+  return halves_of(mpsc::detail::bounded_starting_at<T>(capacity, first_index));
 }
 
 /// try_send that must succeed.
@@ -208,93 +95,8 @@ void put(mpsc::sender<T>& tx, int v) {
   EXPECT_TRUE(r.ok()) << "try_send(" << v << "): " << asyncband::to_string(r.status());
 }
 
-/// try_recv that must yield a value: its id (-1 otherwise).
-template <class T>
-int take(mpsc::receiver<T>& rx) {
-  auto r = rx.try_recv();
-  EXPECT_TRUE(r.ok()) << "try_recv: status " << static_cast<int>(r.status());
-  return r.ok() ? id_of(*r) : -1;
-}
-
-/// try_recv until empty or disconnected: the ids received, in order.
-template <class T>
-std::vector<int> take_all(mpsc::receiver<T>& rx) {
-  std::vector<int> out;
-  for (;;) {
-    auto r = rx.try_recv();
-    if (!r.ok()) break;
-    out.push_back(id_of(*r));
-  }
-  return out;
-}
-
-std::vector<int> range(int first, int last) {  // [first, last)
-  std::vector<int> v;
-  for (int i = first; i < last; ++i) v.push_back(i);
-  return v;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Coroutines on the test scheduler
-
-/// A receiving coroutine's record (see probe), with the value it received.
-template <class T>
-struct recv_probe : probe {
-  std::optional<T> value;
-  [[nodiscard]] int got() const { return value ? id_of(*value) : -1; }
-};
-
-template <class T>
-void record(recv_probe<T>& p, result<T>& r) {
-  p.finish(r.status());
-  if (r.ok()) p.value.emplace(std::move(*r));
-}
-
-/// `co_await rx.recv()`, or `co_await rx.recv(stop)` when `can_stop`, recorded in `p`.
-template <class T>
-task<void> receive(mpsc::receiver<T>& rx, recv_probe<T>& p, bool can_stop = false,
-                   std::stop_token stop = {}) {
-  ++p.started;
-  if (can_stop) {
-    auto r = co_await rx.recv(std::move(stop));
-    record(p, r);
-  } else {
-    auto r = co_await rx.recv();
-    record(p, r);
-  }
-}
-
-/// A sending coroutine's record: how the send ended and the value it handed back.
-template <class T>
-struct send_probe : probe {
-  std::optional<send_status> outcome;
-  std::optional<T> back;
-
-  void record(send_result<T>& r) {
-    outcome = r.status();
-    if (!r.ok()) back.emplace(std::move(r.value()));
-    finish(r.ok()          ? wait_status::ok
-           : r.cancelled() ? wait_status::cancelled
-           : r.timed_out() ? wait_status::timeout
-                           : wait_status::closed);
-  }
-  [[nodiscard]] int back_id() const { return back ? id_of(*back) : -1; }
-};
-
-/// `co_await tx.send(make<T>(v))`, or with `stop` when `can_stop`, recorded in `p`. The value is
-/// made inside the coroutine: a coroutine parameter of type T would add a move.
-template <class T>
-task<void> send_value(mpsc::sender<T>& tx, int v, send_probe<T>& p, bool can_stop = false,
-                      std::stop_token stop = {}) {
-  ++p.started;
-  if (can_stop) {
-    auto r = co_await tx.send(make<T>(v), std::move(stop));
-    p.record(r);
-  } else {
-    auto r = co_await tx.send(make<T>(v));
-    p.record(r);
-  }
-}
 
 /// A reserving coroutine's record, with the permit it received.
 template <class T>
@@ -378,27 +180,6 @@ struct send_fixture {
   std::stop_source& stop(std::size_t i) { return stops[i]; }
   task<void>& task_of(std::size_t i) { return tasks[i]; }
 };
-
-void expect_waiting(const probe& p) {
-  EXPECT_EQ(p.started, 1) << "coroutine " << p.id;
-  EXPECT_EQ(p.resumed, 0) << "coroutine " << p.id;
-}
-
-/// Resumed once and delivered.
-template <class T>
-void expect_sent(const send_probe<T>& p) {
-  EXPECT_EQ(p.resumed, 1) << "send " << p.id;
-  EXPECT_EQ(p.outcome, send_status::ok) << "send " << p.id;
-  EXPECT_FALSE(p.back.has_value()) << "send " << p.id;
-}
-
-/// Resumed once, not delivered, with its own value handed back.
-template <class T>
-void expect_handed_back(const send_probe<T>& p, send_status why) {
-  EXPECT_EQ(p.resumed, 1) << "send " << p.id;
-  EXPECT_EQ(p.outcome, why) << "send " << p.id;
-  EXPECT_EQ(p.back_id(), p.id) << "send " << p.id;
-}
 
 /// Until `done()` holds, or fails after a generous limit (a lost wake-up would otherwise hang).
 template <class Done>

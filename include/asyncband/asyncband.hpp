@@ -9,6 +9,8 @@
 #include "condvar.hpp"
 #include "latch.hpp"
 #include "manual_reset_event.hpp"
+#include "mpmc/bounded.hpp"
+#include "mpmc/unbounded.hpp"
 #include "mpsc/bounded.hpp"
 #include "mpsc/unbounded.hpp"
 #include "mutex.hpp"

@@ -29,6 +29,12 @@ namespace mpsc::detail {
 template <class T>
 class bounded_state;
 }  // namespace mpsc::detail
+namespace mpmc::detail {
+template <class T>
+class bounded_state;
+template <class T>
+class unbounded_state;
+}  // namespace mpmc::detail
 namespace broadcast::detail {
 template <class T, bool Lossless>
 class ring;
@@ -88,6 +94,10 @@ class semaphore {
   friend class detail::source_awaiter;
   template <class T>
   friend class mpsc::detail::bounded_state;
+  template <class T>
+  friend class mpmc::detail::bounded_state;
+  template <class T>
+  friend class mpmc::detail::unbounded_state;
   template <class T, bool Lossless>
   friend class broadcast::detail::ring;  // close()
   template <class T>
@@ -168,6 +178,9 @@ class semaphore {
     return word_.try_take_with_ticket(ticket);
   }
   std::uint32_t take_ticket() noexcept { return word_.take_ticket(); }
+  [[nodiscard]] bool try_advance_ticket(std::uint32_t expected) noexcept {
+    return word_.try_advance_ticket(expected);
+  }
   std::uint32_t announce_at_ticket() noexcept { return word_.announce_at_ticket(); }
   [[nodiscard]] std::uint32_t next_ticket() const noexcept { return word_.next_ticket(); }
 

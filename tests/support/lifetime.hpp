@@ -393,3 +393,15 @@ struct request_stop {
 };
 
 }  // namespace asyncband_test::lifetime
+
+/// Defines the parameterized test suite `Suite` whose test TheWaiterMayDestroyEverythingInside-
+/// TheCallThatWokeIt runs each of the rows `rows()` returns (named by the row), under a watchdog.
+#define ASYNCBAND_LIFETIME_ROWS(Suite, rows)                                                   \
+  class Suite : public ::testing::TestWithParam<::asyncband_test::lifetime::row> {};           \
+  TEST_P(Suite, TheWaiterMayDestroyEverythingInsideTheCallThatWokeIt) {                        \
+    const ::asyncband_test::lifetime::watchdog dog(GetParam().name, std::chrono::seconds(60)); \
+    GetParam().body();                                                                         \
+  }                                                                                            \
+  INSTANTIATE_TEST_SUITE_P(                                                                    \
+      Rows, Suite, ::testing::ValuesIn(rows()),                                                \
+      [](const ::testing::TestParamInfo<::asyncband_test::lifetime::row>& info) { return info.param.name; })

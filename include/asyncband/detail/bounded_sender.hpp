@@ -13,17 +13,14 @@
 #include "../semaphore.hpp"
 #include "bounded_permit.hpp"
 #include "bounded_send.hpp"
+#include "sender_handle.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
 
-/// Tag of the constructor by which a channel's factory hands a handle its first reference.
-struct adopt_state_t {
-  explicit adopt_state_t() = default;
-};
-
-/// The sending half of a bounded channel. Copyable: every copy is a producer; the channel
-/// disconnects when the last producer (sender or owned permit) or the receiver goes.
+/// The sending half of a bounded channel (mpsc::sender, mpmc::sender). Copyable: every copy
+/// is a producer; the channel disconnects when the last producer (sender or owned permit) or
+/// the last receiver goes.
 ///
 /// Contract
 /// - when_any: a send that lost its when_any is never granted a unit of capacity, and its value
@@ -34,37 +31,22 @@ struct adopt_state_t {
 /// - Capacity waiters are served in FIFO order (the capacity is an asyncband::semaphore): a
 ///   send or reserve that waits is never overtaken by a later one or by a try_send.
 /// - A send that does not deliver hands its value back: full (try_send), disconnected (the
-///   receiver closed the channel or is gone), cancelled, timeout. Cancellation commits while
+///   channel was closed or the receivers are gone), cancelled, timeout. Cancellation commits while
 ///   the send waits for capacity; once a unit is granted the value is delivered (a unit granted
 ///   to a send cancelled at that moment goes to the next waiter).
 /// - Synchronization: constructing a value in the channel happens-before the receive that takes it.
 /// - The value is constructed in the channel from the moved value; if that move throws, the
-///   exception propagates, nothing is received, and the unit of capacity returns once the
-///   receiver passes the empty place.
+///   exception propagates, nothing is received, and the unit of capacity returns once a
+///   receive passes the empty place.
 template <class State>
-class bounded_sender {
+class bounded_sender : public sender_handle<State> {
   using state_type = State;
   using T = typename State::value_type;
+  using sender_handle<State>::live;
+  using sender_handle<State>::state_;
 
  public:
-  /// Adopts a reference to `s` that its factory counted (internal).
-  bounded_sender(adopt_state_t /*unused*/, State* s) noexcept : state_(s) {}
-  bounded_sender(const bounded_sender& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) state_->add_producer();  // a copy of a moved-from sender is moved-from
-  }
-  bounded_sender(bounded_sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  bounded_sender& operator=(const bounded_sender& other) noexcept {
-    if (this != &other) *this = bounded_sender(other);
-    return *this;
-  }
-  bounded_sender& operator=(bounded_sender&& other) noexcept {
-    if (this != &other) {
-      const bounded_sender departing(std::move(*this));  // goes last: it may wake the receiver inline
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  ~bounded_sender() { reset(); }
+  using sender_handle<State>::sender_handle;
 
   /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
   auto send(T value) {
@@ -144,8 +126,6 @@ class bounded_sender {
     return bounded_owned_permit<State>(std::move(*p));
   }
 
-  /// The receiver closed the channel or is gone: sends hand their value back.
-  [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
   [[nodiscard]] std::size_t capacity() const noexcept {
     return state_ == nullptr ? 0 : state_->logical_capacity();
   }
@@ -166,20 +146,11 @@ class bounded_sender {
   template <class Make>
   using capacity_forms_for = acquire_forms<Make, true>;
 
-  state_type* live() const {
-    if (state_ == nullptr) throw std::logic_error("asyncband: sender: moved from");
-    return state_;
-  }
   std::size_t checked(std::size_t n) const {
     if (n == 0 || n > live()->logical_capacity())
       throw std::invalid_argument("asyncband: sender::reserve: n must be in [1, capacity()]");
     return n;
   }
-  void reset() noexcept {
-    if (state_ != nullptr) std::exchange(state_, nullptr)->drop_producer();
-  }
-
-  state_type* state_;
 };
 
 }  // namespace asyncband::detail

@@ -59,6 +59,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
  public:
   using value_type = T;
+  static constexpr bool multi_consumer = false;
 
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
@@ -108,7 +109,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
   /// Passes the empty cells at the head (their units go back).
   void skip_empty() noexcept {
-    while (ring_.published(head_) && ring_.at(head_).skip) hand_on_head();
+    while (ring_.published(head_) && ring_.empty_at(head_)) hand_on_head();
   }
   [[nodiscard]] bool head_has_value() noexcept { return ring_.has_value(head_); }
 
@@ -153,7 +154,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// Under the receiver's lock, while it sleeps: passes the empty cells at its head.
   std::size_t pass_empty_locked() noexcept {
     std::size_t passed = 0;
-    while (ring_.published(head_) && ring_.at(head_).skip) {
+    while (ring_.published(head_) && ring_.empty_at(head_)) {
       ring_.hand_on(head_++);
       ++passed;
     }
@@ -164,7 +165,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   [[nodiscard]] bool value_waiting_locked() const noexcept {
     for (place i = head_;; ++i) {
       if (!ring_.published(i)) return false;
-      if (!ring_.at(i).skip) return true;
+      if (!ring_.empty_at(i)) return true;
     }
   }
   /// After an ok completion of the receiver's wait: a value is at the head, past empty cells.
@@ -247,7 +248,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// receiver's announced sleep if that came first: channel_core).
   template <class U>
   void write_at(place i, U&& value) {
-    ring_.write_at(i, std::forward<U>(value), [this]() noexcept { this->after_claimed_publish(); });
+    ring_.write_at(i, std::forward<U>(value),
+                   [this](bool /*with_value*/) noexcept { this->after_claimed_publish(); });
   }
 
   static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->after_possible_end(); }

@@ -103,6 +103,17 @@ class semaphore_word {
   std::uint32_t take_ticket() noexcept {
     return ticket_of(state_.fetch_add(ticket_one, std::memory_order_acquire));
   }
+  /// Takes ticket `expected` if it is still the next one (true); false once somebody took it. An
+  /// MPMC receiver passes a place no unit stands for (an empty one) with it.
+  bool try_advance_ticket(std::uint32_t expected) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (ticket_of(s) == expected) {
+      if (state_.compare_exchange_weak(s, s + ticket_one, std::memory_order_acq_rel,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
   /// The next ticket, not taken: a read-modify-write, ordered with every take (seq_cst).
   std::uint32_t announce_at_ticket() noexcept {
     return ticket_of(state_.fetch_add(0, std::memory_order_seq_cst));

@@ -10,13 +10,20 @@
 #include <utility>
 
 #include "../detail/channel_core.hpp"
+#include "../detail/unbounded_sender.hpp"
 #include "../detail/wait_functions.hpp"
 #include "../result.hpp"
 
 namespace asyncband::mpsc {
 
+namespace detail {
 template <class T>
-class unbounded_sender;
+class unbounded_state;
+}  // namespace detail
+
+/// The sending half of an unbounded MPSC channel; its contract: detail::unbounded_sender.
+template <class T>
+using unbounded_sender = asyncband::detail::unbounded_sender<detail::unbounded_state<T>>;
 template <class T>
 class unbounded_receiver;
 
@@ -44,6 +51,9 @@ struct node {
 template <class T>
 class unbounded_state : public channel_core<unbounded_state<T>> {
  public:
+  using value_type = T;
+  static constexpr bool multi_consumer = false;
+
   unbounded_state() noexcept : head_(&stub_), tail_(&stub_) {}
   unbounded_state(const unbounded_state&) = delete;
   unbounded_state& operator=(const unbounded_state&) = delete;
@@ -181,64 +191,8 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
 template <class T>
 std::pair<unbounded_sender<T>, unbounded_receiver<T>> unbounded() {
   auto* state = new detail::unbounded_state<T>();
-  return {unbounded_sender<T>(state), unbounded_receiver<T>(state)};
+  return {unbounded_sender<T>(asyncband::detail::adopt_state_t{}, state), unbounded_receiver<T>(state)};
 }
-
-/// The sending half of an unbounded channel. Copyable: every copy is a producer; the channel
-/// disconnects when the last sender or the receiver goes.
-///
-/// Contract
-/// - send() never waits: it allocates the message (one allocation, outside any lock),
-///   constructs the value there and links it. It hands the value back (disconnected) if the
-///   receiver closed the channel or is gone; a send that reports ok is received, or destroyed
-///   with the channel if the receiver goes first.
-/// - Order: values from one sender are received in the order sent; sends from different
-///   producers interleave in the order they link.
-/// - Synchronization: constructing a value happens-before the receive that takes it.
-/// - If constructing the value throws, nothing is sent and the exception propagates.
-template <class T>
-class unbounded_sender {
-  using state_type = detail::unbounded_state<T>;
-
- public:
-  unbounded_sender(const unbounded_sender& other) noexcept : state_(other.state_) {
-    if (state_ != nullptr) state_->add_producer();  // a copy of a moved-from sender is moved-from
-  }
-  unbounded_sender(unbounded_sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
-  unbounded_sender& operator=(const unbounded_sender& other) noexcept {
-    if (this != &other) *this = unbounded_sender(other);
-    return *this;
-  }
-  unbounded_sender& operator=(unbounded_sender&& other) noexcept {
-    if (this != &other) {
-      const unbounded_sender departing(std::move(*this));  // goes last: it may wake the receiver inline
-      state_ = std::exchange(other.state_, nullptr);
-    }
-    return *this;
-  }
-  ~unbounded_sender() { reset(); }
-
-  /// ok, or disconnected with the value.
-  send_result<T> send(T value) { return live()->send(std::move(value)); }
-
-  /// The receiver closed the channel or is gone.
-  [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
-
- private:
-  template <class U>
-  friend std::pair<unbounded_sender<U>, unbounded_receiver<U>> unbounded();
-  explicit unbounded_sender(state_type* s) noexcept : state_(s) {}
-
-  state_type* live() const {
-    if (state_ == nullptr) throw std::logic_error("asyncband::mpsc::unbounded_sender: moved from");
-    return state_;
-  }
-  void reset() noexcept {
-    if (state_ != nullptr) std::exchange(state_, nullptr)->drop_producer();
-  }
-
-  state_type* state_;
-};
 
 /// The receiving half of an unbounded channel. Move-only; destroying it disconnects the channel
 /// and destroys the values nobody received.

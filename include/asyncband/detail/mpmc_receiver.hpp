@@ -1,0 +1,109 @@
+// asyncband/detail/mpmc_receiver.hpp: the receiving half of an MPMC channel: a receive is an
+// acquisition of one unit of the channel's `items_` semaphore, then the take of the value it
+// stands for.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "../result.hpp"
+#include "../semaphore.hpp"
+#include "receiving_end.hpp"
+#include "semaphore_wait.hpp"
+
+namespace asyncband::mpmc::detail {
+
+/// A receive: an acquisition of one unit of the channel's `items_` semaphore (so it queues,
+/// is cancelled and loses a when_any as an acquisition does; a unit it does not use goes to the
+/// next receive), then the take of the value that unit stands for, moved once into the outcome.
+template <class State>
+class recv_wait : public asyncband::detail::semaphore_waiter {
+ public:
+  using value_type = typename State::value_type;
+  using outcome_type = result<value_type>;
+  static constexpr bool fallible = true;
+
+  explicit recv_wait(State* s) noexcept : semaphore_waiter(&s->items(), 1), state_(s) {}
+
+  outcome_type take() { return state_->template take<outcome_type>(take_permit()); }
+
+ private:
+  State* state_;
+};
+
+/// The receiving half of an MPMC channel (mpmc::receiver, mpmc::unbounded_receiver). Copyable: every copy is
+/// a receiver, and each value goes to exactly one receive of one of them. When the last receiver goes, the
+/// channel is disconnected: later sends hand their value back, senders waiting for capacity end disconnected,
+/// and the values nobody received are destroyed.
+///
+/// Contract
+/// - Fairness: receives that wait are served in FIFO order, across every copy of the receiver;
+///   a try_recv or a new receive never takes a value while a receive waits.
+/// - Synchronization: a value's construction in the channel happens-before the receive that
+///   takes it.
+/// - Cancellation commits until the receive resumes. A receive cancelled (stop token, its frame
+///   destroyed, a lost when_any, a timeout) takes nothing: if it had been woken for a value, the
+///   value goes to the next waiting receive, or stays in the channel. No value is lost or
+///   received twice.
+/// - recv() yields result<T>: a value, or wait_status::closed once nothing can come any more
+///   (the channel is closed or every producer is gone, and no permit or accepted send is
+///   outstanding) and every accepted value has been received.
+/// - close() (on either half): no new sends or reservations; what was accepted, and the sends
+///   of permits held at the time, still drain to the receivers.
+/// - Every receive form moves the value exactly once, from the channel into the result. If that
+///   move throws, the exception propagates and the value stays in the channel, for the next
+///   receive (ahead of the others).
+/// - Several receives may be in progress at once, from any copies, threads or coroutines. Each
+///   receiver must outlive its own receives (their awaiters included).
+/// - A receive may wait for a value being constructed by another thread (spinning, then
+///   yielding): T's move constructor must not wait for anything a receiver does. A receive from
+///   inside the construction of a value sent to the same channel on the same thread (through
+///   code that construction resumes inline) never finishes; debug builds assert.
+template <class State>
+class receiver_base : public asyncband::detail::receiving_end<State, recv_wait<State>> {
+  using base = asyncband::detail::receiving_end<State, recv_wait<State>>;
+  using T = typename State::value_type;
+
+ public:
+  receiver_base(receiver_base&&) noexcept = default;
+  receiver_base& operator=(receiver_base&&) noexcept = default;
+  /// Another receiver of the same channel (a moved-from receiver copies as moved-from).
+  receiver_base(const receiver_base& other) noexcept : base(adopt(other.state_)) {}
+  receiver_base& operator=(const receiver_base& other) noexcept {
+    if (this != &other) *this = receiver_base(other);
+    return *this;
+  }
+  ~receiver_base() = default;
+
+  /// A value now: ok, empty, or disconnected (nothing left, and nothing can come).
+  try_recv_result<T> try_recv() { return this->live()->try_take(); }
+  /// Closes the channel: no new sends; what was accepted still drains.
+  void close() noexcept {
+    if (this->state_ != nullptr) this->state_->close();
+  }
+  /// The channel is closed (or every sender is gone).
+  [[nodiscard]] bool is_closed() const noexcept { return this->state_ == nullptr || this->state_->closed(); }
+  /// Values accepted and not yet received (including sends still being written).
+  [[nodiscard]] std::size_t len() const noexcept { return this->state_ == nullptr ? 0 : this->state_->len(); }
+  [[nodiscard]] bool empty() const noexcept { return len() == 0; }
+  /// The senders (and owned permits) of the channel now.
+  [[nodiscard]] std::size_t sender_count() const noexcept {
+    return this->state_ == nullptr ? 0 : this->state_->sender_count();
+  }
+  /// The receivers of the channel now.
+  [[nodiscard]] std::size_t receiver_count() const noexcept {
+    return this->state_ == nullptr ? 0 : this->state_->receiver_count();
+  }
+
+ protected:
+  /// Adopts the reference its factory counted.
+  explicit receiver_base(State* s) noexcept : base(s) {}
+
+ private:
+  static State* adopt(State* s) noexcept {
+    if (s != nullptr) s->add_receiver();
+    return s;
+  }
+};
+
+}  // namespace asyncband::mpmc::detail
