@@ -354,7 +354,7 @@ void run_seeded_soak(const char* label, OneChannel one_channel) {
   int went_early = 0;
   int disconnected = 0;
   const auto start = std::chrono::steady_clock::now();
-  const int channels = repeat_for(kChannels, under_sanitizer ? 8s : 60s, [&](int index) {
+  const int channels = repeat_for(kChannels, under_sanitizer ? 4s : 60s, [&](int index) {
     soak_world w;
     const bool good = one_channel(index, finals, w);
     bool all_early = true;
