@@ -40,7 +40,10 @@ class handle_counts {
   [[nodiscard]] bool producers_gone() const noexcept {
     return producers_.load(std::memory_order_acquire) == 0;
   }
-  [[nodiscard]] bool receiver_gone() const noexcept { return receiver_gone_.load(std::memory_order_acquire); }
+  /// Every receiver is gone (the count never rises from 0: a receiver is made only from another).
+  [[nodiscard]] bool receiver_gone() const noexcept {
+    return receivers_.load(std::memory_order_acquire) == 0;
+  }
   [[nodiscard]] std::size_t sender_count() const noexcept {
     return producers_.load(std::memory_order_relaxed);
   }
@@ -54,12 +57,10 @@ class handle_counts {
   handle_counts() = default;
   ~handle_counts() = default;
 
-  /// A receiver handle goes: true for the last one, after marking the channel disconnected
-  /// (later sends hand their value back). The caller's reference is still held.
+  /// A receiver handle goes: true for the last one (from then on receiver_gone(), and later
+  /// sends hand their value back). The caller's reference is still held.
   [[nodiscard]] bool last_receiver_leaves() noexcept {
-    if (receivers_.fetch_sub(1, std::memory_order_acq_rel) != 1) return false;
-    receiver_gone_.store(true, std::memory_order_release);
-    return true;
+    return receivers_.fetch_sub(1, std::memory_order_acq_rel) == 1;
   }
 
  private:
@@ -73,7 +74,6 @@ class handle_counts {
   alignas(64) std::atomic<std::size_t> refs_{2};  // producers + receivers + calls in progress
   std::atomic<std::size_t> producers_{1};         // senders + owned permits
   std::atomic<std::size_t> receivers_{1};
-  std::atomic<bool> receiver_gone_{false};
   manual_reset_event closed_event_;
 };
 
