@@ -1,9 +1,9 @@
 # cmake -DCXX_COMPILER=... -DCXX_COMPILER_ID=GNU|Clang -DINCLUDE_DIR=... -DWORK_DIR=... -P run_nodiscard_test.cmake
 #
 # A co_await forgotten on a call that returns an awaiter (`m.lock();`, `tx.send(v);`) starts
-# nothing: the awaiter types are [[nodiscard("co_await it: ...")]]. For every such call, compiles a
-# coroutine that drops it and expects the compile to fail under -Werror with that reason; and
-# first compiles one coroutine that awaits them all, to show the snippets are otherwise valid.
+# nothing: the awaiter types are [[nodiscard("co_await it: ...")]]. Compiles one coroutine that
+# awaits every such call, to show the snippets are otherwise valid, and one that drops every call,
+# each on its own line, and expects an error with that reason at each of those lines.
 foreach(var CXX_COMPILER CXX_COMPILER_ID INCLUDE_DIR WORK_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "${var} is required")
@@ -56,6 +56,9 @@ set(cases
   "watch_closed_stop|wtx.closed(stop)|1")
 
 set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Werror "-I${INCLUDE_DIR}")
+if(CXX_COMPILER_ID MATCHES "Clang")
+  list(APPEND flags -ferror-limit=0)  # every case reports (clang stops at 20 errors otherwise)
+endif()
 
 function(compile name source out_rc out_log)
   set(file "${WORK_DIR}/${name}.cpp")
@@ -81,24 +84,44 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nodiscard test: the control (every call awaited) does not compile:\n${log}")
 endif()
 
-set(failures "")
+# Every dropped call in one translation unit (one compile instead of one per case: the test runs
+# in each test build), each on a line of its own; each line must have its own diagnostic.
+set(dropped "${prologue}")
+string(REGEX MATCHALL "\n" prologue_lines "${prologue}")
+list(LENGTH prologue_lines line)
+set(case_lines "")
 foreach(c IN LISTS cases)
+  string(REPLACE "|" ";" parts "${c}")
+  list(GET parts 1 statement)
+  math(EXPR line "${line} + 1")
+  list(APPEND case_lines ${line})
+  string(APPEND dropped "  { ${statement}; }\n")
+endforeach()
+string(APPEND dropped "${epilogue}")
+compile(all_dropped "${dropped}" rc log)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "nodiscard test: every call dropped, and it compiled")
+endif()
+
+set(failures "")
+foreach(c line IN ZIP_LISTS cases case_lines)
   string(REPLACE "|" ";" parts "${c}")
   list(GET parts 0 name)
   list(GET parts 1 statement)
   list(GET parts 2 wants_reason)
-  compile(${name} "${prologue}  ${statement};\n${epilogue}" rc log)
-  if(rc EQUAL 0)
-    string(APPEND failures "  ${name}: `${statement};` compiled\n")
-  elseif(NOT log MATCHES "nodiscard")
-    string(APPEND failures "  ${name}: failed, but not for nodiscard:\n${log}\n")
-  elseif(wants_reason AND NOT log MATCHES "co_await it: ")
-    string(APPEND failures "  ${name}: no 'co_await it: ...' reason in:\n${log}\n")
+  # The diagnostic's first line: "<file>:<line>:<column>: error: ... nodiscard ... [reason]".
+  string(REGEX MATCH "all_dropped\\.cpp:${line}:[0-9]+: error: [^\n]*" diagnostic "${log}")
+  if(NOT diagnostic)
+    string(APPEND failures "  ${name}: `${statement};` (line ${line}) compiled\n")
+  elseif(NOT diagnostic MATCHES "nodiscard")
+    string(APPEND failures "  ${name}: failed, but not for nodiscard: ${diagnostic}\n")
+  elseif(wants_reason AND NOT diagnostic MATCHES "co_await it: ")
+    string(APPEND failures "  ${name}: no 'co_await it: ...' reason in: ${diagnostic}\n")
   else()
     message(STATUS "nodiscard test: ${name}: rejected as expected")
   endif()
 endforeach()
 if(failures)
-  message(FATAL_ERROR "nodiscard test: a dropped awaiter was not diagnosed:\n${failures}")
+  message(FATAL_ERROR "nodiscard test: a dropped awaiter was not diagnosed:\n${failures}\n${log}")
 endif()
 message(STATUS "nodiscard test: OK")
