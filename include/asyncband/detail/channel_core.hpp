@@ -93,6 +93,9 @@ class channel_core {
     return true;
   }
 
+  /// A read-only guess that receive_ready() would hold: a value at the head, or the end.
+  bool receive_may_be_ready() noexcept { return storage().head_has_value() || storage().finished(); }
+
   /// Registers the receiver's wait unless a value (or the end) is there after all.
   bool enqueue_receiver(waiter_type& w) noexcept {
     for (;;) {
@@ -207,6 +210,8 @@ class recv_wait : public asyncband::detail::waiter {
   ~recv_wait() { state_->receiving().end(); }
 
   bool try_ready() noexcept { return state_->receive_ready(status); }
+  /// A blocking receive spins on it before it parks: the senders are usually running.
+  bool may_be_ready() noexcept { return state_->receive_may_be_ready(); }
   bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
   bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
   /// The outcome itself, built in place from the head's cell: finish_wait returns it as is.

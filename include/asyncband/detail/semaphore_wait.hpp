@@ -28,6 +28,8 @@ class semaphore_waiter : public waiter {
   static constexpr bool transferable = true;
 
   bool try_ready() noexcept { return needed_ == 0 || semaphore_->try_take(needed_); }
+  /// Enough is available (read-only: a blocking acquisition spins on it before parking).
+  bool may_be_ready() const noexcept { return semaphore_->available() >= needed_; }
 
   bool enqueue() noexcept {
     granted_ = 0;

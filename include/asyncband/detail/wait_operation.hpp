@@ -16,6 +16,9 @@
 //     void give_back() noexcept;                  // transferable only: pass the grant on (or
 //                                                 // bool: whether there was one, for a node whose
 //                                                 // completed wait may carry none)
+//     bool may_be_ready() noexcept;               // optional: a read-only guess that try_ready()
+//                                                 // would succeed; a blocking twin then retries
+//                                                 // for a few microseconds before it parks
 //   };
 //
 // and returns wait_awaiter<my_node, Cancellable> from its wait functions, and block_wait() from
@@ -36,6 +39,7 @@
 
 #include "../result.hpp"
 #include "../scheduler.hpp"
+#include "spin_lock.hpp"
 #include "waiter.hpp"
 
 namespace asyncband::detail {
@@ -435,12 +439,34 @@ struct staged_access {
 
 using steady_deadline = std::optional<std::chrono::steady_clock::time_point>;
 
+/// A node whose blocking waits retry before parking: its completion usually comes from another
+/// thread that is running now (a channel's other side, a lock's holder), sooner than a park and
+/// a wake would take.
+template <class Node>
+concept spins_before_parking = requires(Node& n) {
+  { n.may_be_ready() } noexcept -> std::same_as<bool>;
+};
+
+/// Before parking: retries the wait for about as long as parking and being woken would take.
+/// Only read-only guesses spin (may_be_ready), so the spinning thread does not take the cache
+/// line away from the thread it waits for; try_complete runs when a guess says it may succeed.
+/// A node that is queued never spins: try_ready keeps to FIFO order (a semaphore's try_take
+/// fails while anybody is queued), so spinning cannot barge ahead of a parked waiter.
+template <class Node, bool Cancellable>
+bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
+  if constexpr (spins_before_parking<Node>) {
+    return spin_briefly([&wait] { return wait.node().may_be_ready() && wait.try_complete(); });
+  } else {
+    return false;
+  }
+}
+
 /// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
 /// of a coroutine suspended. A deadline that passes first cancels with `timeout`.
 template <wait_node Node, bool Cancellable, class... Args>
 wait_yield_t<Node, Cancellable> block_wait(std::stop_token token, steady_deadline deadline, Args&&... args) {
   pending_wait<Node, Cancellable> wait(std::move(token), std::forward<Args>(args)...);
-  if (wait.try_complete()) return wait.finish();
+  if (wait.try_complete() || spin_before_parking(wait)) return wait.finish();
   if (!deadline) {
     parker park;
     if (wait.publish(resume_target(&parker::unpark_thunk, &park))) park.park();
