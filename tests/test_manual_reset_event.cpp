@@ -118,6 +118,47 @@ TEST(ManualResetEvent, ResetAffectsOnlyLaterWaits) {
   EXPECT_EQ(early.resumed, 1);
 }
 
+// set() is lock-free while nobody is queued: the state word marks a queued waiter, and the
+// mark must survive whatever reset() and set() do around it.
+TEST(ManualResetEvent, ResetWhileAWaiterIsQueuedLeavesItForTheNextSet) {
+  test_scheduler s;
+  manual_reset_event ev;
+  probe p;
+  s.spawn(plain_waiter(ev, p));
+  s.run();
+  ev.reset();  // unset already: must not erase the mark of the queued waiter
+  ev.reset();
+  EXPECT_FALSE(ev.is_set());
+  ev.set();
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_TRUE(ev.is_set());
+}
+
+TEST(ManualResetEvent, AfterTheLastQueuedWaiterIsCancelledSetAndResetStillWork) {
+  test_scheduler s;
+  manual_reset_event ev;
+  probe cancelled;
+  std::stop_source src;
+  s.spawn(stoppable_waiter(ev, src.get_token(), cancelled));
+  s.run();
+  src.request_stop();
+  s.run();
+  EXPECT_EQ(cancelled.status, wait_status::cancelled);
+  ev.set();  // finds the stale mark and nobody to wake
+  EXPECT_TRUE(ev.is_set());
+  ev.reset();
+  EXPECT_FALSE(ev.is_set());
+  probe later;
+  s.spawn(plain_waiter(ev, later));
+  s.run();
+  EXPECT_EQ(later.resumed, 0);
+  ev.set();
+  s.run();
+  EXPECT_EQ(later.resumed, 1);
+  EXPECT_EQ(cancelled.resumed, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cancellation
 
@@ -305,8 +346,10 @@ TEST(ManualResetEvent, StressEveryWaiterFinishesAfterSet) {
 }
 
 TEST(ManualResetEventLifetime, TheWaiterMayDestroyTheEventWhileSetReturns) {
+  // With nobody queued, set() is one CAS, its last access.
   waiter_destroys_while_the_waker_returns([] { return std::make_unique<manual_reset_event>(); }, set,
-                                          [](manual_reset_event& ev) { ev.wait_blocking(); });
+                                          [](manual_reset_event& ev) { ev.wait_blocking(); },
+                                          waker_path::last_access);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   friend class detail::wait_functions<manual_reset_event>;
 
  public:
-  explicit manual_reset_event(bool initially_set = false) noexcept : set_(initially_set) {}
+  explicit manual_reset_event(bool initially_set = false) noexcept : state_(initially_set ? set_bit : 0U) {}
   manual_reset_event(const manual_reset_event&) = delete;
   manual_reset_event& operator=(const manual_reset_event&) = delete;
   /// Debug builds assert that no wait is pending.
@@ -38,21 +38,36 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
     assert(queue_.no_waiters_left() && "asyncband::manual_reset_event destroyed with waiters");
   }
 
-  /// Sets the event and wakes every current waiter.
+  /// Sets the event and wakes every current waiter. With nobody queued: one CAS, no lock.
   void set() noexcept {
-    if (set_.load(std::memory_order_acquire)) return;  // already set: no waiter can be queued
+    // Guess "unset, nobody queued" instead of loading first: the CAS is the cost here, and a
+    // wrong guess loads the state for free. The CAS is the last access: a waiter that sees the
+    // event set may destroy it at once.
+    unsigned s = 0;
+    if (state_.compare_exchange_strong(s, set_bit, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      detail::at_test_point(detail::test_point::woken);
+      return;
+    }
+    if ((s & set_bit) != 0) return;  // set already: no waiter can be queued
     queue_.wake([this](detail::wait_list& waiters, detail::wake_batch& batch) {
-      set_.store(true, std::memory_order_release);
+      state_.store(set_bit, std::memory_order_release);  // every waiter is claimed: none is left queued
       waiters.claim_all(batch);
     });
   }
 
   /// Clears the event; later waits suspend until the next set().
-  void reset() noexcept { set_.store(false, std::memory_order_release); }
+  void reset() noexcept {
+    // A CAS, not a store: a plain store of 0 racing another reset could erase the mark of a
+    // waiter that queued in between, and the next set() would then not look for it.
+    unsigned s = set_bit;
+    state_.compare_exchange_strong(s, 0U, std::memory_order_release, std::memory_order_relaxed);
+  }
 
-  [[nodiscard]] bool is_set() const noexcept { return set_.load(std::memory_order_acquire); }
+  /// The event is set now.
+  [[nodiscard]] bool is_set() const noexcept {
+    return (state_.load(std::memory_order_acquire) & set_bit) != 0;
+  }
 
-  /// Waits until the event is set. `co_await ev.wait();`
  private:
   class wait_node : public detail::queued_waiter<manual_reset_event> {
    public:
@@ -62,14 +77,33 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
 
     bool try_ready() noexcept { return owner().is_set(); }
     bool enqueue() noexcept {
-      return owner().queue_.complete_or_enqueue(*this, [this] { return owner().is_set(); });
+      return owner().queue_.complete_or_enqueue(*this, [this] { return owner().set_or_mark_waiting(); });
     }
     void take() noexcept {}
   };
 
+  /// Under the lock, for a waiter about to queue: true if the event is set (the wait completes);
+  /// otherwise marks the state "somebody may be queued", so that set() takes the lock and wakes.
+  /// The mark stays until a set() clears it (after a cancellation it may be stale: that set()
+  /// only finds nobody to wake).
+  bool set_or_mark_waiting() noexcept {
+    unsigned s = state_.load(std::memory_order_acquire);
+    while ((s & (set_bit | waiting_bit)) == 0) {
+      if (state_.compare_exchange_weak(s, waiting_bit, std::memory_order_acquire, std::memory_order_acquire))
+        return false;
+    }
+    return (s & set_bit) != 0;
+  }
+
   detail::wait_queue& queue() noexcept { return queue_; }
 
-  std::atomic<bool> set_;
+  static constexpr unsigned set_bit = 1;
+  static constexpr unsigned waiting_bit = 2;
+
+  // set_bit and waiting_bit are never both set: set() clears the mark, and no wait queues while
+  // the event is set. Changed outside the lock only from 0 to set (set's CAS) and from set to 0
+  // (reset's CAS), never while anybody is marked as queued.
+  std::atomic<unsigned> state_;
   detail::wait_queue queue_;
 };
 
