@@ -129,10 +129,10 @@ TEST(ManualResetEvent, ResetWhileAWaiterIsQueuedLeavesItForTheNextSet) {
   ev.reset();  // unset already: must not erase the mark of the queued waiter
   ev.reset();
   EXPECT_FALSE(ev.is_set());
-  ev.set();
+  ev.set();  // must find the waiter
+  EXPECT_TRUE(ev.is_set());
   s.run();
   EXPECT_EQ(p.resumed, 1);
-  EXPECT_TRUE(ev.is_set());
 }
 
 TEST(ManualResetEvent, AfterTheLastQueuedWaiterIsCancelledSetAndResetStillWork) {
