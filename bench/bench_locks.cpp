@@ -22,10 +22,18 @@
 // the workers actually overlap decides how many acquisitions queue (asyncband hands the lock
 // over in FIFO order, std::mutex lets the unlocking thread take it again).
 //
+// `cppcoro_model` there is a model of the coroutine peers' async mutex (inline_handoff_mutex
+// below), run as asyncband's: K coroutines on the same pool. mutex/worst_wait_K runs the two
+// coroutine locks again with each lock timed (two clock reads per lock, in both alike, so its
+// times are longer): its counter worst_wait_us is the longest any one `co_await lock()` took.
+//
 //   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <coroutine>
 #include <cstddef>
 #include <cstdint>
 #include <latch>
@@ -269,23 +277,136 @@ class contended_run {
   long switches_before_;
 };
 
-task<void> increment_on(thread_pool& pool, asyncband::mutex<std::uint64_t>& m) {
+/// A model of the coroutine peers' async mutex (cppcoro's `async_mutex` and libcoro's `mutex`
+/// work this way; written here from that description, since neither is packaged in Debian).
+/// One atomic word is "unlocked", "locked, nobody waits", or the newest of a stack of awaiters
+/// that arrived while it was locked; the holder keeps the older ones privately, oldest first.
+/// unlock() hands the lock to the oldest waiter and resumes it inline on the unlocking thread,
+/// whatever its task type: no scheduler hook, no cancellation, no blocking twin.
+class inline_handoff_mutex {
+  static constexpr std::uintptr_t unlocked = 1;
+  static constexpr std::uintptr_t locked_nobody_waits = 0;
+
+ public:
+  class awaiter {
+   public:
+    explicit awaiter(inline_handoff_mutex& m) noexcept : mutex_(m) {}
+    bool await_ready() noexcept { return mutex_.try_lock(); }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      handle_ = h;
+      std::uintptr_t old = mutex_.state_.load(std::memory_order_relaxed);
+      for (;;) {
+        if (old == unlocked) {
+          if (mutex_.state_.compare_exchange_weak(old, locked_nobody_waits, std::memory_order_acquire,
+                                                  std::memory_order_relaxed))
+            return false;
+          continue;
+        }
+        next_ = old == locked_nobody_waits ? nullptr : reinterpret_cast<awaiter*>(old);
+        if (mutex_.state_.compare_exchange_weak(old, reinterpret_cast<std::uintptr_t>(this),
+                                                std::memory_order_release, std::memory_order_relaxed))
+          return true;
+      }
+    }
+    void await_resume() const noexcept {}
+
+   private:
+    friend class inline_handoff_mutex;
+    inline_handoff_mutex& mutex_;
+    std::coroutine_handle<> handle_;
+    awaiter* next_ = nullptr;
+  };
+
+  awaiter lock() noexcept { return awaiter(*this); }
+
+  bool try_lock() noexcept {
+    std::uintptr_t expected = unlocked;
+    return state_.compare_exchange_strong(expected, locked_nobody_waits, std::memory_order_acquire,
+                                          std::memory_order_relaxed);
+  }
+
+  void unlock() noexcept {
+    if (oldest_ == nullptr) {
+      std::uintptr_t expected = locked_nobody_waits;
+      if (state_.compare_exchange_strong(expected, unlocked, std::memory_order_release,
+                                         std::memory_order_relaxed))
+        return;
+      // Waiters arrived: take their stack (newest first) and keep it oldest first.
+      auto* w = reinterpret_cast<awaiter*>(state_.exchange(locked_nobody_waits, std::memory_order_acquire));
+      while (w != nullptr) oldest_ = std::exchange(w, std::exchange(w->next_, oldest_));
+    }
+    awaiter* next_holder = std::exchange(oldest_, oldest_->next_);
+    next_holder->handle_.resume();  // the lock passes with it
+  }
+
+ private:
+  std::atomic<std::uintptr_t> state_{unlocked};
+  awaiter* oldest_ = nullptr;  // only the holder touches it
+};
+
+/// The longest single lock wait of a contended coroutine run, shared by its workers.
+class worst_wait {
+ public:
+  using clock = std::chrono::steady_clock;
+  void record(clock::duration waited) noexcept {
+    std::int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count();
+    std::int64_t seen = worst_ns_.load(std::memory_order_relaxed);
+    while (ns > seen && !worst_ns_.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
+    }
+  }
+  [[nodiscard]] double microseconds() const noexcept {
+    return static_cast<double>(worst_ns_.load(std::memory_order_relaxed)) / 1000.0;
+  }
+
+ private:
+  std::atomic<std::int64_t> worst_ns_{0};
+};
+
+template <bool Timed>
+task<void> increment_on(thread_pool& pool, asyncband::mutex<std::uint64_t>& m, worst_wait& worst) {
   co_await pool.schedule();
   for (int i = 0; i < kIncrements; ++i) {
-    auto guard = co_await m.lock();
-    ++*guard;
+    if constexpr (Timed) {
+      const auto asked = worst_wait::clock::now();
+      auto guard = co_await m.lock();
+      worst.record(worst_wait::clock::now() - asked);
+      ++*guard;
+    } else {
+      auto guard = co_await m.lock();
+      ++*guard;
+    }
   }
 }
 
-template <int K>
+template <bool Timed>
+task<void> increment_on(thread_pool& pool, inline_handoff_mutex& m, std::uint64_t& counter,
+                        worst_wait& worst) {
+  co_await pool.schedule();
+  for (int i = 0; i < kIncrements; ++i) {
+    if constexpr (Timed) {
+      const auto asked = worst_wait::clock::now();
+      co_await m.lock();
+      worst.record(worst_wait::clock::now() - asked);
+    } else {
+      co_await m.lock();
+    }
+    ++counter;
+    m.unlock();
+  }
+}
+
+/// K coroutines on the pool, each incrementing under the asyncband::mutex; every lock timed
+/// when `Timed`.
+template <int K, bool Timed = false>
 void mutex_contended_asyncband(benchmark::State& state) {
   thread_pool pool(kPoolThreads);
   contended_run run(state, K);
+  worst_wait worst;
   for (auto _ : state) {
     asyncband::mutex<std::uint64_t> m(0);
     std::vector<task<void>> workers;
     workers.reserve(K);
-    for (int i = 0; i < K; ++i) workers.push_back(increment_on(pool, m));
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, m, worst));
     const auto start = std::chrono::steady_clock::now();
     asyncband::block_on(asyncband::runtime::when_all(std::move(workers)));
     state.SetIterationTime(seconds(std::chrono::steady_clock::now() - start).count());
@@ -293,6 +414,28 @@ void mutex_contended_asyncband(benchmark::State& state) {
     if (!run.check(guard ? **guard : 0)) break;
   }
   run.finish();
+  if constexpr (Timed) state.counters["worst_wait_us"] = worst.microseconds();
+}
+
+/// The same with inline_handoff_mutex.
+template <int K, bool Timed = false>
+void mutex_contended_model(benchmark::State& state) {
+  thread_pool pool(kPoolThreads);
+  contended_run run(state, K);
+  worst_wait worst;
+  for (auto _ : state) {
+    std::uint64_t counter = 0;
+    inline_handoff_mutex m;
+    std::vector<task<void>> workers;
+    workers.reserve(K);
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, m, counter, worst));
+    const auto start = std::chrono::steady_clock::now();
+    asyncband::block_on(asyncband::runtime::when_all(std::move(workers)));
+    state.SetIterationTime(seconds(std::chrono::steady_clock::now() - start).count());
+    if (!run.check(counter)) break;
+  }
+  run.finish();
+  if constexpr (Timed) state.counters["worst_wait_us"] = worst.microseconds();
 }
 
 /// K std::threads, each incrementing under `Mutex` (std::mutex, tbb::mutex, tbb::spin_mutex).
@@ -346,14 +489,24 @@ BENCHMARK(mutex_contended_asyncband<2>)->Name("mutex/contended_2/asyncband")->Us
 BENCHMARK(mutex_contended_threads<2, std::mutex>)->Name("mutex/contended_2/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<2, tbb::mutex>)->Name("mutex/contended_2/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<2, tbb::spin_mutex>)->Name("mutex/contended_2/tbb_spin")->UseManualTime();
+BENCHMARK(mutex_contended_model<2>)->Name("mutex/contended_2/cppcoro_model")->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<4>)->Name("mutex/contended_4/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, std::mutex>)->Name("mutex/contended_4/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, tbb::mutex>)->Name("mutex/contended_4/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, tbb::spin_mutex>)->Name("mutex/contended_4/tbb_spin")->UseManualTime();
+BENCHMARK(mutex_contended_model<4>)->Name("mutex/contended_4/cppcoro_model")->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<8>)->Name("mutex/contended_8/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, std::mutex>)->Name("mutex/contended_8/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, tbb::mutex>)->Name("mutex/contended_8/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, tbb::spin_mutex>)->Name("mutex/contended_8/tbb_spin")->UseManualTime();
+BENCHMARK(mutex_contended_model<8>)->Name("mutex/contended_8/cppcoro_model")->UseManualTime();
+
+BENCHMARK(mutex_contended_asyncband<2, true>)->Name("mutex/worst_wait_2/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_model<2, true>)->Name("mutex/worst_wait_2/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<4, true>)->Name("mutex/worst_wait_4/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_model<4, true>)->Name("mutex/worst_wait_4/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<8, true>)->Name("mutex/worst_wait_8/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_model<8, true>)->Name("mutex/worst_wait_8/cppcoro_model")->UseManualTime();
 
 BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
 BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release/std");
