@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_asio.cpp: the Boost.Asio adapter (asyncband/asio.hpp) from asio::awaitable
 // coroutines on an io_context, against the same operations on Asio's own
 // experimental::concurrent_channel (Boost 1.81).

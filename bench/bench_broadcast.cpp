@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_broadcast.cpp: fan-out. One sender, N receivers, every receiver gets every message:
 // asyncband::broadcast (overflow and bounded) against the fan-out users write by hand today.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_channels.cpp: the bounded MPSC channel (asyncband::mpsc::bounded) against the
 // channels and queues of the C++ ecosystem.
 //

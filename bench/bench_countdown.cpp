@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_countdown.cpp: the signalling and countdown primitives against their std baselines.
 //
 // Names are `family/case/impl`; impl is `asyncband` (ours), `std` (std::mutex +

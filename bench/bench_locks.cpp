@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_locks.cpp: mutex, semaphore and rwlock against their std (and oneTBB) baselines.
 //
 // Names are `family/case/impl`; impl is `asyncband` (ours), `std` (std::mutex,

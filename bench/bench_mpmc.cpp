@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_mpmc.cpp: the bounded MPMC channel (asyncband::mpmc::bounded) against the
 // multi-consumer queues of the C++ ecosystem.
 //

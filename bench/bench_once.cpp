@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_once.cpp: once_cell, singleflight::group and once_map against their std baselines.
 //
 // Names are `family/case/impl`; impl is `asyncband` (ours) or the baseline it is compared with:

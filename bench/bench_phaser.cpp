@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_phaser.cpp: the phaser against std::barrier, with asyncband::barrier as a reference.
 //
 // Names are `family/case/impl`; impl is `asyncband` (the phaser), `asyncband_barrier`

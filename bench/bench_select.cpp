@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_select.cpp: receiving from whichever of two channels has a value (a select) with
 // asyncband::when_any, against the ways C++ users build it today.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_support.hpp: helpers shared by the bench/bench_<family>.cpp executables.
 //
 //   inline_coroutine   an eager, scheduler-less coroutine driving a benchmark loop from inside

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/bench_watch.cpp: asyncband::watch against a hand-written std baseline.
 //
 // Names are `watch/case/impl`; impl is `asyncband` (ours) or the baseline:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench/queue_peers.hpp: the bounded queues of the C++ ecosystem, adapted for the plain-thread
 // channel cases (bench_channels, bench_mpmc): Asio's concurrent_channel, moodycamel's
 // BlockingConcurrentQueue, tbb::concurrent_bounded_queue, and a textbook deque + mutex + two

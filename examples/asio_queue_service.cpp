@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/asio_queue_service.cpp: a TCP queue service on Boost.Asio whose handlers wait on
 // asyncband primitives through asyncband/asio.hpp, with a per-request timeout that loses nothing.
 //

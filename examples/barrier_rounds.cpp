@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/barrier_rounds.cpp: an iterative computation in rounds, with a barrier.
 //
 // 1-D heat diffusion (Jacobi relaxation) on a rod whose ends are held at 0 and 100 degrees.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/cancellation.cpp: ending waits early with std::stop_token and timeouts.
 //
 // Every wait has cancellable forms that return asyncband::result<...> instead of throwing:

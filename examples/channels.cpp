@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/channels.cpp: a small request pipeline built from asyncband's channels.
 //
 // 3 clients send 12 requests each into a bounded MPSC channel of capacity 4; one server

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/events.cpp: producer/consumer signalling with auto_reset_event.
 //
 // A one-slot mailbox between two tasks running on a thread pool. Two auto-reset events hand

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/fanout.cpp: a price feed fanned out to a fast and a slow consumer, through the two
 // broadcast channels.
 //

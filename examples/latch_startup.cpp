@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/latch_startup.cpp: workers wait until initialization has finished.
 //
 // Startup has two steps (loading the configuration, warming a cache), each counting down the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/locks.cpp: the lock family on a thread pool.
 //
 // A bounded work queue built from asyncband::mutex<std::deque<int>> and two condvars

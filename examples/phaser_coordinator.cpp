@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/phaser_coordinator.cpp: a coordinator that processes each round's results before
 // the next round starts.
 //

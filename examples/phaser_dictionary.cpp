@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/phaser_dictionary.cpp: a shared dictionary built in rounds, with a phaser.
 //
 // Four workers (two coroutines on a pool of 2 threads, two plain threads using the blocking

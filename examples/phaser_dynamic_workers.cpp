@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/phaser_dynamic_workers.cpp: workers joining and leaving a phaser between phases.
 //
 // main is a participant, the coordinator: in each phase it registers the workers that join

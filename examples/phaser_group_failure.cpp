@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/phaser_group_failure.cpp: one member of a group fails, and every member learns of it.
 //
 // Four members (two coroutines on a pool of 2 threads, two plain threads) work in phases: in

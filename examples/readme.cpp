@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The example in README.md, kept compiling and running by ./x demo.
 #include <asyncband/asyncband.hpp>
 #include <asyncband/runtime/task.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/select.cpp: an order router that waits on several sources at once with
 // asyncband::when_any, and a fan-in over N feeds with asyncband::select_loop, both losing nothing.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/service_lifecycle.cpp: a small service that loads its configuration once, coalesces
 // identical lookups, and shuts down gracefully on a signal.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/wait_group_shutdown.cpp: waiting for every spawned task at shutdown.
 //
 // A wait_group is a handle: every copy is a member of the group until it is destroyed. A task

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // examples/work_queue.cpp: a work queue drained by a pool of coroutine workers, closed
 // gracefully.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Google Benchmark JSON -> markdown tables for asyncband.
 
 Benchmark names are ``family/case/impl`` optionally followed by extra argument

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the Boost.Asio bridge (asyncband/asio.hpp): every primitive awaited from asio
 // coroutines (use_awaitable) on an io_context and on an asio::thread_pool, completion on the
 // handler's executor and never inside the waking call, both cancellation paths (std::stop_token

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the generic Boost.Asio adapter (asyncband/asio.hpp: async_op, async_outcome and the
 // named forms): every primitive's operations from asio coroutines, the completion signatures and
 // error codes, every kind of completion token, per-operation cancellation (before the node

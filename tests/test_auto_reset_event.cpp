@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::auto_reset_event: permits (at most one stored), notify_one / notify_all,
 // FIFO order, waits from tasks / threads / block_on, cancellation (including the permit passed
 // on by a waiter cancelled after it was handed one), deterministic races at the waiter core's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::barrier: construction errors, leaders, generations, cancellation (an
 // arrival commits when the wait starts), deterministic races on the test scheduler, destroying a
 // suspended waiter, and bounded multi-threaded stress with a per-generation invariant.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // block_on's cancellable forms: block_on(make, stop_token), block_on(make, timeout or deadline)
 // and block_on(make, stop_token, timeout), where make(token) builds the awaitable. A deadline
 // already passed makes the timeout deterministic (it fires as soon as the wait has suspended);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::broadcast, both modes (a typed suite where the behaviour is shared):
 // every receiver gets every message in order; the queries; close and disconnection; handles moved
 // from; one send waking N receivers, each on its own scheduler; cancel-safe receives (woken then

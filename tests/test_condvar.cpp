@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::condvar: a wait returns holding the mutex; no lost wake-up (the waiter
 // registers before it unlocks); notifications are not stored; FIFO notify_one and notify_all;
 // wait_while (at once, looping, a throwing predicate); cancellation before, during and after each

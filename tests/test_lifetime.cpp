@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lifetime harness of issue 11: for every public operation that can complete a wait, on every
 // primitive, a waiter with no scheduler (resumed inline by that operation; or a plain thread
 // blocked in the wait) destroys at once everything "last one out" lets it destroy: the primitive

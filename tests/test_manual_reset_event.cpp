@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::manual_reset_event: contract, waits from tasks / threads / block_on,
 // cancellation, deterministic races at the waiter core's test points, destruction of a
 // suspended waiter, and a bounded multi-threaded stress test.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::mpmc::bounded: sending and receiving in every form; exact capacity (also
 // for capacities that are not powers of two); the counts of senders and receivers through copies
 // and moves; moved-from handles; counter wrap-around; several receivers (each value received

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::mpmc::unbounded: sending (never waits) and receiving in every form; the
 // queries; the counts of senders and receivers through copies and moves; moved-from handles;
 // close by either half; several receivers (each value received exactly once, FIFO among waiting

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::mpsc::bounded: sending and receiving in every form; exact capacity
 // (also for capacities that are not powers of two); the programming errors; held permits
 // (reserve, try_reserve, reserve_many, owned permits, a permit held across awaits and across many

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::mpsc::unbounded: send, try_recv and every receive form (coroutine inline,
 // on the test scheduler and on a pool, blocking, blocking with a stop token, timeout, block_on);
 // FIFO per producer with several producers; len(); the handles (copies, moves, moved from);

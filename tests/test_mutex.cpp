@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::mutex: try_lock / lock / lock_blocking / lock_timeout, guards (access,
 // unlock, moves, map), owned guards that keep the mutex alive, FIFO hand-off without barging,
 // cancellation racing the hand-off at the waiter core's test points, destruction of suspended

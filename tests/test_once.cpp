@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::once: one run to success among concurrent callers; a failed run (its f
 // threw, its caller was cancelled after the run came to it, or was destroyed) passes to exactly
 // one waiting caller, and its exception reaches that caller only; wait() (not ended by a failed

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::once_cell: get() is null while the cell is empty and while it is being
 // initialised, then the value; one value, constructed once in the cell and never moved (every
 // caller and every form sees the same address); a failure (f throws, T's constructor throws, or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::once_map: one run per key's entry for any number of callers, keys that
 // never wait for each other, get / discard / remove (in flight and finished), failures (an
 // exception, a try_compute error with a user's own expected-like type) that cache nothing and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Regression tests from the race and lifetime review of the once family (issue 12): each test
 // reproduces one bug found in review, deterministically, on one thread.
 //

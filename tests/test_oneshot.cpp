@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::oneshot: a value sent before or after the receive starts is received by
 // every receive form (coroutine, blocking, blocking with a stop token, timeout, block_on, inline
 // and on a pool); a sender gone without sending ends the receive closed; a closed or destroyed

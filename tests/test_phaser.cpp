@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::phaser: phase ids; registration one by one and in batches; arrival,
 // repeated arrival and waiting for the phase of an arrival; withdrawal (arrive_and_deregister,
 // destroying participants and batches) and the empty phaser; observers; close(); the counter's

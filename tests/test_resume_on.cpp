@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // resume_on: coroutines of a task type without asyncband's scheduler hook (the tests'
 // hand-written bare_coroutine, as cppcoro's and libcoro's are) continue on a scheduler of their
 // choosing after a wait, instead of on the thread that woke them. The schedulers: a plain thread

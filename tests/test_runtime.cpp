@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The optional runtime: task, when_all, thread_pool and the deterministic test scheduler.
 #include <gtest/gtest.h>
 

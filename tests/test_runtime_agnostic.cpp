@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The primitives from three kinds of caller: a minimal coroutine type written here with no
 // scheduler hook (wake-ups resume it inline on the waking thread), runtime::task on a
 // runtime::thread_pool (wake-ups are posted to the pool: a broadcast returns before any waiter

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::rwlock: construction, shared readers up to max_readers, exclusive writers,
 // write preference (one FIFO queue), readers let in together, downgrade, mapped guards,
 // cancellation (a queued writer's partial grant passes on to the readers behind it), the waiter

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::semaphore and semaphore_permit: permits (try_acquire, RAII release, forget,
 // split, merge, move), programming errors, strict FIFO with partial grants and no barging, the
 // deficit (reduce_permits, drain_permits), cancellation (a partial or complete grant passes on),

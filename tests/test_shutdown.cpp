@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::shutdown: the signal (receivers and watchers, every waiting form, handles
 // made after it), the tracking of receivers by wait_done (copies, moves, reset, assignment,
 // watchers not counted), dropping the sender, the stop token (callbacks, asyncband waits and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::singleflight::group: concurrent calls for a key share one execution and
 // all get its result, nothing is cached afterwards, a leader's failure (an exception, a try_work
 // error with a user's own expected-like type, a stop its initialiser acts on, its coroutine

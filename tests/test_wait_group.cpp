@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::wait_group: membership through handles (copy adds, destroy/leave removes,
 // move transfers), waits that leave first and then wait for zero members (coroutines, plain
 // threads, block_on), new rounds, cancellation, deterministic races on the test scheduler,

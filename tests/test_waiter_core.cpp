@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The waiter core: the node handshake, the wait list, and the suspension protocol every
 // primitive shares, exercised through a minimal primitive built the way the real ones are.
 #include <gtest/gtest.h>

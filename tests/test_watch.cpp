@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::watch: versions and coalescing, the read guards (no lock: the sender is
 // never held back by readers), send / send_replace / send_modify / send_if_modified, receivers
 // and their copies, changed() and wait_for() from tasks and threads, closed(), cancellation,

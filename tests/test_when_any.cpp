@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::when_any: polling order, waiting on several primitives, the one winner,
 // nothing lost by the losers (grants skipped or passed on, values left at the channel's head, a
 // send's value handed back), the when_any's own stop token, a coroutine destroyed while it waits,

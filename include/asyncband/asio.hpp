@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/asio.hpp: every asyncband waiting operation from Boost.Asio (optional; needs
 // Boost.Asio 1.81 or later, headers only; not included by asyncband.hpp).
 //
@@ -123,6 +124,8 @@
 //   co_await expression (docs/design.md, Toolchain notes): build such an argument (a job struct
 //   passed to async_send) before the co_await.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>

@@ -1,6 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/asyncband.hpp: every core primitive. The runtime headers (asyncband/runtime/*) and
 // the Asio bridge (asyncband/asio.hpp) are separate: the core depends on the standard library alone.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include "auto_reset_event.hpp"
 #include "barrier.hpp"

@@ -1,5 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/barrier.hpp
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cassert>
 #include <cstddef>

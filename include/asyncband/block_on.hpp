@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/block_on.hpp: the bridge from plain threads into coroutine code.
 //
 //   block_on(awaitable)                  // waits for it; yields what co_await yields
@@ -13,6 +14,8 @@
 // waits for the awaitable to complete through its own cancellation. See docs/design.md,
 // "block_on with a deadline or a stop token".
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <chrono>
 #include <concepts>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/broadcast.hpp: fan-out channels. Every receiver sees every message, in send order.
 //
 //   auto [tx, rx] = asyncband::broadcast::overflow<quote>(1024);  // senders never wait; a slow
@@ -5,6 +6,8 @@
 //   auto [tx, rx] = asyncband::broadcast::bounded<quote>(1024);    // lossless: senders wait for
 //                                                                  // the slowest receiver
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <chrono>
 #include <coroutine>

@@ -1,5 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/init_result.hpp: what a fallible initialiser yields, and what a try_ form returns.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cassert>
 #include <concepts>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/result.hpp: the value every cancellable or fallible wait returns.
 //
 // Expected outcomes (cancelled, timed out, closed, full, disconnected) are values, not
@@ -6,6 +7,8 @@
 // either the value or the status that ended the wait. Channels add send_result<T> (a send that
 // did not deliver hands its value back) and try_recv_result<T>.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cassert>
 #include <memory>

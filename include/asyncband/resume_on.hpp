@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/resume_on.hpp: keeps a coroutine of any task type on a scheduler of its choosing
 // across an asyncband wait.
 //
@@ -16,6 +17,8 @@
 // the hop does there is `co_await sched.schedule()`. The hop's frame lives in the awaiter: no
 // allocation. See docs/design.md, "Foreign task types: resume_on".
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cassert>
 #include <concepts>

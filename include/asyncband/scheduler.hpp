@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/scheduler.hpp: the one hook through which a task type tells asyncband where its
 // coroutines resume.
 //
@@ -15,6 +16,8 @@
 // It also holds the blocking hook (set_blocking_hook), through which a scheduler hears that
 // asyncband is about to block one of its threads.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <concepts>
 #include <coroutine>

@@ -1,8 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/semaphore.hpp: the counting semaphore. Its parts, each in its own file:
 //   detail/semaphore_word.hpp     the count word and its lock-free paths (and a channel's tickets)
 //   detail/semaphore_permit.hpp   semaphore_permit, what an acquisition yields
 //   detail/semaphore_wait.hpp     the wait list (queued waiters, hand-out, close), the acquisitions
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <algorithm>
 #include <atomic>

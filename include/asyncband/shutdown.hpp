@@ -1,6 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/shutdown.hpp: a shutdown pair (Asyncband's `shutdown` module): one sender signals
 // shutdown to every receiver and waits until every receiver is gone.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cassert>
 #include <chrono>

@@ -1,6 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/watch.hpp: one latest value with a version, from one sender to many receivers
 // (tokio's watch, in this library's conventions).
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <atomic>
 #include <cassert>

@@ -1,5 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/when_any.hpp: waiting for the first of several asyncband operations, losing nothing.
 #pragma once
+
+#include "version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <array>
 #include <coroutine>

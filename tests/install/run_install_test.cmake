@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DSOURCE_DIR=... -DWORK_DIR=... [-DGENERATOR=...] [-DCXX_COMPILER=...] -P run_install_test.cmake
 #
 # 1. configures asyncband (tests/bench/examples off) with an install prefix under WORK_DIR,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DCXX_COMPILER=... -DCXX_COMPILER_ID=GNU|Clang -DINCLUDE_DIR=... -DWORK_DIR=... -P run_nodiscard_test.cmake
 #
 # A co_await forgotten on a call that returns an awaiter (`m.lock();`, `tx.send(v);`) starts

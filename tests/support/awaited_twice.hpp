@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Misuse: an awaiter awaited a second time after it suspended once throws std::logic_error (its
 // wait has ended; awaiting it again used to touch a finished node or a null pointer).
 #pragma once

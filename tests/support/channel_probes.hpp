@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/channel_probes.hpp: what the channel tests share to drive a channel: the
 // payloads' ids (int, std::unique_ptr<int>, counted), the two halves of a channel, receives that
 // must succeed, the probes of coroutines that receive or send on the test scheduler, and the

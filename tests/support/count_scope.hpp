@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/count_scope.hpp: the end-of-scope check of a counting payload type.
 #pragma once
 

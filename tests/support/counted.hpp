@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/counted.hpp: a move-only payload for the channel tests that counts its
 // constructions, destructions and the values alive, detects a use after its destruction, can run
 // a hook inside its move constructor (a window of a send or a receive) and throws from it on the

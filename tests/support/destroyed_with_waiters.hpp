@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Death tests of "a primitive destroyed while a wait is pending": a debug-build assertion names
 // the primitive. The statement runs in a child process (threadsafe style: a fresh exec).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/fuse_payload.hpp: a payload whose move constructor throws on the N-th move, and
 // one receive of it by each receive form a channel's receiver has (oneshot, mpsc::unbounded,
 // mpsc::bounded: the same names), for the tests that a throwing move loses no message.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // "Last one out destroys it": a waiter that sees its wait complete may destroy the primitive at
 // once, even while the call that completed it is still returning (std::latch allows it). The
 // test stops the waker right after the change that lets the waiter complete (test point

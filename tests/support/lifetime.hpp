@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The lifetime harness (issue 11): a waiter resumed inline by the operation that completes its
 // wait destroys, at once, everything it may destroy under "last one out" (docs/design.md): the
 // primitive (or its shared state's last handle), its own handles, and its own coroutine frame.

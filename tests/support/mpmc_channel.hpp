@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/mpmc_channel.hpp: what the tests of the MPMC channels (mpmc::bounded,
 // mpmc::unbounded) share to drive them, besides support/channel_probes.hpp: the fixture that
 // starts coroutines on copies of one receiver, and a receive racing an event in a when_any.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/mpmc_receive_scenarios.hpp: the scenarios of the receiving half the MPMC channels
 // share (detail/mpmc_receiver.hpp), written once and run by test_mpmc_bounded and
 // test_mpmc_unbounded for their channel kind (the `Kind` of support/mpmc_channel.hpp): every

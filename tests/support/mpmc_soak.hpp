@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/mpmc_soak.hpp: the seeded soak on the test scheduler and the bounded real-thread
 // stress that the MPMC channels' tests share (the channel `Kind` of support/mpmc_channel.hpp).
 // Each test file brings the sending side of its channel (its send forms); the receiving side, the

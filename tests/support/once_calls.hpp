@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the tests of the keyed "run once" primitives (once_map, singleflight::group) share: a
 // user's own expected-like type, initialisers that record their runs and end as told, callers
 // that record what their call yielded or threw, a key held by a run in progress (which the shared

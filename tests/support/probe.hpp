@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the primitive tests share to drive waits on the test scheduler: the names every test file
 // uses, a probe that records how a waiting coroutine ran, the plain and cancellable waiter
 // coroutines that fill it, and starting an owned task on a test_scheduler.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tests/support/second_receive.hpp: one receive at a time. While a receive of a channel's
 // receiver is pending (a coroutine suspended in co_await rx.recv(), or a thread blocked in
 // rx.recv_blocking()), every other receive form throws std::logic_error (try_recv if it would

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pieces of the bounded multi-threaded stress tests: a loop bounded by both an iteration cap and
 // a time budget, a count of finished participants that aborts on a hang, and a pool task that
 // requests stop.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A test hook for one point on the current thread, for race tests whose two sides must run on
 // two threads (the test scheduler's hook is per thread too): the action runs once, the first
 // time this thread reaches the point.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scenarios shared by the tests of the primitives whose waits take no arrival of their own
 // (manual_reset_event, auto_reset_event, latch): cancellation and the deterministic races at the
 // waiter core's test points, the destruction of suspended waiters, and the blocking twins. Each

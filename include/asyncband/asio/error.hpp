@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/asio/error.hpp: the error codes of asyncband operations completed through Boost.Asio
 // (optional; needs Boost 1.81 or later, headers only).
 //
@@ -18,6 +19,8 @@
 // cancellation. The other codes are in the "asyncband" category; timeout is also equivalent to
 // the condition errc::timed_out.
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <boost/asio/error.hpp>
 #include <boost/system/error_category.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/asio/operation.hpp: any asyncband waiting operation as a Boost.Asio asynchronous
 // operation (optional; needs Boost 1.81 or later, headers only). The contract is in
 // asyncband/asio.hpp, which includes this header.
@@ -9,6 +10,8 @@
 // inside the operation's allocated state, by a factory called at initiation (awaiters are not
 // movable, and a deferred token initiates later).
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <algorithm>
 #include <atomic>

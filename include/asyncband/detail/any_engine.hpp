@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/any_engine.hpp: the protocol behind asyncband::when_any: publishing the
 // branches, deciding the one winner, cancelling the others, and resuming the awaiting coroutine
 // once every branch is settled.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/bounded_permit.hpp: units of a bounded channel's capacity reserved for later
 // sends (mpsc::permit, mpsc::owned_permit and their MPMC twins).
 #pragma once

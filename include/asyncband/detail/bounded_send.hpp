@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/bounded_send.hpp: a send on a bounded channel (MPSC or MPMC): the unit of
 // capacity it waits for, then its publication; the value comes back if it does not deliver.
 #pragma once

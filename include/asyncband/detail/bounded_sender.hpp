@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/bounded_sender.hpp: the sending half of a bounded channel (mpsc::sender and
 // its MPMC twin): sends, their blocking twins, and reservations of capacity.
 #pragma once

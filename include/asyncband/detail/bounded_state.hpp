@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/bounded_state.hpp: the shared state of a bounded MPSC channel: its capacity
 // (a semaphore whose tickets are the ring's places), its ring and its receiving end.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/broadcast_parking.hpp: plain threads parked on one word, for state changes
 // that always release every one of them at once.
 #pragma once

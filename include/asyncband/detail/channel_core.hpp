@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/channel_core.hpp: what the MPSC channels share: references, producers, the
 // receiver's wait and its wake-up protocol.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/fanout_ring.hpp: the shared state of a broadcast channel, both modes.
 //
 // One ring of `capacity` slots. Every message has a position (a 64-bit counter that wraps); a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/initializer.hpp: waiting on a once_gate and running the caller's own
 // initialiser when the run comes to it, for coroutines and for plain threads.
 //

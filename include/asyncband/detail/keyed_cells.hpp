@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/keyed_cells.hpp: a table of once cells by key, shared by its owner and every
 // call in progress: the index of once_map and of singleflight::group.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/mpmc_bounded_state.hpp: the shared state of a bounded MPMC channel: the ring
 // and two semaphores, one for the capacity (senders wait on it) and one for the values
 // (receivers wait on it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/mpmc_handles.hpp: the handle counts and the lifetime of an MPMC channel's
 // state, shared by the bounded and the unbounded channel.
 #pragma once

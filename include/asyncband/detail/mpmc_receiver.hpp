@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/mpmc_receiver.hpp: the receiving half of an MPMC channel: a receive is an
 // acquisition of one unit of the channel's `items_` semaphore, then the take of the value it
 // stands for.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/mpmc_unbounded_state.hpp: the shared state of an unbounded MPMC channel: a
 // linked list of messages, and a semaphore counting the values no receive has claimed.
 #pragma once

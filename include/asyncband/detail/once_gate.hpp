@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/once_gate.hpp: the state machine of every "one runs, the others wait"
 // primitive (once, once_cell, once_map, singleflight).
 //

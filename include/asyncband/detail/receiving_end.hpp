@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/receiving_end.hpp: what every channel's receiver is: a move-only handle on
 // the shared state, with every receive form of one wait node.
 #pragma once

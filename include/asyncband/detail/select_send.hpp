@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/select_send.hpp: a bounded channel's send awaiter as a when_any branch (the
 // MPSC and the broadcast channels' send_awaiter share it).
 #pragma once

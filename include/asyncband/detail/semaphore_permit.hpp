@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/semaphore_permit.hpp: asyncband::semaphore_permit, what an acquisition
 // yields. semaphore.hpp includes it, and defines its out-of-line members.
 #pragma once

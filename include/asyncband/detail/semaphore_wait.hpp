@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/semaphore_wait.hpp: the semaphore's wait list (its queued waiter, the
 // hand-out of returned permits, close) and its acquisitions (the awaiters, the five forms).
 //

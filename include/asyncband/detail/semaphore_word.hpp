@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/semaphore_word.hpp: the semaphore's count word, its lock-free paths and
 // the tickets a channel's capacity hands out with it.
 #pragma once

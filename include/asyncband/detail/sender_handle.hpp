@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/sender_handle.hpp: what every multi-producer sending half is (the bounded and
 // unbounded senders of the MPSC and MPMC channels): a copyable handle on the shared state.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/spin_lock.hpp: spinning (a brief retry before a thread parks, a wait of a few
 // instructions) and the lock that guards a primitive's wait list.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/unbounded_sender.hpp: the sending half of an unbounded channel
 // (mpsc::unbounded_sender and its MPMC twin).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/value_ring.hpp: a bounded channel's storage: a ring of cells, each value
 // constructed in place and published by its cell's sequence stamp.
 #pragma once

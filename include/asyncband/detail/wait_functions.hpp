@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/wait_functions.hpp: the five public forms of a primitive's wait, written once.
 //
 // A primitive `P` with a node type `P::wait_node` (constructible from `P*`) derives from

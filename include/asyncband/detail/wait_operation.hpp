@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/wait_operation.hpp: the one awaiter and the one blocking wait that every
 // primitive's waiting operation is made of.
 //

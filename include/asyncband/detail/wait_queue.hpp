@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/wait_queue.hpp: a primitive's lock and its FIFO of waiters, with the three
 // things every primitive does with them: queue a waiter unless it can complete, cancel a queued
 // waiter, and wake waiters (claim under the lock, resolve after it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/waiter.hpp: the waiter core's node, its FIFO list, and the wake batch.
 //
 // Every waiting operation of every primitive is a `waiter` living in the awaiting frame (or on

@@ -1,8 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/mpmc/bounded.hpp: the bounded MPMC channel: bounded(), sender, receiver. Each value
 // goes to exactly one receiver. Its parts: detail/mpmc_bounded_state.hpp (the state: ring,
 // capacity, the values' semaphore); the sending half and the permits are the bounded MPSC
 // channel's (detail/bounded_sender.hpp, detail/bounded_permit.hpp).
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cstddef>
 #include <cstdint>

@@ -1,9 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/mpmc/unbounded.hpp: the unbounded MPMC channel: unbounded(), unbounded_sender,
 // unbounded_receiver. Sends never wait; each value goes to exactly one receiver. Its parts:
 // detail/mpmc_unbounded_state.hpp (the list and the values' semaphore), detail/mpmc_receiver.hpp
 // (the receiving half, shared with the bounded channel), detail/unbounded_sender.hpp (the
 // sending half, shared with the MPSC channel).
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <utility>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/mpsc/bounded.hpp: the bounded MPSC channel: bounded(), sender, receiver. Its
 // parts, each in its own file (shared with the other bounded channels where they can be):
 //   detail/value_ring.hpp      the ring: values constructed in place, published by stamps
@@ -6,6 +7,8 @@
 //   detail/bounded_sender.hpp  the sending half: sends, blocking twins, reservations
 //   detail/bounded_permit.hpp  permits: capacity reserved for later sends
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <cstddef>
 #include <cstdint>

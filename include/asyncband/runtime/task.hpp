@@ -1,8 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/runtime/task.hpp: a lazy task type that provides asyncband's scheduler hook.
 //
 // Optional: the primitives work from any coroutine type. This one exists so that tests,
 // examples and benchmarks have a task that resumes on a thread pool or on the test scheduler.
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <atomic>
 #include <cassert>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/runtime/test_scheduler.hpp: a deterministic, single-threaded scheduler for race tests.
 //
 // Ready coroutines wait in a queue until the test steps them, one at a time, in FIFO order or in
@@ -6,6 +7,8 @@
 // another thread would have cut in: "wake the waiter after it is published but before it arms",
 // "request stop after the waker claimed the node". A failing seed replays the same run.
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <coroutine>
 #include <cstddef>

@@ -1,5 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/runtime/thread_pool.hpp: a plain multi-threaded scheduler for coroutines.
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <condition_variable>
 #include <coroutine>

@@ -1,5 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // asyncband/runtime/when_all.hpp: run several tasks concurrently and wait for all of them.
 #pragma once
+
+#include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
 #include <atomic>
 #include <coroutine>
