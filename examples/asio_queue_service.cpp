@@ -52,6 +52,11 @@ using net::ip::tcp;
 using namespace net::experimental::awaitable_operators;
 using namespace std::chrono_literals;
 
+/// A request id as an index into the books' per-request vectors.
+std::size_t slot(int id) {
+  return static_cast<std::size_t>(id);
+}
+
 constexpr int kConnections = 8;
 constexpr int kRequestsPerConnection = 150;
 constexpr int kTotal = kConnections * kRequestsPerConnection;
@@ -109,8 +114,8 @@ net::awaitable<void> worker(service& s) {
     {
       auto b = co_await ab::asio::async_lock(s.book, net::use_awaitable);
       auto& bk = **b;
-      if (bk.processed[j.id] != 0 || bk.handed_back[j.id] != 0) ++bk.duplicates;
-      bk.processed[j.id] = 1;
+      if (bk.processed[slot(j.id)] != 0 || bk.handed_back[slot(j.id)] != 0) ++bk.duplicates;
+      bk.processed[slot(j.id)] = 1;
       ++bk.processed_count;
     }
     static_cast<void>(j.reply.send(std::move(answer)));
@@ -121,8 +126,8 @@ net::awaitable<void> worker(service& s) {
 net::awaitable<void> hand_back(service& s, int id, bool at_admission) {
   auto b = co_await ab::asio::async_lock(s.book, net::use_awaitable);
   auto& bk = **b;
-  if (bk.processed[id] != 0 || bk.handed_back[id] != 0) ++bk.duplicates;
-  bk.handed_back[id] = 1;
+  if (bk.processed[slot(id)] != 0 || bk.handed_back[slot(id)] != 0) ++bk.duplicates;
+  bk.handed_back[slot(id)] = 1;
   ++bk.handed_back_count;
   if (at_admission) ++bk.refused_at_admission;
 }
@@ -209,9 +214,9 @@ net::awaitable<void> client(tcp::endpoint server, int connection_index, client_l
     std::string upper = text;
     for (char& c : upper) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
     if (reply == "OK " + std::to_string(id) + " " + upper) {
-      log.ok[id] = 1;
+      log.ok[slot(id)] = 1;
     } else if (reply == "BUSY " + std::to_string(id)) {
-      log.busy[id] = 1;
+      log.busy[slot(id)] = 1;
     } else {
       ++log.wrong;
       std::printf("unexpected reply to %d: '%s'\n", id, reply.c_str());
@@ -257,11 +262,11 @@ int main() {
     int busy_matches = 0;
     int unaccounted = 0;
     for (int id = 0; id < kTotal; ++id) {
-      const bool processed = bk.processed[id] != 0;
-      const bool handed_back = bk.handed_back[id] != 0;
+      const bool processed = bk.processed[slot(id)] != 0;
+      const bool handed_back = bk.handed_back[slot(id)] != 0;
       if (processed == handed_back) ++unaccounted;  // in neither set, or in both
-      if (processed && log.ok[id] != 0) ++ok_matches;
-      if (handed_back && log.busy[id] != 0) ++busy_matches;
+      if (processed && log.ok[slot(id)] != 0) ++ok_matches;
+      if (handed_back && log.busy[slot(id)] != 0) ++busy_matches;
     }
     const int sent = log.sent.load();
     std::printf(

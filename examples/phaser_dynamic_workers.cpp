@@ -53,7 +53,7 @@ struct shared {
 // One phase of a worker: false once it has left.
 bool arrive_or_leave(shared& s, phaser_participant& me, const plan& p, int phase) {
   if (phase == p.last && p.drop) {
-    (void)phaser_participant(std::move(me));  // the temporary withdraws at the semicolon
+    const phaser_participant leaving(std::move(me));  // withdraws when it goes, at the brace
   } else {
     ++s.arrived[static_cast<std::size_t>(phase)];
     (void)(phase == p.last ? me.arrive_and_deregister() : me.arrive());
@@ -66,14 +66,14 @@ bool arrive_or_leave(shared& s, phaser_participant& me, const plan& p, int phase
 rt::task<void> coroutine_worker(shared& s, phaser_participant me, plan p) {
   for (int phase = p.first; arrive_or_leave(s, me, p, phase); ++phase) {
     const auto next = co_await me.wait();  // already arrived: only waits
-    if (!next || *next != asyncband::phase_id(phase + 1)) ++s.bad_waits;
+    if (!next || *next != asyncband::phase_id(static_cast<unsigned>(phase) + 1)) ++s.bad_waits;
   }
 }
 
 void thread_worker(shared& s, phaser_participant me, plan p) {
   for (int phase = p.first; arrive_or_leave(s, me, p, phase); ++phase) {
     const auto next = me.wait_blocking();
-    if (!next || *next != asyncband::phase_id(phase + 1)) ++s.bad_waits;
+    if (!next || *next != asyncband::phase_id(static_cast<unsigned>(phase) + 1)) ++s.bad_waits;
   }
 }
 

@@ -210,7 +210,7 @@ class sender {
     ring_type* const r = live();
     return detail::send_awaiter<T,
                                 asyncband::detail::acquire_awaiter<asyncband::detail::permit_itself, true>>(
-        r, std::move(value), &r->units(), 1, asyncband::detail::permit_itself{});
+        r, std::move(value), &r->units(), std::size_t{1}, asyncband::detail::permit_itself{});
   }
   /// bounded: as above; also ends cancelled (with the value) when `stop` is requested first.
   auto send(T value, std::stop_token stop)
@@ -219,7 +219,7 @@ class sender {
     using acquire = asyncband::detail::wait_awaiter<
         asyncband::detail::semaphore_acquire<asyncband::detail::permit_itself, true>, true>;
     ring_type* const r = live();
-    return detail::send_awaiter<T, acquire>(r, std::move(value), std::move(stop), &r->units(), 1,
+    return detail::send_awaiter<T, acquire>(r, std::move(value), std::move(stop), &r->units(), std::size_t{1},
                                             asyncband::detail::permit_itself{});
   }
   /// bounded: sends now if the slowest receiver leaves room: ok, full or disconnected (with the value).
@@ -238,7 +238,7 @@ class sender {
   {
     ring_type& r = *live();
     return detail::finish_send(
-        &r, detail::capacity_forms::block(&r.units(), 1, asyncband::detail::permit_itself{}),
+        &r, detail::capacity_forms::block(&r.units(), std::size_t{1}, asyncband::detail::permit_itself{}),
         std::move(value));
   }
   /// bounded: blocks until sent, or until `stop` is requested (cancelled, with the value).
@@ -246,10 +246,11 @@ class sender {
     requires lossless
   {
     ring_type& r = *live();
-    return detail::finish_send(&r,
-                               detail::capacity_forms::block_until_stopped(
-                                   std::move(stop), &r.units(), 1, asyncband::detail::permit_itself{}),
-                               std::move(value));
+    return detail::finish_send(
+        &r,
+        detail::capacity_forms::block_until_stopped(std::move(stop), &r.units(), std::size_t{1},
+                                                    asyncband::detail::permit_itself{}),
+        std::move(value));
   }
   /// bounded: blocks until sent, or until `timeout` has passed (timeout, with the value).
   template <class Rep, class Period>
@@ -257,9 +258,10 @@ class sender {
     requires lossless
   {
     ring_type& r = *live();
-    return detail::finish_send(
-        &r, detail::capacity_forms::block_for(timeout, &r.units(), 1, asyncband::detail::permit_itself{}),
-        std::move(value));
+    return detail::finish_send(&r,
+                               detail::capacity_forms::block_for(timeout, &r.units(), std::size_t{1},
+                                                                 asyncband::detail::permit_itself{}),
+                               std::move(value));
   }
 
   /// A new receiver that gets every message sent after this call.

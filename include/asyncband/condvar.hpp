@@ -312,8 +312,8 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   bool after_notification() noexcept {
     notify_bound_ = notified_->node().notify_bound;
     if (!notified(*notified_)) return finish(wait_status::cancelled);
-    relock_wait& w =
-        relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), 1, detail::permit_itself{});
+    relock_wait& w = relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), std::size_t{1},
+                                     detail::permit_itself{});
     if (!w.try_complete() && w.publish(detail::resume_target::continuation(&on_relocked, this))) return true;
     return after_relock();
   }
@@ -384,7 +384,7 @@ condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate 
       if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
     }
     auto relocked = detail::block_wait<relock_node, Cancellable>(
-        stop, {}, &detail::mutex_access::semaphore_of(*m), 1, detail::permit_itself{});
+        stop, {}, &detail::mutex_access::semaphore_of(*m), std::size_t{1}, detail::permit_itself{});
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
         pass_on(notify_bound);

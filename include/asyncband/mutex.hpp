@@ -208,15 +208,15 @@ class mutex {
   auto lock() noexcept { return detail::source_awaiter<lock_source>(lock_source{this}); }
   /// Yields result<mutex_guard<T>>: ok, or cancelled (then the mutex is not held).
   auto lock(std::stop_token stop) noexcept {
-    return lock_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_guard{this});
+    return lock_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_guard{this});
   }
-  mutex_guard<T> lock_blocking() { return lock_forms::block(&semaphore_, 1, make_guard{this}); }
+  mutex_guard<T> lock_blocking() { return lock_forms::block(&semaphore_, std::size_t{1}, make_guard{this}); }
   result<mutex_guard<T>> lock_blocking(std::stop_token stop) {
-    return lock_forms::block_until_stopped(std::move(stop), &semaphore_, 1, make_guard{this});
+    return lock_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_guard{this});
   }
   template <class Rep, class Period>
   result<mutex_guard<T>> lock_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return lock_forms::block_for(timeout, &semaphore_, 1, make_guard{this});
+    return lock_forms::block_for(timeout, &semaphore_, std::size_t{1}, make_guard{this});
   }
 
   /// The lock now, or nothing (also nothing while anybody waits for it).
@@ -268,7 +268,7 @@ struct mutex_access {
 template <class T>
 auto lock_owned(std::shared_ptr<mutex<T>> m) noexcept {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
-  return detail::mutex_access::owned_forms<T>::await(s, 1,
+  return detail::mutex_access::owned_forms<T>::await(s, std::size_t{1},
                                                      detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 /// Yields result<owned_mutex_guard<T>>: ok, or cancelled.
@@ -276,19 +276,19 @@ template <class T>
 auto lock_owned(std::shared_ptr<mutex<T>> m, std::stop_token stop) noexcept {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::await_until_stopped(
-      std::move(stop), s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+      std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 template <class T>
 owned_mutex_guard<T> lock_owned_blocking(std::shared_ptr<mutex<T>> m) {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
-  return detail::mutex_access::owned_forms<T>::block(s, 1,
+  return detail::mutex_access::owned_forms<T>::block(s, std::size_t{1},
                                                      detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 template <class T>
 result<owned_mutex_guard<T>> lock_owned_blocking(std::shared_ptr<mutex<T>> m, std::stop_token stop) {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::block_until_stopped(
-      std::move(stop), s, 1, detail::mutex_access::make_owned_guard<T>{std::move(m)});
+      std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
 template <class T>
 [[nodiscard]] std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {

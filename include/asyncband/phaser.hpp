@@ -225,12 +225,12 @@ class phaser : public std::enable_shared_from_this<phaser> {
   /// frozen, so a phase read after it tells a completed phase from a frozen one.
   result<phase_id> block_while_in(phase_id awaited) const noexcept {
     for (;;) {
-      const std::uint32_t key = parking_.key();
+      const std::uint32_t sleep_key = parking_.key();
       const bool closed = is_closed();
       const phase_id now = phase();
       if (now != awaited) return now;
       if (closed) return wait_status::closed;
-      parking_.sleep(key);
+      parking_.sleep(sleep_key);
     }
   }
 

@@ -178,15 +178,17 @@ class rwlock {
   auto read() noexcept { return detail::source_awaiter<side_source<false>>(side_source<false>{this}); }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
   auto read(std::stop_token stop) noexcept {
-    return read_forms::await_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
+    return read_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
-  rwlock_read_guard<T> read_blocking() { return read_forms::block(&semaphore_, 1, make_read{&value_}); }
+  rwlock_read_guard<T> read_blocking() {
+    return read_forms::block(&semaphore_, std::size_t{1}, make_read{&value_});
+  }
   result<rwlock_read_guard<T>> read_blocking(std::stop_token stop) {
-    return read_forms::block_until_stopped(std::move(stop), &semaphore_, 1, make_read{&value_});
+    return read_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
   template <class Rep, class Period>
   result<rwlock_read_guard<T>> read_timeout(std::chrono::duration<Rep, Period> timeout) {
-    return read_forms::block_for(timeout, &semaphore_, 1, make_read{&value_});
+    return read_forms::block_for(timeout, &semaphore_, std::size_t{1}, make_read{&value_});
   }
   /// A read share now, or nothing (also nothing while anybody, such as a writer, waits).
   [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }

@@ -834,9 +834,9 @@ class staged_driver {
 
   template <class Outcome>
   Outcome settle(bool /*late: a branch's notion; a stop request says it here*/) {
-    Outcome outcome(access::resume(awaiter_));
-    if (!outcome.ok() || !stop_.stop_requested()) return outcome;
-    return give_back_instead(std::move(outcome));
+    Outcome resumed(access::resume(awaiter_));
+    if (!resumed.ok() || !stop_.stop_requested()) return resumed;
+    return give_back_instead(std::move(resumed));
   }
 
   void give_back() noexcept {
@@ -851,10 +851,10 @@ class staged_driver {
   /// order, since the unlock may resume a waiter inline that destroys the condvar ("last one
   /// out"); a notify_one passed on while the guard is held only queues its taker for the mutex.
   template <class Outcome>
-  Outcome give_back_instead(Outcome outcome) noexcept {
-    if (outcome.ok()) {
+  Outcome give_back_instead(Outcome resumed) noexcept {
+    if (resumed.ok()) {
       access::give_back(awaiter_);
-      const Outcome dropped(std::move(outcome));
+      const Outcome dropped(std::move(resumed));
     }
     return Outcome(wait_status::cancelled);
   }

@@ -53,14 +53,14 @@ class bounded_sender : public sender_handle<State> {
   auto send(T value) {
     state_type* const s = live();  // before any use of the state
     return bounded_send_awaiter<State, acquire_awaiter<permit_itself, true>>(
-        s, std::move(value), &s->capacity(), 1, permit_itself{});
+        s, std::move(value), &s->capacity(), std::size_t{1}, permit_itself{});
   }
   /// As above; also ends cancelled (with the value) when `stop` is requested first.
   auto send(T value, std::stop_token stop) {
     using acquire = wait_awaiter<semaphore_acquire<permit_itself, true>, true>;
     state_type* const s = live();
-    return bounded_send_awaiter<State, acquire>(s, std::move(value), std::move(stop), &s->capacity(), 1,
-                                                permit_itself{});
+    return bounded_send_awaiter<State, acquire>(s, std::move(value), std::move(stop), &s->capacity(),
+                                                std::size_t{1}, permit_itself{});
   }
   /// Sends now if there is capacity: ok, full or disconnected (with the value).
   send_result<T> try_send(T value) {
@@ -73,19 +73,22 @@ class bounded_sender : public sender_handle<State> {
   send_result<T> send_blocking(T value) {
     state_type& s = *live();
     if (!s.closed() && s.try_push(value)) return {};
-    return finish_bounded_send(s, capacity_forms::block(&s.capacity(), 1, permit_itself{}), std::move(value));
+    return finish_bounded_send(s, capacity_forms::block(&s.capacity(), std::size_t{1}, permit_itself{}),
+                               std::move(value));
   }
   send_result<T> send_blocking(T value, std::stop_token stop) {
     state_type& s = *live();
     return finish_bounded_send(
-        s, capacity_forms::block_until_stopped(std::move(stop), &s.capacity(), 1, permit_itself{}),
+        s,
+        capacity_forms::block_until_stopped(std::move(stop), &s.capacity(), std::size_t{1}, permit_itself{}),
         std::move(value));
   }
   template <class Rep, class Period>
   send_result<T> send_timeout(T value, std::chrono::duration<Rep, Period> timeout) {
     state_type& s = *live();
-    return finish_bounded_send(s, capacity_forms::block_for(timeout, &s.capacity(), 1, permit_itself{}),
-                               std::move(value));
+    return finish_bounded_send(
+        s, capacity_forms::block_for(timeout, &s.capacity(), std::size_t{1}, permit_itself{}),
+        std::move(value));
   }
 
   /// `co_await tx.reserve()` yields result<bounded_permit<State>>: a unit of capacity held for a later

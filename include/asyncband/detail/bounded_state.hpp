@@ -105,7 +105,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
 
   // --- receiving (the receiver only) -------------------------------------------------------------
   [[nodiscard]] std::size_t len() const noexcept {
-    return static_cast<place>(capacity_.next_ticket() - head_);
+    const place queued = capacity_.next_ticket() - head_;  // places wrap: unsigned arithmetic
+    return queued;
   }
 
   /// Passes the empty cells at the head (their units go back).
@@ -242,7 +243,8 @@ class bounded_state : public channel_core<bounded_state<T>> {
   /// ring. A unit missing is a plain permit's, which outlived every sender (its contract) and
   /// would give it back into freed memory.
   [[nodiscard]] bool every_unit_is_back(place end) const noexcept {
-    return capacity_.closed_count() + static_cast<place>(end - head_) == logical_capacity_;
+    const place queued = end - head_;
+    return capacity_.closed_count() + queued == logical_capacity_;
   }
 
   /// Place `i` was claimed (the claim, a ticket taken with acquire, is ordered after the

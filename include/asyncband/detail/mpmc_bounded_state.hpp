@@ -143,8 +143,8 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   ~bounded_state() {
     const place sent = capacity_.next_ticket();
     const place claimed = items_.next_ticket();
-    assert(capacity_.closed_count() + static_cast<place>(sent - claimed) + parked_.size() ==
-               logical_capacity_ &&
+    [[maybe_unused]] const place unclaimed = sent - claimed;  // places wrap: unsigned arithmetic
+    assert(capacity_.closed_count() + unclaimed + parked_.size() == logical_capacity_ &&
            "asyncband: permit outlived its channel: every sender and receiver are gone while a permit still "
            "holds units of capacity (keep a sender alive while it is held, or use an owned permit)");
     ring_.destroy_values(claimed, sent);
@@ -227,7 +227,8 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   /// Values accepted and not yet received (including sends still being written, and the places
   /// of sends whose construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
-    return static_cast<place>(capacity_.next_ticket() - items_.next_ticket()) + parked_.size();
+    const place queued = capacity_.next_ticket() - items_.next_ticket();  // places wrap
+    return queued + parked_.size();
   }
 
  private:

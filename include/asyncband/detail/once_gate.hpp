@@ -91,7 +91,7 @@ class once_gate {
     using value_type = gate_turn;
     static constexpr bool transferable = true;
 
-    node(once_gate* gate, bool may_run) noexcept : may_run(may_run), gate_(gate) {}
+    node(once_gate* gate, bool runner) noexcept : may_run(runner), gate_(gate) {}
 
     bool try_ready() noexcept {
       if (!gate_->is_completed()) return false;

@@ -183,7 +183,9 @@ class semaphore_word {
   static constexpr std::uint64_t ticket_bits = ~(ticket_one - 1);
   static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
   static constexpr std::size_t count_of(std::uint64_t state) noexcept {
-    return static_cast<std::size_t>((state >> 1) & max);
+    // Through uint32_t, which holds the 31 count bits: the one conversion that narrows, and
+    // the same code wherever size_t has 32 or 64 bits.
+    return static_cast<std::uint32_t>(state >> 1) & max;
   }
   static constexpr std::uint32_t ticket_of(std::uint64_t state) noexcept {
     return static_cast<std::uint32_t>(state >> 32);

@@ -86,8 +86,8 @@ class value_ring {
   value_ring(std::size_t capacity, ring_place first_index)
       : mask_(static_cast<ring_place>(std::bit_ceil(capacity) - 1)),
         cells_(new cell_type[std::size_t{mask_} + 1]) {
-    for (ring_place i = first_index; i != static_cast<ring_place>(first_index + mask_ + 1); ++i)
-      at(i).seq.store(i, std::memory_order_relaxed);
+    const ring_place end = first_index + mask_ + 1;  // wraps like every place
+    for (ring_place i = first_index; i != end; ++i) at(i).seq.store(i, std::memory_order_relaxed);
   }
   value_ring(const value_ring&) = delete;
   value_ring& operator=(const value_ring&) = delete;
@@ -112,7 +112,8 @@ class value_ring {
 
   /// Place i's value (or its emptiness) is written, and nobody has handed its cell on yet.
   [[nodiscard]] bool published(ring_place i) const noexcept {
-    return at(i).seq.load(std::memory_order_acquire) == static_cast<ring_place>(i + 1);
+    const ring_place next = i + 1;  // wraps like every place
+    return at(i).seq.load(std::memory_order_acquire) == next;
   }
   /// Place i, once published, is empty (its value's construction threw).
   [[nodiscard]] bool empty_at(ring_place i) const noexcept {
