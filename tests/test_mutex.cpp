@@ -282,6 +282,100 @@ TEST(MutexMap, AMappingFunctionThatThrowsLeavesTheLockHeld) {
   EXPECT_FALSE(m.is_locked());
 }
 
+/// An account's nickname, if it has one: what try_map's functions return.
+struct profile {
+  int id = 0;
+  std::optional<std::string> nickname;
+};
+
+TEST(MutexTryMap, APartThatIsThereMovesTheLockToTheMappedGuard) {
+  mutex<profile> m(profile{1, "al"});
+  auto g = *m.try_lock();
+  auto nick = g.try_map([](profile& p) { return p.nickname ? &*p.nickname : nullptr; });
+  ASSERT_TRUE(nick.has_value());
+  EXPECT_TRUE(nick->owns_lock());
+  EXPECT_FALSE(g.owns_lock());  // emptied: the lock moved
+  EXPECT_EQ(g.mutex(), nullptr);
+  EXPECT_TRUE(m.is_locked());
+  **nick = "alf";
+  auto first = nick->try_map([](std::string& s) { return s.empty() ? nullptr : &s[0]; });  // narrows further
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(nick->owns_lock());
+  **first = 'A';
+  first->unlock();
+  EXPECT_FALSE(m.is_locked());
+  EXPECT_EQ(*(*m.try_lock())->nickname, "Alf");
+}
+
+TEST(MutexTryMap, NoPartOrAThrowingFunctionLeavesTheLockWithTheGuard) {
+  mutex<profile> m(profile{2, std::nullopt});
+  auto g = *m.try_lock();
+  const auto nickname_of = [](profile& p) { return p.nickname ? &*p.nickname : nullptr; };
+  EXPECT_FALSE(g.try_map(nickname_of).has_value());
+  EXPECT_TRUE(g.owns_lock());
+  EXPECT_EQ(g.mutex(), &m);
+  EXPECT_TRUE(m.is_locked());
+  const auto boom = [](profile& /*unused*/) -> int* { throw std::runtime_error("boom"); };
+  EXPECT_THROW((void)g.try_map(boom), std::runtime_error);
+  EXPECT_TRUE(g.owns_lock());
+  g->nickname = "bo";
+
+  auto id = std::move(g).map([](profile& p) -> profile& { return p; });
+  EXPECT_THROW((void)id.try_map([](profile& /*unused*/) -> int* { throw std::runtime_error("again"); }),
+               std::runtime_error);
+  EXPECT_TRUE(id.owns_lock());
+  EXPECT_FALSE(id.try_map([](profile& /*unused*/) -> int* { return nullptr; }).has_value());
+  EXPECT_TRUE(id.owns_lock());
+  EXPECT_TRUE(m.is_locked());
+  id.unlock();
+  EXPECT_FALSE(m.is_locked());
+}
+
+TEST(MutexTryMap, TheMappedGuardHandsTheLockToAQueuedLocker) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe p;
+  s.spawn(plain_waiter(h, p));
+  s.run();
+  {
+    auto part = h.held->try_map([](int& v) { return &v; });
+    ASSERT_TRUE(part.has_value());
+    h.held.reset();  // the emptied guard unlocks nothing
+    EXPECT_EQ(s.ready_count(), 0U);
+    **part = 9;
+  }
+  EXPECT_EQ(s.ready_count(), 1U);  // handed to the locker
+  s.run();
+  EXPECT_EQ(p.resumed, 1);
+}
+
+TEST(MutexExclusiveAccess, GetMutAndIntoInnerReachTheValueWithoutLocking) {
+  mutex<std::string> m(std::string("before"));
+  m.get_mut() += " shared";  // before anybody else has it
+  EXPECT_FALSE(m.is_locked());
+  {
+    auto g = *m.try_lock();
+    EXPECT_EQ(*g, "before shared");
+    *g = "after";
+  }
+  EXPECT_EQ(m.get_mut(), "after");  // after everybody is done
+  const std::string out = std::move(m).into_inner();
+  EXPECT_EQ(out, "after");
+  EXPECT_TRUE(m.try_lock().has_value());  // NOLINT(bugprone-use-after-move): it keeps a moved-from value
+}
+
+TEST(MutexExclusiveAccessDeathTest, GetMutWhileLockedAsserts) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  EXPECT_DEATH(
+      {
+        mutex<int> m(0);
+        const auto g = m.try_lock();
+        (void)m.get_mut();
+      },
+      "get_mut while locked");
+}
+
 TEST(MutexMap, AMappedGuardHandsTheLockToAQueuedLocker) {
   test_scheduler s;
   held_mutex h;
@@ -450,6 +544,45 @@ TEST(MutexOwned, ACancelledOwnedLockReleasesItsReferenceAndTheLockStaysWithItsHo
   EXPECT_EQ(**holder, 0);
   holder.reset();
   EXPECT_TRUE(weak.expired());
+}
+
+TEST(MutexOwnedMap, AMappedOwnedGuardKeepsTheMutexAliveAndUnlocksBeforeLettingGo) {
+  auto m = std::make_shared<mutex<profile>>(profile{4, "dee"});
+  const std::weak_ptr<mutex<profile>> weak = m;
+  auto g = *asyncband::try_lock_owned(m);
+  auto nick = std::move(g).map([](profile& p) -> std::optional<std::string>& { return p.nickname; });
+  EXPECT_FALSE(g.owns_lock());  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(nick.owns_lock());
+  auto text = nick.try_map([](std::optional<std::string>& n) { return n ? &*n : nullptr; });
+  ASSERT_TRUE(text.has_value());
+  EXPECT_FALSE(nick.owns_lock());
+  m.reset();  // only the guards keep it now
+  EXPECT_FALSE(weak.expired());
+  **text = "D";
+  EXPECT_EQ((*text)->size(), 1U);
+  EXPECT_TRUE(weak.lock()->is_locked());
+  text->unlock();
+  EXPECT_FALSE(weak.lock()->is_locked());
+  EXPECT_FALSE(weak.expired());  // unlock keeps the reference
+  text.reset();                  // the reference moved along with the lock: this was the last one
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(MutexOwnedMap, TryMapWithoutAPartAndMoveAssignmentUnlockInOrder) {
+  auto a = std::make_shared<mutex<profile>>(profile{5, std::nullopt});
+  auto b = std::make_shared<mutex<profile>>(profile{6, "b"});
+  const std::weak_ptr<mutex<profile>> weak_a = a;
+  auto ga = *asyncband::try_lock_owned(std::move(a));
+  EXPECT_FALSE(ga.try_map([](profile& p) { return p.nickname ? &*p.nickname : nullptr; }).has_value());
+  EXPECT_TRUE(ga.owns_lock());
+  auto ida = std::move(ga).map([](profile& p) -> int& { return p.id; });
+  auto idb = (*asyncband::try_lock_owned(b)).map([](profile& p) -> int& { return p.id; });
+  ida = std::move(idb);  // unlocks `a`, then drops the last reference to it
+  EXPECT_TRUE(weak_a.expired());
+  EXPECT_EQ(*ida, 6);
+  EXPECT_TRUE(b->is_locked());
+  ida.unlock();
+  EXPECT_FALSE(b->is_locked());
 }
 
 TEST(MutexOwned, MovesTransferTheLockAndTheOwnership) {

@@ -317,6 +317,84 @@ TEST(RwlockMap, AMappingFunctionThatThrowsKeepsTheLock) {
   EXPECT_EQ((*check)->name, "c");
 }
 
+TEST(RwlockTryMap, APartThatIsThereMovesTheShareOrTheLock) {
+  rwlock<record> l(record{1, "ann"}, 2);
+  auto r = *l.try_read();
+  auto name = r.try_map([](const record& rec) { return rec.name.empty() ? nullptr : &rec.name; });
+  ASSERT_TRUE(name.has_value());
+  EXPECT_FALSE(r.owns_lock());
+  EXPECT_TRUE(name->owns_lock());
+  EXPECT_EQ(**name, "ann");
+  EXPECT_TRUE(l.try_read().has_value());  // one share in use, one free
+  EXPECT_FALSE(l.try_write().has_value());
+  name->unlock();
+
+  auto w = *l.try_write();
+  auto id = w.try_map([](record& rec) { return rec.id > 0 ? &rec.id : nullptr; });
+  ASSERT_TRUE(id.has_value());
+  EXPECT_FALSE(w.owns_lock());
+  **id = 5;
+  EXPECT_FALSE(l.try_read().has_value());
+  rwlock_read_guard<int> shared = std::move(*id).downgrade();  // a try_mapped write guard downgrades too
+  EXPECT_EQ(*shared, 5);
+  EXPECT_TRUE(l.try_read().has_value());
+  shared.unlock();
+  expect_free(l);
+}
+
+TEST(RwlockTryMap, NoPartOrAThrowingFunctionKeepsTheShareOrTheLock) {
+  rwlock<record> l(record{0, ""}, 2);
+  auto r = *l.try_read();
+  EXPECT_FALSE(
+      r.try_map([](const record& rec) { return rec.name.empty() ? nullptr : &rec.name; }).has_value());
+  EXPECT_TRUE(r.owns_lock());
+  EXPECT_THROW(
+      (void)r.try_map([](const record& /*unused*/) -> const int* { throw std::runtime_error("boom"); }),
+      std::runtime_error);
+  EXPECT_TRUE(r.owns_lock());
+  EXPECT_FALSE(l.try_write().has_value());
+  r.unlock();
+
+  auto w = *l.try_write();
+  EXPECT_FALSE(w.try_map([](record& rec) { return rec.id > 0 ? &rec.id : nullptr; }).has_value());
+  EXPECT_TRUE(w.owns_lock());
+  EXPECT_THROW((void)w.try_map([](record& /*unused*/) -> int* { throw std::runtime_error("boom"); }),
+               std::runtime_error);
+  EXPECT_TRUE(w.owns_lock());
+  EXPECT_FALSE(l.try_read().has_value());
+  w.unlock();
+  expect_free(l);
+}
+
+TEST(RwlockExclusiveAccess, GetMutAndIntoInnerReachTheValueWithoutLocking) {
+  rwlock<record> l(record{1, "ann"}, 4);
+  EXPECT_FALSE(l.is_locked());
+  l.get_mut().name = "bob";
+  {
+    auto r = *l.try_read();
+    EXPECT_TRUE(l.is_locked());  // a reader holds a share
+    EXPECT_EQ(r->name, "bob");
+  }
+  EXPECT_FALSE(l.is_locked());
+  l.get_mut().id = 9;
+  const record out = std::move(l).into_inner();
+  EXPECT_EQ(out.name, "bob");
+  EXPECT_EQ(out.id, 9);
+  EXPECT_TRUE(l.try_write().has_value());  // NOLINT(bugprone-use-after-move): it keeps a moved-from value
+}
+
+TEST(RwlockExclusiveAccessDeathTest, IntoInnerWhileReadAsserts) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  EXPECT_DEATH(
+      {
+        rwlock<int> l(0, 2);
+        const auto r = l.try_read();
+        (void)std::move(l).into_inner();
+      },
+      "into_inner while locked");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Waiting readers and writers on the test scheduler
 

@@ -73,9 +73,13 @@ class latch : public detail::wait_functions<latch> {
     if (pinned) queue_.unpin();
   }
 
+  /// A snapshot of the count: arrivals still missing. A nonzero value may be stale by the time
+  /// it returns (another thread counts down); 0 is final, since the count never rises, and a
+  /// read of 0 synchronizes as try_wait() returning true.
   [[nodiscard]] std::ptrdiff_t count() const noexcept {
     return state_.load(std::memory_order_acquire) & ~waiters_flag;
   }
+  /// True once the count is 0 (as std::latch::try_wait; count() tells how many are missing).
   [[nodiscard]] bool try_wait() const noexcept { return count() == 0; }
 
  private:

@@ -27,6 +27,9 @@ namespace detail {
 struct mutex_access;
 }  // namespace detail
 
+template <class U>
+class owned_mapped_mutex_guard;
+
 /// Access to part of a mutex's value (from mutex_guard::map); unlocks on destruction. It cannot
 /// wait on a condvar, which needs the whole mutex.
 template <class U>
@@ -51,6 +54,20 @@ class [[nodiscard]] mapped_mutex_guard {
   auto map(F&& f) && {
     auto& part = std::forward<F>(f)(*value_);
     return mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(permit_), &part);
+  }
+
+  /// Narrows further if the part is there: `f(U&)` returns a pointer into the value, or null.
+  /// On a part, the lock moves to the returned guard and this one is left empty; on null, or if
+  /// f throws, this guard still holds the lock. Precondition: owns_lock().
+  template <class F>
+  auto try_map(F&& f) {
+    using part_type = std::remove_pointer_t<std::invoke_result_t<F&&, U&>>;
+    static_assert(std::is_pointer_v<std::invoke_result_t<F&&, U&>>,
+                  "try_map: f returns a pointer (null: no part)");
+    std::optional<mapped_mutex_guard<part_type>> mapped;
+    if (part_type* part = std::forward<F>(f)(*value_))
+      mapped = mapped_mutex_guard<part_type>(std::move(permit_), part);
+    return mapped;
   }
 
  private:
@@ -109,6 +126,23 @@ class [[nodiscard]] mutex_guard {
     return mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(permit_), &part);
   }
 
+  /// A guard of part of the value if the part is there: `f(T&)` returns a pointer into the
+  /// value, or null (an optional's contents, a variant's alternative, a map's entry). On a
+  /// part, the lock moves to the returned guard and this one is left empty (owns_lock() false);
+  /// on null, or if f throws, this guard still holds the lock. Precondition: owns_lock().
+  template <class F>
+  auto try_map(F&& f) {
+    using part_type = std::remove_pointer_t<std::invoke_result_t<F&&, T&>>;
+    static_assert(std::is_pointer_v<std::invoke_result_t<F&&, T&>>,
+                  "try_map: f returns a pointer (null: no part)");
+    std::optional<mapped_mutex_guard<part_type>> mapped;
+    if (part_type* part = std::forward<F>(f)(mutex_->value_)) {
+      mutex_ = nullptr;
+      mapped = mapped_mutex_guard<part_type>(std::move(permit_), part);
+    }
+    return mapped;
+  }
+
  private:
   friend class asyncband::mutex<T>;
   friend class asyncband::condvar;
@@ -146,12 +180,94 @@ class [[nodiscard]] owned_mutex_guard {
   /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
   void unlock() noexcept { permit_.release(); }
 
+  /// An owned guard of part of the value, which keeps the mutex alive as this one does: `f(T&)`
+  /// returns a reference into it. If f throws, this guard still holds the lock.
+  template <class F>
+  auto map(F&& f) && {
+    auto& part = std::forward<F>(f)(mutex_->value_);
+    using part_type = std::remove_reference_t<decltype(part)>;
+    return owned_mapped_mutex_guard<part_type>(std::move(mutex_), &part, std::move(permit_));
+  }
+  /// As mutex_guard::try_map: `f(T&)` returns a pointer into the value, or null; on a part the
+  /// lock and the reference move to the returned guard and this one is left empty.
+  template <class F>
+  auto try_map(F&& f) {
+    using part_pointer = std::invoke_result_t<F&&, T&>;
+    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
+    using part_type = std::remove_pointer_t<part_pointer>;
+    std::optional<owned_mapped_mutex_guard<part_type>> mapped;
+    if (part_type* part = std::forward<F>(f)(mutex_->value_))
+      mapped = owned_mapped_mutex_guard<part_type>(std::move(mutex_), part, std::move(permit_));
+    return mapped;
+  }
+
  private:
   friend struct detail::mutex_access;
   owned_mutex_guard(std::shared_ptr<asyncband::mutex<T>> m, semaphore_permit&& permit) noexcept
       : mutex_(std::move(m)), permit_(std::move(permit)) {}
 
   std::shared_ptr<asyncband::mutex<T>> mutex_;
+  semaphore_permit permit_;
+};
+
+/// Access to part of a mutex's value that also keeps the mutex alive (from
+/// owned_mutex_guard::map); unlocks on destruction, then drops its reference. Move-only.
+template <class U>
+class [[nodiscard]] owned_mapped_mutex_guard {
+ public:
+  owned_mapped_mutex_guard(owned_mapped_mutex_guard&&) noexcept = default;
+  owned_mapped_mutex_guard& operator=(owned_mapped_mutex_guard&& other) noexcept {
+    if (this != &other) {
+      // What this guard held is unlocked last, from a local that also keeps that mutex alive
+      // until then (last one out: the unlock may resume a waiter that destroys this guard).
+      const owned_mapped_mutex_guard departing(std::move(*this));
+      owner_ = std::move(other.owner_);
+      value_ = other.value_;
+      permit_ = std::move(other.permit_);
+    }
+    return *this;
+  }
+  owned_mapped_mutex_guard(const owned_mapped_mutex_guard&) = delete;
+  owned_mapped_mutex_guard& operator=(const owned_mapped_mutex_guard&) = delete;
+  ~owned_mapped_mutex_guard() { permit_.release(); }  // before owner_ (maybe the last one) goes
+
+  /// Precondition: owns_lock().
+  U& operator*() const noexcept { return *value_; }
+  U* operator->() const noexcept { return value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
+  void unlock() noexcept { permit_.release(); }
+
+  /// Narrows further: `f(U&)` returns a reference to a part. If f throws, this guard still holds
+  /// the lock.
+  template <class F>
+  auto map(F&& f) && {
+    auto& part = std::forward<F>(f)(*value_);
+    using part_type = std::remove_reference_t<decltype(part)>;
+    return owned_mapped_mutex_guard<part_type>(std::move(owner_), &part, std::move(permit_));
+  }
+  /// As mutex_guard::try_map, for a part of this part.
+  template <class F>
+  auto try_map(F&& f) {
+    using part_pointer = std::invoke_result_t<F&&, U&>;
+    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
+    using part_type = std::remove_pointer_t<part_pointer>;
+    std::optional<owned_mapped_mutex_guard<part_type>> mapped;
+    if (part_type* part = std::forward<F>(f)(*value_))
+      mapped = owned_mapped_mutex_guard<part_type>(std::move(owner_), part, std::move(permit_));
+    return mapped;
+  }
+
+ private:
+  template <class>
+  friend class owned_mapped_mutex_guard;
+  template <class>
+  friend class owned_mutex_guard;
+  owned_mapped_mutex_guard(std::shared_ptr<const void> owner, U* value, semaphore_permit&& permit) noexcept
+      : owner_(std::move(owner)), value_(value), permit_(std::move(permit)) {}
+
+  std::shared_ptr<const void> owner_;  // the mutex, whatever its T
+  U* value_;
   semaphore_permit permit_;
 };
 
@@ -228,6 +344,20 @@ class mutex {
 
   /// A snapshot: true while somebody holds the mutex.
   [[nodiscard]] bool is_locked() const noexcept { return semaphore_.available() == 0; }
+
+  /// The value, without locking, for a caller that has the mutex to itself: before it is
+  /// shared, or after every task that used it has finished. Precondition: no guard of it
+  /// exists and no lock is pending (debug builds assert that it is unlocked).
+  [[nodiscard]] T& get_mut() noexcept {
+    assert(!is_locked() && "asyncband::mutex::get_mut while locked or waited for");
+    return value_;
+  }
+  /// Moves the value out, for a caller that has the mutex to itself (as get_mut); the mutex
+  /// keeps the moved-from value. `std::move(m).into_inner()`.
+  [[nodiscard]] T into_inner() && noexcept(std::is_nothrow_move_constructible_v<T>) {
+    assert(!is_locked() && "asyncband::mutex::into_inner while locked or waited for");
+    return std::move(value_);
+  }
 
  private:
   semaphore semaphore_{1};

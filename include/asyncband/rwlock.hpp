@@ -49,6 +49,20 @@ class [[nodiscard]] rwlock_read_guard {
     return rwlock_read_guard<std::remove_cvref_t<decltype(part)>>(std::move(permit_), &part);
   }
 
+  /// A read guard of part of the value if the part is there: `f(const T&)` returns a pointer
+  /// into the value, or null. On a part, the share moves to the returned guard and this one is
+  /// left empty; on null, or if f throws, this guard keeps its share. Precondition: owns_lock().
+  template <class F>
+  auto try_map(F&& f) {
+    using part_pointer = std::invoke_result_t<F&&, const T&>;
+    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
+    using part_type = std::remove_cv_t<std::remove_pointer_t<part_pointer>>;
+    std::optional<rwlock_read_guard<part_type>> mapped;
+    if (const part_type* part = std::forward<F>(f)(*value_))
+      mapped = rwlock_read_guard<part_type>(std::move(permit_), part);
+    return mapped;
+  }
+
  private:
   template <class>
   friend class rwlock;
@@ -88,6 +102,20 @@ class [[nodiscard]] rwlock_write_guard {
   auto map(F&& f) && {
     auto& part = std::forward<F>(f)(*value_);
     return rwlock_write_guard<std::remove_reference_t<decltype(part)>>(std::move(permit_), &part);
+  }
+
+  /// A write guard of part of the value if the part is there: `f(T&)` returns a pointer into
+  /// the value, or null. On a part, the lock moves to the returned guard and this one is left
+  /// empty; on null, or if f throws, this guard keeps the lock. Precondition: owns_lock().
+  template <class F>
+  auto try_map(F&& f) {
+    using part_pointer = std::invoke_result_t<F&&, T&>;
+    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
+    using part_type = std::remove_pointer_t<part_pointer>;
+    std::optional<rwlock_write_guard<part_type>> mapped;
+    if (part_type* part = std::forward<F>(f)(*value_))
+      mapped = rwlock_write_guard<part_type>(std::move(permit_), part);
+    return mapped;
   }
 
   /// Keeps one read share and releases the rest at once: no writer can get in between, and
@@ -173,6 +201,23 @@ class rwlock {
   ~rwlock() { assert(semaphore_.no_waiters_left() && "asyncband::rwlock destroyed with waiters"); }
 
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
+
+  /// A snapshot: true while a writer holds the lock, readers hold shares, or anybody waits.
+  [[nodiscard]] bool is_locked() const noexcept { return semaphore_.available() != max_readers_; }
+
+  /// The value, without locking, for a caller that has the rwlock to itself: before it is
+  /// shared, or after every task that used it has finished. Precondition: no guard of it
+  /// exists and no lock is pending (debug builds assert that it is unlocked).
+  [[nodiscard]] T& get_mut() noexcept {
+    assert(!is_locked() && "asyncband::rwlock::get_mut while locked or waited for");
+    return value_;
+  }
+  /// Moves the value out, for a caller that has the rwlock to itself (as get_mut); the rwlock
+  /// keeps the moved-from value. `std::move(l).into_inner()`.
+  [[nodiscard]] T into_inner() && noexcept(std::is_nothrow_move_constructible_v<T>) {
+    assert(!is_locked() && "asyncband::rwlock::into_inner while locked or waited for");
+    return std::move(value_);
+  }
 
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
   auto read() noexcept { return detail::source_awaiter<side_source<false>>(side_source<false>{this}); }
