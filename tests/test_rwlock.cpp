@@ -396,6 +396,151 @@ TEST(RwlockExclusiveAccessDeathTest, IntoInnerWhileReadAsserts) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Owned guards: read_owned / write_owned keep the rwlock alive.
+
+using shared_rwlock = std::shared_ptr<rwlock<record>>;
+
+/// `lock(l)` takes an owned guard; the guard must keep the rwlock alive once every other owner
+/// is gone, give access, and release before it drops its reference.
+template <class Lock>
+void owned_guard_keeps_the_rwlock_alive(Lock lock) {
+  auto l = std::make_shared<rwlock<record>>(record{7, "ann"}, 2);
+  const std::weak_ptr<rwlock<record>> weak = l;
+  auto g = lock(l);
+  EXPECT_TRUE(g.owns_lock());
+  EXPECT_EQ(g->name, "ann");
+  l.reset();
+  {
+    const auto alive = weak.lock();
+    ASSERT_NE(alive, nullptr);
+    EXPECT_TRUE(alive->is_locked());
+  }
+  { auto kept = std::move(g); }
+  EXPECT_TRUE(weak.expired());
+}
+
+TEST(RwlockOwned, EveryFormKeepsTheRwlockAlive) {
+  std::stop_source never;
+  const auto token = never.get_token();
+  owned_guard_keeps_the_rwlock_alive(
+      [](shared_rwlock l) { return *asyncband::try_read_owned(std::move(l)); });
+  owned_guard_keeps_the_rwlock_alive(
+      [](shared_rwlock l) { return asyncband::read_owned_blocking(std::move(l)); });
+  owned_guard_keeps_the_rwlock_alive(
+      [](shared_rwlock l) { return block_on(asyncband::read_owned(std::move(l))); });
+  owned_guard_keeps_the_rwlock_alive(
+      [&](shared_rwlock l) { return block_on(asyncband::read_owned(std::move(l), token)).value(); });
+  owned_guard_keeps_the_rwlock_alive(
+      [&](shared_rwlock l) { return asyncband::read_owned_blocking(std::move(l), token).value(); });
+  owned_guard_keeps_the_rwlock_alive(
+      [](shared_rwlock l) { return *asyncband::try_write_owned(std::move(l)); });
+  owned_guard_keeps_the_rwlock_alive(
+      [](shared_rwlock l) { return asyncband::write_owned_blocking(std::move(l)); });
+  owned_guard_keeps_the_rwlock_alive(
+      [](shared_rwlock l) { return block_on(asyncband::write_owned(std::move(l))); });
+  owned_guard_keeps_the_rwlock_alive(
+      [&](shared_rwlock l) { return block_on(asyncband::write_owned(std::move(l), token)).value(); });
+  owned_guard_keeps_the_rwlock_alive(
+      [&](shared_rwlock l) { return asyncband::write_owned_blocking(std::move(l), token).value(); });
+}
+
+TEST(RwlockOwned, ReadersShareWritersExcludeAndFailedAttemptsKeepNoReference) {
+  auto l = std::make_shared<rwlock<record>>(record{1, "a"}, 2);
+  auto r1 = asyncband::try_read_owned(l);
+  auto r2 = asyncband::try_read_owned(l);
+  ASSERT_TRUE(r1.has_value());
+  ASSERT_TRUE(r2.has_value());
+  EXPECT_FALSE(asyncband::try_read_owned(l).has_value());  // max_readers
+  EXPECT_FALSE(asyncband::try_write_owned(l).has_value());
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_TRUE(block_on(asyncband::write_owned(l, stopped.get_token())).cancelled());
+  EXPECT_TRUE(asyncband::write_owned_blocking(l, stopped.get_token()).cancelled());
+  EXPECT_EQ(l.use_count(), 3);  // the two readers only
+  r1->unlock();
+  EXPECT_EQ(l.use_count(), 3);  // unlock keeps the reference
+  r1.reset();
+  r2.reset();
+  EXPECT_EQ(l.use_count(), 1);
+  expect_free(*l);
+}
+
+task<void> owned_writer(shared_rwlock l, std::stop_token stop, probe& p, long& owners) {
+  ++p.started;
+  auto r = co_await asyncband::write_owned(std::move(l), std::move(stop));
+  p.finish(r.status());
+  if (!r.ok()) co_return;
+  (*r)->id = 42;
+  owners = std::move(*r).map([](record& rec) -> int& { return rec.id; }).owns_lock() ? 1 : 0;
+}
+
+TEST(RwlockOwned, AQueuedOwnedWriteKeepsTheRwlockAliveAndACancelledOneDropsItsReference) {
+  test_scheduler s;
+  auto l = std::make_shared<rwlock<record>>(record{0, "w"}, 2);
+  const std::weak_ptr<rwlock<record>> weak = l;
+  auto reader = asyncband::try_read_owned(l);
+  std::stop_source stop_second;
+  probe first;
+  probe second;
+  long owners = 0;
+  long unused = 0;
+  s.spawn(owned_writer(l, std::stop_token{}, first, owners));
+  s.spawn(owned_writer(std::move(l), stop_second.get_token(), second, unused));
+  s.run();
+  EXPECT_EQ(first.resumed + second.resumed, 0);
+  EXPECT_EQ(weak.use_count(), 3);  // the reader and two queued writes
+  stop_second.request_stop();
+  s.run();
+  EXPECT_EQ(second.status, wait_status::cancelled);
+  EXPECT_EQ(weak.use_count(), 2);  // the cancelled one let go
+  reader.reset();                  // hands the lock to the first write, then lets go
+  s.run();
+  EXPECT_EQ(first.status, wait_status::ok);
+  EXPECT_EQ(owners, 1);
+  EXPECT_TRUE(weak.expired());  // its guard (mapped, then gone) was the last owner
+}
+
+TEST(RwlockOwned, MapTryMapDowngradeAndMoveAssignmentReleaseBeforeLettingGo) {
+  auto a = std::make_shared<rwlock<record>>(record{1, "ann"}, 3);
+  auto b = std::make_shared<rwlock<record>>(record{2, "bob"}, 3);
+  const std::weak_ptr<rwlock<record>> weak_a = a;
+  auto w = *asyncband::try_write_owned(a);
+  auto name = std::move(w).map([](record& r) -> std::string& { return r.name; });
+  EXPECT_FALSE(name.try_map([](std::string& n) { return n.empty() ? &n : nullptr; }).has_value());
+  EXPECT_TRUE(name.owns_lock());
+  auto initial = name.try_map([](std::string& n) { return n.empty() ? nullptr : &n[0]; });
+  ASSERT_TRUE(initial.has_value());
+  EXPECT_FALSE(name.owns_lock());
+  **initial = 'A';
+  auto shared = std::move(*initial).downgrade();  // one share kept, no writer in between
+  EXPECT_EQ(*shared, 'A');
+  EXPECT_FALSE(asyncband::try_write_owned(a).has_value());
+  EXPECT_TRUE(asyncband::try_read_owned(a).has_value());
+  a.reset();
+  EXPECT_FALSE(weak_a.expired());
+
+  { auto gone = std::move(shared); }  // the downgraded guard held the last reference
+  EXPECT_TRUE(weak_a.expired());
+
+  auto c = std::make_shared<rwlock<record>>(record{3, "cy"}, 3);
+  const std::weak_ptr<rwlock<record>> weak_c = c;
+  const auto id_of = [](record& r) -> int& { return r.id; };
+  auto held = (*asyncband::try_write_owned(b)).map(id_of);
+  auto other = (*asyncband::try_write_owned(std::move(c))).map(id_of);
+  held = std::move(other);  // releases `b` first, then lets go of it
+  EXPECT_FALSE(b->is_locked());
+  EXPECT_EQ(b.use_count(), 1);
+  EXPECT_EQ(*held, 3);
+  {
+    const auto alive = weak_c.lock();
+    ASSERT_NE(alive, nullptr);
+    EXPECT_TRUE(alive->is_locked());
+  }
+  { auto gone = std::move(held); }
+  EXPECT_TRUE(weak_c.expired());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Waiting readers and writers on the test scheduler
 
 TEST(Rwlock, UncontendedReadAndWriteCompleteWithoutSuspending) {

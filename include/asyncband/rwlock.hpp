@@ -7,6 +7,7 @@
 #include <cassert>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -23,6 +24,13 @@ template <class T>
 class rwlock;
 template <class T>
 class rwlock_write_guard;
+template <class T>
+class owned_rwlock_read_guard;
+template <class T>
+class owned_rwlock_write_guard;
+namespace detail {
+struct rwlock_access;
+}  // namespace detail
 
 /// Shared, read-only access to an rwlock's value, or to a part of it (map). Releases its read
 /// share on destruction. Move-only.
@@ -141,6 +149,142 @@ class [[nodiscard]] rwlock_write_guard {
   semaphore_permit permit_;  // declared last, as in rwlock_read_guard
 };
 
+/// A read guard that also keeps its rwlock alive (shared ownership), for work that outlives
+/// the scope that locked it: what `read_owned` yields. Maps to the same guard of a part (which
+/// keeps the rwlock alive too). Releases its share on destruction, then drops the reference.
+/// Move-only.
+template <class T>
+class [[nodiscard]] owned_rwlock_read_guard {
+ public:
+  owned_rwlock_read_guard(owned_rwlock_read_guard&&) noexcept = default;
+  owned_rwlock_read_guard& operator=(owned_rwlock_read_guard&& other) noexcept {
+    if (this != &other) {
+      // What this guard held is released last, from a local that also keeps that rwlock alive
+      // until then (last one out: the release may resume a waiter that destroys this guard).
+      const owned_rwlock_read_guard departing(std::move(*this));
+      owner_ = std::move(other.owner_);
+      value_ = other.value_;
+      permit_ = std::move(other.permit_);
+    }
+    return *this;
+  }
+  owned_rwlock_read_guard(const owned_rwlock_read_guard&) = delete;
+  owned_rwlock_read_guard& operator=(const owned_rwlock_read_guard&) = delete;
+  ~owned_rwlock_read_guard() { permit_.release(); }  // before owner_ (maybe the last one) goes
+
+  /// Precondition: owns_lock().
+  const T& operator*() const noexcept { return *value_; }
+  const T* operator->() const noexcept { return value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// Releases the share now (the guard keeps its reference until destroyed).
+  void unlock() noexcept { permit_.release(); }
+
+  /// An owned read guard of part of the value: `f(const T&)` returns a reference into it. If f
+  /// throws, this guard keeps its share.
+  template <class F>
+  auto map(F&& f) && {
+    const auto& part = std::forward<F>(f)(*value_);
+    using part_type = std::remove_cvref_t<decltype(part)>;
+    return owned_rwlock_read_guard<part_type>(std::move(owner_), &part, std::move(permit_));
+  }
+  /// As rwlock_read_guard::try_map: on a part, the share and the reference move to the returned
+  /// guard and this one is left empty.
+  template <class F>
+  auto try_map(F&& f) {
+    using part_pointer = std::invoke_result_t<F&&, const T&>;
+    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
+    using part_type = std::remove_cv_t<std::remove_pointer_t<part_pointer>>;
+    std::optional<owned_rwlock_read_guard<part_type>> mapped;
+    if (const part_type* part = std::forward<F>(f)(*value_))
+      mapped = owned_rwlock_read_guard<part_type>(std::move(owner_), part, std::move(permit_));
+    return mapped;
+  }
+
+ private:
+  template <class>
+  friend class owned_rwlock_read_guard;
+  template <class>
+  friend class owned_rwlock_write_guard;
+  friend struct detail::rwlock_access;
+  owned_rwlock_read_guard(std::shared_ptr<const void> owner, const T* value,
+                          semaphore_permit&& permit) noexcept
+      : owner_(std::move(owner)), value_(value), permit_(std::move(permit)) {}
+
+  std::shared_ptr<const void> owner_;  // the rwlock, whatever its value's type
+  const T* value_;
+  semaphore_permit permit_;
+};
+
+/// A write guard that also keeps its rwlock alive, for work that outlives the scope that
+/// locked it: what `write_owned` yields. Maps to the same guard of a part, and downgrades to an
+/// owned read guard without letting a writer in between. Move-only.
+template <class T>
+class [[nodiscard]] owned_rwlock_write_guard {
+ public:
+  owned_rwlock_write_guard(owned_rwlock_write_guard&&) noexcept = default;
+  owned_rwlock_write_guard& operator=(owned_rwlock_write_guard&& other) noexcept {
+    if (this != &other) {
+      const owned_rwlock_write_guard departing(std::move(*this));  // released last, as above
+      owner_ = std::move(other.owner_);
+      value_ = other.value_;
+      permit_ = std::move(other.permit_);
+    }
+    return *this;
+  }
+  owned_rwlock_write_guard(const owned_rwlock_write_guard&) = delete;
+  owned_rwlock_write_guard& operator=(const owned_rwlock_write_guard&) = delete;
+  ~owned_rwlock_write_guard() { permit_.release(); }  // before owner_ (maybe the last one) goes
+
+  /// Precondition: owns_lock().
+  T& operator*() const noexcept { return *value_; }
+  T* operator->() const noexcept { return value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// Releases the lock now (the guard keeps its reference until destroyed).
+  void unlock() noexcept { permit_.release(); }
+
+  /// An owned write guard of part of the value: `f(T&)` returns a reference into it. If f
+  /// throws, this guard keeps the lock.
+  template <class F>
+  auto map(F&& f) && {
+    auto& part = std::forward<F>(f)(*value_);
+    using part_type = std::remove_reference_t<decltype(part)>;
+    return owned_rwlock_write_guard<part_type>(std::move(owner_), &part, std::move(permit_));
+  }
+  /// As rwlock_write_guard::try_map: on a part, the lock and the reference move to the returned
+  /// guard and this one is left empty.
+  template <class F>
+  auto try_map(F&& f) {
+    using part_pointer = std::invoke_result_t<F&&, T&>;
+    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
+    using part_type = std::remove_pointer_t<part_pointer>;
+    std::optional<owned_rwlock_write_guard<part_type>> mapped;
+    if (part_type* part = std::forward<F>(f)(*value_))
+      mapped = owned_rwlock_write_guard<part_type>(std::move(owner_), part, std::move(permit_));
+    return mapped;
+  }
+
+  /// Keeps one read share and releases the rest at once, as rwlock_write_guard::downgrade; the
+  /// reference moves to the read guard. Precondition: owns_lock().
+  owned_rwlock_read_guard<T> downgrade() && noexcept {
+    // Everything moves to the read guard first: the release may resume a reader inline that
+    // destroys this write guard at once.
+    owned_rwlock_read_guard<T> read(std::move(owner_), value_, std::move(permit_));
+    read.permit_.release(read.permit_.count() - 1);
+    return read;
+  }
+
+ private:
+  template <class>
+  friend class owned_rwlock_write_guard;
+  friend struct detail::rwlock_access;
+  owned_rwlock_write_guard(std::shared_ptr<const void> owner, T* value, semaphore_permit&& permit) noexcept
+      : owner_(std::move(owner)), value_(value), permit_(std::move(permit)) {}
+
+  std::shared_ptr<const void> owner_;
+  T* value_;
+  semaphore_permit permit_;
+};
+
 /// A reader-writer lock that owns the value it protects: any number of readers (up to
 /// max_readers()) or one writer.
 ///
@@ -156,9 +300,11 @@ class [[nodiscard]] rwlock_write_guard {
 ///   and what it had been handed passes to the next waiters.
 /// - Uncontended read and write locks and unlocks are one CAS each.
 /// - Not recursive: a reader taking a second read share may wait forever behind a writer.
-/// - The rwlock must outlive its guards and pending locks.
+/// - The rwlock must outlive its guards and pending locks (owned guards, from `read_owned` and
+///   `write_owned` on a std::shared_ptr, keep it alive).
 template <class T>
 class rwlock {
+  friend struct detail::rwlock_access;
   template <class Guard, class Value>
   struct make_guard {
     Value* value;
@@ -278,5 +424,119 @@ class rwlock {
   semaphore semaphore_;
   T value_;
 };
+
+namespace detail {
+
+/// The owned-guard functions reach an rwlock's semaphore and value through here.
+struct rwlock_access {
+  template <class Guard, class T>
+  struct make_owned {
+    std::shared_ptr<rwlock<T>> owner;
+    Guard operator()(semaphore_permit&& permit) noexcept {
+      T* value = &owner->value_;
+      return Guard(std::move(owner), value, std::move(permit));
+    }
+  };
+  template <class T>
+  using make_owned_read = make_owned<owned_rwlock_read_guard<T>, T>;
+  template <class T>
+  using make_owned_write = make_owned<owned_rwlock_write_guard<T>, T>;
+
+  template <class T>
+  static semaphore* semaphore_of(rwlock<T>& l) noexcept {
+    return &l.semaphore_;
+  }
+  /// Shares a read (1) or write (max_readers) lock takes.
+  template <class T, bool Write>
+  static std::size_t shares(const rwlock<T>& l) noexcept {
+    return Write ? l.max_readers_ : std::size_t{1};
+  }
+  template <class T, bool Write>
+  using maker = std::conditional_t<Write, make_owned_write<T>, make_owned_read<T>>;
+  template <class T, bool Write>
+  using forms = acquire_forms<maker<T, Write>>;
+
+  template <bool Write, class T>
+  static auto await(std::shared_ptr<rwlock<T>> l) {
+    rwlock<T>& raw = *l;
+    return forms<T, Write>::await(semaphore_of(raw), shares<T, Write>(raw), maker<T, Write>{std::move(l)});
+  }
+  template <bool Write, class T>
+  static auto await(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+    rwlock<T>& raw = *l;
+    return forms<T, Write>::await_until_stopped(std::move(stop), semaphore_of(raw), shares<T, Write>(raw),
+                                                maker<T, Write>{std::move(l)});
+  }
+  template <bool Write, class T>
+  static auto block(std::shared_ptr<rwlock<T>> l) {
+    rwlock<T>& raw = *l;
+    return forms<T, Write>::block(semaphore_of(raw), shares<T, Write>(raw), maker<T, Write>{std::move(l)});
+  }
+  template <bool Write, class T>
+  static auto block(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+    rwlock<T>& raw = *l;
+    return forms<T, Write>::block_until_stopped(std::move(stop), semaphore_of(raw), shares<T, Write>(raw),
+                                                maker<T, Write>{std::move(l)});
+  }
+  template <bool Write, class T>
+  static auto try_lock(std::shared_ptr<rwlock<T>> l)
+      -> std::optional<std::invoke_result_t<maker<T, Write>&, semaphore_permit&&>> {
+    auto permit = l->semaphore_.try_acquire(shares<T, Write>(*l));
+    if (!permit) return std::nullopt;
+    return maker<T, Write>{std::move(l)}(std::move(*permit));
+  }
+};
+
+}  // namespace detail
+
+/// `co_await read_owned(l)` yields an owned_rwlock_read_guard<T> that keeps `*l` alive. The
+/// rwlock's FIFO, when_any and cancellation contract holds. Precondition: l is not null.
+template <class T>
+auto read_owned(std::shared_ptr<rwlock<T>> l) {
+  return detail::rwlock_access::await<false>(std::move(l));
+}
+/// Yields result<owned_rwlock_read_guard<T>>: ok, or cancelled.
+template <class T>
+auto read_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  return detail::rwlock_access::await<false>(std::move(l), std::move(stop));
+}
+template <class T>
+owned_rwlock_read_guard<T> read_owned_blocking(std::shared_ptr<rwlock<T>> l) {
+  return detail::rwlock_access::block<false>(std::move(l));
+}
+template <class T>
+result<owned_rwlock_read_guard<T>> read_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  return detail::rwlock_access::block<false>(std::move(l), std::move(stop));
+}
+/// A read share now that keeps `*l` alive, or nothing (as rwlock::try_read).
+template <class T>
+[[nodiscard]] std::optional<owned_rwlock_read_guard<T>> try_read_owned(std::shared_ptr<rwlock<T>> l) {
+  return detail::rwlock_access::try_lock<false>(std::move(l));
+}
+
+/// `co_await write_owned(l)` yields an owned_rwlock_write_guard<T> that keeps `*l` alive.
+/// Precondition: l is not null.
+template <class T>
+auto write_owned(std::shared_ptr<rwlock<T>> l) {
+  return detail::rwlock_access::await<true>(std::move(l));
+}
+/// Yields result<owned_rwlock_write_guard<T>>: ok, or cancelled.
+template <class T>
+auto write_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  return detail::rwlock_access::await<true>(std::move(l), std::move(stop));
+}
+template <class T>
+owned_rwlock_write_guard<T> write_owned_blocking(std::shared_ptr<rwlock<T>> l) {
+  return detail::rwlock_access::block<true>(std::move(l));
+}
+template <class T>
+result<owned_rwlock_write_guard<T>> write_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  return detail::rwlock_access::block<true>(std::move(l), std::move(stop));
+}
+/// The write lock now that keeps `*l` alive, or nothing (as rwlock::try_write).
+template <class T>
+[[nodiscard]] std::optional<owned_rwlock_write_guard<T>> try_write_owned(std::shared_ptr<rwlock<T>> l) {
+  return detail::rwlock_access::try_lock<true>(std::move(l));
+}
 
 }  // namespace asyncband
