@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::semaphore and semaphore_permit: permits (try_acquire, RAII release, forget,
-// split, merge, move), programming errors, strict FIFO with partial grants and no barging, the
-// deficit (reduce_permits, drain_permits), cancellation (a partial or complete grant passes on),
-// deterministic races at the waiter core's test points, destruction of suspended waiters, "last
-// one out", the blocking twins, and a bounded multi-threaded stress test.
+// split, merge, move), programming errors, owned permits that keep the semaphore alive
+// (acquire_owned), strict FIFO with partial grants and no barging, the deficit (reduce_permits,
+// drain_permits), cancellation (a partial or complete grant passes on), deterministic races at the
+// waiter core's test points, destruction of suspended waiters, "last one out", the blocking twins,
+// and a bounded multi-threaded stress test.
 #include "asyncband/semaphore.hpp"
 
 #include <gtest/gtest.h>
@@ -452,6 +453,503 @@ TEST(Semaphore, DeficitAboveMaxThrowsOverflowAndChangesNothing) {
   EXPECT_EQ(sem.available(), 0U);
   sem.release(1);  // nothing more was owed
   EXPECT_EQ(sem.available(), 1U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Owned permits: acquire_owned on a std::shared_ptr keeps the semaphore alive
+
+using asyncband::owned_semaphore_permit;
+using shared_semaphore_ptr = std::shared_ptr<semaphore>;
+
+/// A semaphore shared as acquire_owned's callers share it, whose deleter records how many permits
+/// were available when it went: `available_at_end` says that every permit was back before the
+/// last reference dropped. `available_at_end` must outlive the semaphore.
+shared_semaphore_ptr shared_semaphore(std::size_t permits, std::optional<std::size_t>& available_at_end) {
+  return {new semaphore(permits), [&available_at_end](semaphore* s) {
+            available_at_end = s->available();
+            delete s;
+          }};
+}
+
+/// An owned permit from `acquire(shared_ptr)` holds `n` permits, keeps the semaphore alive once
+/// the test's own pointer is gone, and its destruction returns the permits and then frees the
+/// semaphore.
+template <class Acquire>
+void owned_permit_keeps_the_semaphore_alive(std::size_t n, Acquire acquire) {
+  std::optional<std::size_t> available_at_end;
+  auto sem = shared_semaphore(3, available_at_end);
+  const std::weak_ptr<semaphore> weak = sem;
+  std::optional<owned_semaphore_permit> p(acquire(sem));
+  ASSERT_TRUE(static_cast<bool>(*p));
+  EXPECT_EQ(p->count(), n);
+  EXPECT_EQ(p->semaphore().get(), sem.get());
+  EXPECT_EQ(sem->available(), 3 - n);
+  EXPECT_EQ(sem.use_count(), 2);  // the test's and the permit's
+  sem.reset();
+  EXPECT_FALSE(weak.expired());
+  EXPECT_EQ(weak.use_count(), 1);  // only the permit
+  EXPECT_EQ(p->semaphore()->available(), 3 - n);
+  p.reset();
+  EXPECT_TRUE(weak.expired());
+  EXPECT_EQ(available_at_end, 3U);  // the permits went back first
+}
+
+TEST(SemaphoreOwned, EveryFormKeepsTheSemaphoreAlive) {
+  for (const std::size_t n : {1U, 2U}) {
+    SCOPED_TRACE(testing::Message() << "n " << n);
+    std::stop_source never;
+    {
+      SCOPED_TRACE("try_acquire_owned");
+      owned_permit_keeps_the_semaphore_alive(
+          n, [n](shared_semaphore_ptr s) { return *asyncband::try_acquire_owned(std::move(s), n); });
+    }
+    {
+      SCOPED_TRACE("acquire_owned_blocking");
+      owned_permit_keeps_the_semaphore_alive(
+          n, [n](shared_semaphore_ptr s) { return asyncband::acquire_owned_blocking(std::move(s), n); });
+    }
+    {
+      SCOPED_TRACE("acquire_owned");
+      owned_permit_keeps_the_semaphore_alive(
+          n, [n](shared_semaphore_ptr s) { return block_on(asyncband::acquire_owned(std::move(s), n)); });
+    }
+    {
+      SCOPED_TRACE("acquire_owned(stop)");
+      owned_permit_keeps_the_semaphore_alive(n, [n, &never](shared_semaphore_ptr s) {
+        return block_on(asyncband::acquire_owned(std::move(s), n, never.get_token())).value();
+      });
+    }
+    {
+      SCOPED_TRACE("acquire_owned_blocking(stop)");
+      owned_permit_keeps_the_semaphore_alive(n, [n, &never](shared_semaphore_ptr s) {
+        return asyncband::acquire_owned_blocking(std::move(s), n, never.get_token()).value();
+      });
+    }
+  }
+  {
+    SCOPED_TRACE("the default count is one");
+    owned_permit_keeps_the_semaphore_alive(1, [](shared_semaphore_ptr s) {
+      auto p = *asyncband::try_acquire_owned(s);
+      p.merge(asyncband::acquire_owned_blocking(s));
+      p.merge(block_on(asyncband::acquire_owned(std::move(s))));
+      EXPECT_EQ(p.count(), 3U);
+      p.release(2);
+      return p;
+    });
+  }
+}
+
+TEST(SemaphoreOwned, ReleaseReturnsThePermitsAndKeepsTheReference) {
+  std::optional<std::size_t> available_at_end;
+  auto sem = shared_semaphore(4, available_at_end);
+  auto p = asyncband::acquire_owned_blocking(sem, 3);
+  p.release(1);  // some of them
+  EXPECT_EQ(p.count(), 2U);
+  EXPECT_EQ(sem->available(), 2U);
+  p.release(5);  // more than it holds: all of them
+  EXPECT_EQ(p.count(), 0U);
+  EXPECT_FALSE(p);
+  EXPECT_EQ(sem->available(), 4U);
+  EXPECT_EQ(p.semaphore().get(), sem.get());
+  EXPECT_EQ(sem.use_count(), 2);  // still owned by the permit
+  p = *asyncband::try_acquire_owned(sem, 4);
+  p.release();
+  EXPECT_EQ(p.count(), 0U);
+  EXPECT_EQ(sem->available(), 4U);
+  p.release();  // nothing left to return
+  EXPECT_EQ(sem->available(), 4U);
+  EXPECT_EQ(sem.use_count(), 2);
+  sem.reset();
+  EXPECT_FALSE(available_at_end.has_value()) << "the released permit still owns the semaphore";
+  { const owned_semaphore_permit last(std::move(p)); }
+  EXPECT_EQ(available_at_end, 4U);  // nothing returned twice
+}
+
+TEST(SemaphoreOwned, ForgetGivesUpThePermitsAndKeepsTheReference) {
+  std::optional<std::size_t> available_at_end;
+  auto sem = shared_semaphore(3, available_at_end);
+  std::optional<owned_semaphore_permit> p = asyncband::try_acquire_owned(sem, 2);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->forget(), 2U);
+  EXPECT_EQ(p->count(), 0U);
+  EXPECT_FALSE(*p);
+  EXPECT_EQ(p->forget(), 0U);
+  EXPECT_EQ(p->semaphore().get(), sem.get());
+  EXPECT_EQ(sem.use_count(), 2);
+  p.reset();
+  EXPECT_EQ(sem->available(), 1U);  // the two are gone for good
+  EXPECT_EQ(sem.use_count(), 1);
+  sem.reset();
+  EXPECT_EQ(available_at_end, 1U);
+}
+
+TEST(SemaphoreOwned, FailedOrAlreadyStoppedAttemptsKeepNoReferenceAndTakeNothing) {
+  auto sem = std::make_shared<semaphore>(3);
+  auto holder = asyncband::try_acquire_owned(sem, 2);
+  ASSERT_TRUE(holder.has_value());
+  EXPECT_EQ(sem.use_count(), 2);
+  EXPECT_FALSE(asyncband::try_acquire_owned(sem, 2).has_value());  // one left: all or nothing
+  EXPECT_EQ(sem.use_count(), 2);
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_TRUE(block_on(asyncband::acquire_owned(sem, 1, stopped.get_token())).cancelled());
+  EXPECT_EQ(sem.use_count(), 2);
+  EXPECT_TRUE(asyncband::acquire_owned_blocking(sem, 1, stopped.get_token()).cancelled());
+  EXPECT_EQ(sem.use_count(), 2);
+  EXPECT_EQ(sem->available(), 1U);  // the stopped ones took nothing, though one was available
+  holder.reset();
+  EXPECT_EQ(sem.use_count(), 1);
+  EXPECT_EQ(sem->available(), 3U);
+}
+
+TEST(SemaphoreOwned, RequestsAboveMaxThrowInvalidArgumentAndKeepNoReference) {
+  constexpr std::size_t too_many = semaphore::max() + 1;
+  auto sem = std::make_shared<semaphore>(2);
+  std::stop_source src;
+  EXPECT_THROW((void)asyncband::acquire_owned(sem, too_many), std::invalid_argument);
+  EXPECT_THROW((void)asyncband::acquire_owned(sem, too_many, src.get_token()), std::invalid_argument);
+  EXPECT_THROW((void)asyncband::acquire_owned_blocking(sem, too_many), std::invalid_argument);
+  EXPECT_THROW((void)asyncband::acquire_owned_blocking(sem, too_many, src.get_token()),
+               std::invalid_argument);
+  EXPECT_THROW((void)asyncband::try_acquire_owned(sem, too_many), std::invalid_argument);
+  EXPECT_EQ(sem.use_count(), 1);
+  EXPECT_EQ(sem->available(), 2U);
+  EXPECT_EQ(asyncband::try_acquire_owned(sem, 2)->count(), 2U);  // nothing was taken
+}
+
+/// One owned acquisition by a coroutine (see probe): the permit it received, and how many owners
+/// the semaphore had right after (its permit's reference included).
+struct owned_acquisition : probe {
+  std::size_t n = 1;
+  std::stop_source stop;
+  std::optional<owned_semaphore_permit> permit;
+  long owners = 0;
+};
+
+void expect_waiting(const owned_acquisition& a) {
+  EXPECT_EQ(a.started, 1) << "acquisition " << a.id;
+  EXPECT_EQ(a.resumed, 0) << "acquisition " << a.id;
+  EXPECT_FALSE(a.permit.has_value()) << "acquisition " << a.id;
+}
+
+/// Acquires `a.n` permits with acquire_owned (with `a.stop`'s token when `can_cancel`), moving the
+/// pointer into the acquisition: while it waits, the coroutine keeps no reference of its own.
+task<void> acquire_owned_into(shared_semaphore_ptr sem, owned_acquisition& a, bool can_cancel) {
+  ++a.started;
+  if (can_cancel) {
+    auto r = co_await asyncband::acquire_owned(std::move(sem), a.n, a.stop.get_token());
+    if (r.ok()) a.permit.emplace(std::move(*r));
+    a.finish(r.status());
+  } else {
+    a.permit.emplace(co_await asyncband::acquire_owned(std::move(sem), a.n));
+    a.finish(wait_status::ok);
+  }
+  if (a.permit) a.owners = a.permit->semaphore().use_count();
+}
+
+TEST(SemaphoreOwned, QueuedOwnedAcquisitionsKeepTheSemaphoreAliveAndAreServedInFifoOrder) {
+  test_scheduler s;
+  std::optional<std::size_t> available_at_end;
+  auto sem = shared_semaphore(2, available_at_end);
+  const std::weak_ptr<semaphore> weak = sem;
+  auto holder = asyncband::try_acquire_owned(sem, 2);
+  ASSERT_TRUE(holder.has_value());
+  std::vector<int> order;
+  owned_acquisition a;
+  a.id = 1;
+  a.n = 2;
+  a.order = &order;
+  owned_acquisition b;
+  b.id = 2;
+  b.order = &order;
+  s.spawn(acquire_owned_into(sem, a, plain));
+  s.spawn(acquire_owned_into(std::move(sem), b, cancellable));
+  s.run();
+  expect_waiting(a);
+  expect_waiting(b);
+  EXPECT_EQ(weak.use_count(), 3);  // the holder and the two queued acquisitions
+
+  holder->release(1);  // a partial grant of the head: B, behind it, gets nothing
+  EXPECT_EQ(s.ready_count(), 0U);
+  holder.reset();  // completes A's grant, then drops the holder's reference
+  EXPECT_EQ(weak.use_count(), 2);
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(a.resumed, 1);
+  EXPECT_EQ(a.status, wait_status::ok);
+  ASSERT_TRUE(a.permit.has_value());
+  EXPECT_EQ(a.permit->count(), 2U);
+  EXPECT_EQ(a.owners, 2);  // its permit and B's acquisition
+  expect_waiting(b);
+
+  a.permit.reset();  // serves B, then drops A's reference
+  s.run();
+  EXPECT_EQ(b.resumed, 1);
+  EXPECT_EQ(b.status, wait_status::ok);
+  ASSERT_TRUE(b.permit.has_value());
+  EXPECT_EQ(b.permit->count(), 1U);
+  EXPECT_EQ(b.owners, 1);  // its permit is the last owner
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_FALSE(weak.expired());
+  b.permit.reset();
+  EXPECT_TRUE(weak.expired());
+  EXPECT_EQ(available_at_end, 2U);
+}
+
+TEST(SemaphoreOwned, ACancelledOwnedAcquisitionDropsItsReferenceAndPassesItsPartialGrantOn) {
+  for (const bool next_waits : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "next waits " << next_waits);
+    test_scheduler s;
+    std::optional<std::size_t> available_at_end;
+    auto sem = shared_semaphore(3, available_at_end);
+    const std::weak_ptr<semaphore> weak = sem;
+    auto holder = asyncband::try_acquire_owned(sem, 1);
+    ASSERT_TRUE(holder.has_value());
+    owned_acquisition a;  // takes the two available as a partial grant when it queues
+    a.n = 4;
+    owned_acquisition b;
+    b.n = 2;
+    s.spawn(acquire_owned_into(sem, a, cancellable));
+    if (next_waits) s.spawn(acquire_owned_into(sem, b, plain));
+    sem.reset();
+    s.run();
+    expect_waiting(a);
+    EXPECT_EQ(holder->semaphore()->available(), 0U);
+    EXPECT_EQ(weak.use_count(), next_waits ? 3 : 2);
+
+    a.stop.request_stop();
+    s.run();
+    EXPECT_EQ(a.resumed, 1);
+    EXPECT_EQ(a.status, wait_status::cancelled);
+    EXPECT_FALSE(a.permit.has_value());
+    if (next_waits) {  // A's two completed B's grant
+      EXPECT_EQ(b.resumed, 1);
+      EXPECT_EQ(b.status, wait_status::ok);
+      EXPECT_EQ(b.permit->count(), 2U);
+      EXPECT_EQ(b.owners, 2);  // the holder and B's permit: A let go
+      EXPECT_EQ(holder->semaphore()->available(), 0U);
+    } else {  // they are available again
+      EXPECT_EQ(holder->semaphore()->available(), 2U);
+    }
+    EXPECT_EQ(weak.use_count(), next_waits ? 2 : 1);
+    EXPECT_EQ(holder->count(), 1U);  // the holder keeps its permit
+    holder.reset();
+    b.permit.reset();
+    EXPECT_TRUE(weak.expired());
+    EXPECT_EQ(available_at_end, 3U);
+  }
+}
+
+TEST(SemaphoreOwned, ACancelledOwnedAcquisitionThatWasTheLastOwnerReturnsItsGrantBeforeLettingGo) {
+  for (const bool fully_granted : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "fully granted " << fully_granted);
+    test_scheduler s;
+    std::optional<std::size_t> available_at_end;
+    auto sem = shared_semaphore(3, available_at_end);
+    const std::weak_ptr<semaphore> weak = sem;
+    auto holder = asyncband::try_acquire_owned(sem, 2);
+    ASSERT_TRUE(holder.has_value());
+    owned_acquisition a;  // queued holding the one available
+    a.n = 3;
+    s.spawn(acquire_owned_into(std::move(sem), a, cancellable));
+    s.run();
+    expect_waiting(a);
+    if (fully_granted) {
+      holder.reset();  // completes A's grant; A's resumption is queued, its stop observed then
+      EXPECT_EQ(s.ready_count(), 1U);
+    }
+    a.stop.request_stop();
+    if (!fully_granted) holder.reset();  // the holder's two are available
+    EXPECT_EQ(weak.use_count(), 1);      // the acquisition's reference alone
+    s.run();
+    EXPECT_EQ(a.resumed, 1);
+    EXPECT_EQ(a.status, wait_status::cancelled);
+    EXPECT_FALSE(a.permit.has_value());
+    EXPECT_TRUE(weak.expired());
+    EXPECT_EQ(available_at_end, 3U);  // its grant went back before it let go
+  }
+}
+
+TEST(SemaphoreOwned, SplitAndMergeMovePermitsBetweenOwnedPermitsOfOneSemaphore) {
+  std::optional<std::size_t> available_at_end;
+  auto sem = shared_semaphore(5, available_at_end);
+  {
+    auto p = *asyncband::try_acquire_owned(sem, 4);
+    auto q = p.split(1);
+    EXPECT_EQ(p.count(), 3U);
+    EXPECT_EQ(q.count(), 1U);
+    EXPECT_EQ(q.semaphore().get(), sem.get());  // the part keeps the semaphore alive too
+    EXPECT_EQ(sem.use_count(), 3);
+    EXPECT_EQ(sem->available(), 1U);
+
+    EXPECT_THROW((void)p.split(4), std::invalid_argument);  // holds only three
+    EXPECT_EQ(p.count(), 3U);
+    EXPECT_EQ(sem.use_count(), 3);
+
+    q.release();  // the parts go back separately
+    EXPECT_EQ(sem->available(), 2U);
+    q = p.split(2);
+    EXPECT_EQ(p.count(), 1U);
+
+    p.merge(std::move(q));
+    EXPECT_EQ(p.count(), 3U);
+    EXPECT_EQ(q.count(), 0U);  // NOLINT(bugprone-use-after-move): merge leaves it empty
+    EXPECT_FALSE(q);           // NOLINT(bugprone-use-after-move)
+    owned_semaphore_permit& self = p;
+    p.merge(std::move(self));  // merging with itself changes nothing
+    EXPECT_EQ(p.count(), 3U);
+    p.merge(owned_semaphore_permit());  // nor does an empty one
+    EXPECT_EQ(p.count(), 3U);
+    EXPECT_EQ(sem->available(), 2U);
+
+    sem.reset();  // the two permits keep it
+    EXPECT_FALSE(available_at_end.has_value());
+  }
+  EXPECT_EQ(available_at_end, 5U);  // returned once, not twice
+}
+
+TEST(SemaphoreOwned, MergingAnotherSemaphoresPermitThrowsAndChangesNothing) {
+  auto a = std::make_shared<semaphore>(3);
+  auto b = std::make_shared<semaphore>(3);
+  {
+    auto pa = *asyncband::try_acquire_owned(a, 2);
+    auto pb = *asyncband::try_acquire_owned(b, 1);
+    EXPECT_THROW(pa.merge(std::move(pb)), std::invalid_argument);
+    EXPECT_EQ(pa.count(), 2U);
+    EXPECT_EQ(pa.semaphore().get(), a.get());
+    EXPECT_EQ(pb.count(), 1U);  // NOLINT(bugprone-use-after-move): the merge threw
+    EXPECT_EQ(pb.semaphore().get(), b.get());
+    EXPECT_EQ(a.use_count(), 2);
+    EXPECT_EQ(b.use_count(), 2);
+    EXPECT_EQ(a->available(), 1U);
+    EXPECT_EQ(b->available(), 2U);
+  }
+  EXPECT_EQ(a->available(), 3U);  // each went back to its own semaphore
+  EXPECT_EQ(b->available(), 3U);
+}
+
+// An empty owned permit merging permits takes them on, as a semaphore_permit does: the reference
+// to their semaphore must come along (else nothing keeps the semaphore alive while it holds them,
+// and semaphore() names another).
+TEST(SemaphoreOwned, AnEmptyOwnedPermitThatMergesPermitsKeepsTheirSemaphoreAlive) {
+  std::optional<std::size_t> b_at_end;
+  auto a = std::make_shared<semaphore>(2);
+  auto b = shared_semaphore(2, b_at_end);
+  const std::weak_ptr<semaphore> weak_b = b;
+  std::optional<owned_semaphore_permit> released = asyncband::try_acquire_owned(a, 1);
+  released->release();  // empty, still owning `a`
+  owned_semaphore_permit fresh;
+  {
+    auto from_b = *asyncband::try_acquire_owned(b, 2);
+    auto half = from_b.split(1);
+    fresh.merge(std::move(half));
+    released->merge(std::move(from_b));
+  }
+  EXPECT_EQ(fresh.count(), 1U);
+  EXPECT_EQ(fresh.semaphore().get(), b.get());
+  EXPECT_EQ(released->count(), 1U);
+  EXPECT_EQ(released->semaphore().get(), b.get());
+  b.reset();  // only the two permits hold `b` now
+  EXPECT_FALSE(weak_b.expired());
+  if (weak_b.expired()) {  // they hold permits of a semaphore gone: keep the test alive
+    (void)fresh.forget();
+    (void)released->forget();
+  }
+  EXPECT_EQ(a->available(), 2U);
+  released.reset();
+  { const owned_semaphore_permit last(std::move(fresh)); }
+  EXPECT_TRUE(weak_b.expired());
+  EXPECT_EQ(b_at_end, 2U);
+}
+
+TEST(SemaphoreOwned, MoveAssignmentReturnsTheOldPermitsThenDropsTheOldReference) {
+  test_scheduler s;
+  std::optional<std::size_t> a_at_end;
+  std::optional<std::size_t> b_at_end;
+  auto a = shared_semaphore(4, a_at_end);
+  auto b = shared_semaphore(4, b_at_end);
+  const std::weak_ptr<semaphore> weak_a = a;
+  auto p = *asyncband::try_acquire_owned(a, 3);
+  p = *asyncband::try_acquire_owned(a, 1);  // the same semaphore: p's three go back
+  EXPECT_EQ(p.count(), 1U);
+  EXPECT_EQ(a->available(), 3U);
+  EXPECT_EQ(a.use_count(), 2);
+
+  owned_acquisition next;  // queued for all of `a`, with its own reference
+  next.n = 4;
+  s.spawn(acquire_owned_into(std::move(a), next, plain));
+  s.run();
+  expect_waiting(next);
+  EXPECT_EQ(weak_a.use_count(), 2);  // p and the queued acquisition
+
+  owned_semaphore_permit moved(std::move(p));
+  EXPECT_FALSE(p);                          // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(p.semaphore().get(), nullptr);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(moved.count(), 1U);
+  EXPECT_EQ(weak_a.use_count(), 2);
+  EXPECT_EQ(s.ready_count(), 0U);
+
+  moved = *asyncband::try_acquire_owned(b, 2);  // another semaphore: the one goes back to `a`
+  EXPECT_EQ(moved.semaphore().get(), b.get());
+  EXPECT_EQ(moved.count(), 2U);
+  EXPECT_EQ(b->available(), 2U);
+  EXPECT_EQ(weak_a.use_count(), 1);  // only the served acquisition
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(next.status, wait_status::ok);
+  EXPECT_EQ(next.owners, 1);
+  next.permit.reset();
+  EXPECT_TRUE(weak_a.expired());
+  EXPECT_EQ(a_at_end, 4U);
+
+  owned_semaphore_permit& self = moved;
+  moved = std::move(self);  // self-assignment returns nothing
+  EXPECT_EQ(moved.count(), 2U);
+  EXPECT_EQ(b->available(), 2U);
+  EXPECT_EQ(b.use_count(), 2);
+  b.reset();                         // the permit is the last owner of `b`
+  moved = owned_semaphore_permit();  // an empty one: the two go back, then the reference goes
+  EXPECT_EQ(b_at_end, 4U);
+  EXPECT_EQ(moved.semaphore().get(), nullptr);
+}
+
+TEST(SemaphoreOwned, AnOwnedPermitAcquiredOnAnotherThreadKeepsTheSemaphoreAlive) {
+  for (const bool cancelled : {false, true}) {
+    SCOPED_TRACE(testing::Message() << "cancelled " << cancelled);
+    std::optional<std::size_t> available_at_end;
+    auto sem = shared_semaphore(3, available_at_end);
+    const std::weak_ptr<semaphore> weak = sem;
+    auto holder = asyncband::try_acquire_owned(sem, 2);
+    ASSERT_TRUE(holder.has_value());
+    std::stop_source stop;
+    std::optional<wait_status> status;
+    std::size_t count = 0;
+    std::thread waiter([&status, &count, &stop, cancelled, s = sem]() mutable {
+      if (cancelled) {
+        status = asyncband::acquire_owned_blocking(std::move(s), 3, stop.get_token()).status();
+      } else {
+        const auto p = asyncband::acquire_owned_blocking(std::move(s), 3);  // returned on the thread
+        status = wait_status::ok;
+        count = p.count();
+      }
+    });
+    sem.reset();
+    wait_until_nothing_available(*holder->semaphore());  // queued, holding the one
+    if (cancelled) {
+      stop.request_stop();
+      waiter.join();
+      EXPECT_EQ(weak.use_count(), 1);  // only the holder
+      EXPECT_EQ(holder->semaphore()->available(), 1U);
+      holder.reset();
+    } else {
+      holder.reset();  // completes its grant, then drops its reference (the last, or the thread's)
+      waiter.join();
+      EXPECT_EQ(count, 3U);
+    }
+    EXPECT_EQ(status, cancelled ? wait_status::cancelled : wait_status::ok);
+    EXPECT_TRUE(weak.expired());
+    EXPECT_EQ(available_at_end, 3U);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

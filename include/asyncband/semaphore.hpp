@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <stop_token>
@@ -84,8 +85,9 @@ struct permit_itself;
 ///   request above max(), an available count pushed above max() by `release`.
 /// - Uncontended paths are lock-free: acquiring with nobody queued is one CAS, and so is
 ///   returning permits with nobody queued and no deficit.
-/// - The semaphore must outlive its pending waits and its permits; a waiter that acquired may
-///   destroy it at once (the releasing call does not touch it after the hand-off).
+/// - The semaphore must outlive its pending waits and its permits (an owned permit, from
+///   `acquire_owned` on a std::shared_ptr, keeps it alive); a waiter that acquired may destroy
+///   it at once (the releasing call does not touch it after the hand-off).
 class semaphore {
   friend class semaphore_permit;
   friend class detail::semaphore_waiter;
@@ -317,3 +319,121 @@ inline void semaphore_permit::release(std::size_t n) noexcept {
 
 // The wait list and the acquisitions: they need the complete class.
 #include "detail/semaphore_wait.hpp"
+
+namespace asyncband {
+
+class owned_semaphore_permit;
+namespace detail {
+struct make_owned_semaphore_permit;
+}  // namespace detail
+
+/// Permits that also keep their semaphore alive (shared ownership): what `acquire_owned` yields,
+/// for work that outlives the scope that acquired them (a detached task, a connection limit
+/// held by a session object). Destroying it returns the permits, then drops the reference.
+/// Move-only; an empty one (moved-from, forgotten, released) returns nothing.
+class [[nodiscard]] owned_semaphore_permit {
+ public:
+  owned_semaphore_permit() noexcept = default;
+  owned_semaphore_permit(owned_semaphore_permit&&) noexcept = default;
+  owned_semaphore_permit& operator=(owned_semaphore_permit&& other) noexcept {
+    if (this != &other) {
+      // What this held is returned last, from a local that also keeps its semaphore alive
+      // until then: the return may resume a waiter inline that destroys this permit at once.
+      const owned_semaphore_permit departing(std::move(*this));
+      semaphore_ = std::move(other.semaphore_);
+      permit_ = std::move(other.permit_);
+    }
+    return *this;
+  }
+  owned_semaphore_permit(const owned_semaphore_permit&) = delete;
+  owned_semaphore_permit& operator=(const owned_semaphore_permit&) = delete;
+  ~owned_semaphore_permit() { permit_.release(); }  // before semaphore_ (maybe the last owner) goes
+
+  /// How many permits this holds.
+  [[nodiscard]] std::size_t count() const noexcept { return permit_.count(); }
+  /// The semaphore this keeps alive (null once moved from).
+  [[nodiscard]] const std::shared_ptr<asyncband::semaphore>& semaphore() const noexcept { return semaphore_; }
+  explicit operator bool() const noexcept { return static_cast<bool>(permit_); }
+
+  /// Returns the permits now (the reference to the semaphore stays until destruction).
+  void release() noexcept { permit_.release(); }
+  /// Returns n of the permits now and keeps the rest (all of them if n >= count()).
+  void release(std::size_t n) noexcept { permit_.release(n); }
+  /// Gives up the permits without returning them; returns how many were forgotten.
+  std::size_t forget() noexcept { return permit_.forget(); }
+  /// Moves n of the permits into a new owned permit of the same semaphore. Throws
+  /// std::invalid_argument if this holds fewer than n.
+  owned_semaphore_permit split(std::size_t n) { return owned_semaphore_permit(semaphore_, permit_.split(n)); }
+  /// Takes over other's permits; throws as semaphore_permit::merge (and changes nothing).
+  void merge(owned_semaphore_permit&& other) {
+    if (&other == this) return;
+    // An empty permit takes the other's semaphore along with its permits: it must keep that
+    // one alive now (it may hold a reference to another, or to none).
+    const bool adopts = permit_.count() == 0 && other.permit_.count() != 0;
+    permit_.merge(std::move(other.permit_));
+    if (adopts) semaphore_ = other.semaphore_;
+  }
+
+ private:
+  friend struct detail::make_owned_semaphore_permit;
+  owned_semaphore_permit(std::shared_ptr<asyncband::semaphore> owner, semaphore_permit&& permit) noexcept
+      : semaphore_(std::move(owner)), permit_(std::move(permit)) {}
+
+  std::shared_ptr<asyncband::semaphore> semaphore_;
+  semaphore_permit permit_;
+};
+
+namespace detail {
+/// The Make of an owned acquisition: wraps the permit with the reference that keeps its
+/// semaphore alive.
+struct make_owned_semaphore_permit {
+  std::shared_ptr<asyncband::semaphore> owner;
+  owned_semaphore_permit operator()(semaphore_permit&& permit) noexcept {
+    return {std::move(owner), std::move(permit)};
+  }
+};
+using owned_acquire_forms = acquire_forms<make_owned_semaphore_permit>;
+
+inline std::size_t checked_owned_count(std::size_t n) {
+  if (n > semaphore::max())
+    throw std::invalid_argument("asyncband::acquire_owned: count above semaphore::max()");
+  return n;
+}
+}  // namespace detail
+
+/// `co_await acquire_owned(s, n)` yields an owned_semaphore_permit for n that keeps `*s` alive.
+/// The same FIFO, partial-grant and cancellation contract as semaphore::acquire. Precondition: s
+/// is not null. Throws std::invalid_argument if n > semaphore::max().
+inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n = 1) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::await(raw, detail::checked_owned_count(n),
+                                            detail::make_owned_semaphore_permit{std::move(s)});
+}
+/// Yields result<owned_semaphore_permit>: ok, or cancelled.
+inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n, std::stop_token stop) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::await_until_stopped(std::move(stop), raw,
+                                                          detail::checked_owned_count(n),
+                                                          detail::make_owned_semaphore_permit{std::move(s)});
+}
+inline owned_semaphore_permit acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n = 1) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::block(raw, detail::checked_owned_count(n),
+                                            detail::make_owned_semaphore_permit{std::move(s)});
+}
+inline result<owned_semaphore_permit> acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n,
+                                                             std::stop_token stop) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::block_until_stopped(std::move(stop), raw,
+                                                          detail::checked_owned_count(n),
+                                                          detail::make_owned_semaphore_permit{std::move(s)});
+}
+/// n permits now that keep `*s` alive, or nothing (as semaphore::try_acquire).
+[[nodiscard]] inline std::optional<owned_semaphore_permit> try_acquire_owned(std::shared_ptr<semaphore> s,
+                                                                             std::size_t n = 1) {
+  auto permit = s->try_acquire(n);
+  if (!permit) return std::nullopt;
+  return detail::make_owned_semaphore_permit{std::move(s)}(std::move(*permit));
+}
+
+}  // namespace asyncband
