@@ -338,6 +338,105 @@ TEST(MpmcBounded, MoveOnlyPayloadsAreDeliveredAndHandedBackIntact) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Capacity: the bound and the units free now
+
+/// `co_await tx.reserve_many(n)` recorded in `p`.
+template <class T>
+task<void> reserve_many_into(mpmc::sender<T>& tx, std::size_t n, reserve_probe<T>& p) {
+  ++p.started;
+  auto r = co_await tx.reserve_many(n);
+  if (r.ok()) p.permit.emplace(std::move(*r));
+  p.finish(r.status());
+}
+
+TEST(MpmcBoundedCapacity, MaxCapacityIsTheBoundAndFreeCapacityTheUnitsFreeNow) {
+  fixture<int> f(3);
+  auto& tx = f.c.tx;
+  auto& rx = f.c.rx;
+  mpmc::sender<int> other = tx;  // every copy sees the same channel
+  EXPECT_EQ(tx.max_capacity(), 3U);
+  EXPECT_EQ(tx.capacity(), 3U);
+  EXPECT_EQ(rx.max_capacity(), 3U);
+  EXPECT_EQ(tx.free_capacity(), 3U);
+  put(tx, 1);
+  EXPECT_EQ(tx.free_capacity(), 2U);  // a value sent holds its unit
+  EXPECT_EQ(other.free_capacity(), 2U);
+  auto permit = tx.try_reserve();
+  ASSERT_TRUE(permit.ok());
+  EXPECT_EQ(tx.free_capacity(), 1U);  // and so does a permit
+  put(tx, 2);
+  EXPECT_EQ(tx.free_capacity(), 0U);  // full: two values and the permit
+  EXPECT_EQ(take(rx), 1);
+  EXPECT_EQ(tx.free_capacity(), 1U);  // a receive gives its unit back
+  drop(*permit);
+  EXPECT_EQ(tx.free_capacity(), 2U);  // and so does a permit dropped unused
+  auto many = tx.try_reserve(2);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  EXPECT_TRUE(many->send(3).ok());  // the unit passes to the value
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  drop(*many);
+  EXPECT_EQ(tx.free_capacity(), 1U);
+
+  reserve_probe<int> r;  // one unit free: it waits, holding it
+  f.s.spawn(reserve_many_into(tx, 2, r));
+  f.s.run();
+  expect_waiting(r);
+  EXPECT_EQ(rx.len(), 2U);
+  EXPECT_EQ(tx.free_capacity(), 0U) << "not full, but the free unit is the waiting reserve's";
+  EXPECT_EQ(take(rx), 2);  // completes the reserve
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  f.s.run();
+  EXPECT_EQ(r.status, wait_status::ok);
+  ASSERT_TRUE(r.permit.has_value());
+  EXPECT_EQ(r.permit->size(), 2U);
+  r.permit.reset();
+  EXPECT_EQ(tx.free_capacity(), 2U);
+
+  put(tx, 4);
+  put(tx, 5);
+  EXPECT_EQ(tx.free_capacity(), 0U);  // full
+  auto& blocked = f.send(6);
+  expect_waiting(blocked);
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  EXPECT_EQ(take(rx), 3);  // the unit goes to the waiting send
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  f.s.run();
+  expect_sent(blocked);
+  EXPECT_EQ(take_all(rx), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(tx.free_capacity(), 3U);
+
+  put(tx, 7);
+  other.close();                      // either half closes an MPMC channel
+  EXPECT_EQ(tx.free_capacity(), 0U);  // closed: nothing more can be sent
+  EXPECT_EQ(take(rx), 7);
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  EXPECT_EQ(tx.max_capacity(), 3U);  // the bound stays
+  EXPECT_EQ(rx.max_capacity(), 3U);
+
+  auto gone = make_channel<int>(2);
+  mpmc::receiver<int> copy = gone.rx;
+  put(gone.tx, 1);
+  drop(gone.rx);  // not the last receiver
+  EXPECT_EQ(gone.tx.free_capacity(), 1U);
+  drop(copy);  // the last one
+  EXPECT_EQ(gone.tx.free_capacity(), 0U);
+  EXPECT_EQ(gone.tx.max_capacity(), 2U);
+
+  auto fresh = make_channel<int>(2);
+  const mpmc::sender<int> tx2 = std::move(fresh.tx);
+  const mpmc::receiver<int> rx2 = std::move(fresh.rx);
+  // NOLINTBEGIN(bugprone-use-after-move): the moved-from handles are what is tested
+  EXPECT_EQ(fresh.tx.max_capacity(), 0U);
+  EXPECT_EQ(fresh.tx.free_capacity(), 0U);
+  EXPECT_EQ(fresh.rx.max_capacity(), 0U);
+  // NOLINTEND(bugprone-use-after-move)
+  EXPECT_EQ(tx2.max_capacity(), 2U);
+  EXPECT_EQ(tx2.free_capacity(), 2U);
+  EXPECT_EQ(rx2.max_capacity(), 2U);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Counter wrap-around: channels whose ring indexes (both tickets) start just below 2^32
 
 TEST(MpmcBoundedWrap, TrySendAndTryRecvOfTwoReceiversAcrossTheWrapForEveryCapacity) {

@@ -897,6 +897,151 @@ TEST(MpscBoundedPermit, AnOldPermitSendsCorrectlyAcrossTheCounterWrap) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Capacity: the bound and the units free now
+
+// ---------------------------------------------------------------------------------------------
+// The senders' closed(): tokio's Sender::closed, completed by close() or the receiver going.
+
+TEST(MpscBoundedSenderClosed, ClosedWaitsForTheReceiversCloseAndASenderWaitingForCapacityEndsToo) {
+  auto [tx, rx] = mpsc::bounded<int>(1);
+  ASSERT_TRUE(tx.try_send(1).ok());
+  bool closed_done = false;
+  [](mpsc::sender<int>& t, bool& out) -> bare_coroutine {
+    co_await t.closed();
+    out = true;
+  }(tx, closed_done);
+  std::optional<send_result<int>> queued;
+  [](mpsc::sender<int>& t, std::optional<send_result<int>>& out) -> bare_coroutine {
+    out.emplace(co_await t.send(2));
+  }(tx, queued);
+  EXPECT_FALSE(closed_done);
+  EXPECT_FALSE(queued.has_value());
+  rx.close();
+  EXPECT_TRUE(closed_done);
+  ASSERT_TRUE(queued.has_value());
+  EXPECT_TRUE(queued->disconnected());
+  EXPECT_EQ(rx.try_recv().value(), 1);  // what was accepted still drains
+  EXPECT_TRUE(tx.closed_blocking(std::stop_token{}).ok());
+}
+
+TEST(MpscBoundedSenderClosed, TheReceiverGoingCompletesEveryFormAndAStoppedWaitEndsCancelled) {
+  auto [tx, rx] = mpsc::bounded<int>(2);
+  EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(1)).status(), wait_status::timeout);
+  std::stop_source stop;
+  result<void> stopped(wait_status::ok);
+  [](mpsc::sender<int>& t, std::stop_token token, result<void>& out) -> bare_coroutine {
+    out = co_await t.closed(std::move(token));
+  }(tx, stop.get_token(), stopped);
+  stop.request_stop();
+  EXPECT_TRUE(stopped.cancelled());
+  std::thread blocked([&sender = tx] { sender.closed_blocking(); });
+  { auto gone = std::move(rx); }
+  blocked.join();
+  EXPECT_TRUE(block_on(tx.closed(std::stop_token{})).ok());
+  EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(0)).status(), wait_status::ok);
+  EXPECT_TRUE(tx.is_closed());
+}
+
+// A closed() wait resumed inline by the receiver's going may destroy every handle, the
+// receiver's own included (ASan checks that the going touches nothing after).
+TEST(MpscBoundedSenderClosed, AClosedWaitResumedInlineByTheReceiversGoingMayDestroyEveryHandle) {
+  auto [t, r] = mpsc::bounded<std::string>(2);
+  auto tx = std::make_unique<mpsc::sender<std::string>>(std::move(t));
+  auto rx = std::make_unique<mpsc::receiver<std::string>>(std::move(r));
+  ASSERT_TRUE(tx->try_send(std::string(64, 'x')).ok());  // a value nobody receives
+  bool done = false;
+  [](std::unique_ptr<mpsc::sender<std::string>>& t_owner, bool& out) -> bare_coroutine {
+    co_await t_owner->closed();
+    t_owner.reset();  // the last sender: only the going receiver's reference is left
+    out = true;
+  }(tx, done);
+  rx.reset();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(tx, nullptr);
+}
+
+TEST(MpscBoundedCapacity, MaxCapacityIsTheBoundAndFreeCapacityTheUnitsFreeNow) {
+  send_fixture<> f(3);
+  auto& tx = f.c.tx;
+  auto& rx = f.c.rx;
+  EXPECT_EQ(tx.max_capacity(), 3U);
+  EXPECT_EQ(tx.capacity(), 3U);
+  EXPECT_EQ(rx.max_capacity(), 3U);
+  EXPECT_EQ(tx.free_capacity(), 3U);
+  put(tx, 1);
+  EXPECT_EQ(tx.free_capacity(), 2U);  // a value sent holds its unit
+  auto permit = tx.try_reserve();
+  ASSERT_TRUE(permit.ok());
+  EXPECT_EQ(tx.free_capacity(), 1U);  // and so does a permit
+  put(tx, 2);
+  EXPECT_EQ(tx.free_capacity(), 0U);  // full: two values and the permit
+  EXPECT_EQ(take(rx), 1);
+  EXPECT_EQ(tx.free_capacity(), 1U);  // a receive gives its unit back
+  drop(*permit);
+  EXPECT_EQ(tx.free_capacity(), 2U);  // and so does a permit dropped unused
+  auto many = tx.try_reserve(2);
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  EXPECT_TRUE(many->send(3).ok());  // the unit passes to the value
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  drop(*many);
+  EXPECT_EQ(tx.free_capacity(), 1U);
+
+  auto& r = f.reserve(2, 7);  // one unit free: it waits, holding it
+  expect_waiting(r);
+  EXPECT_EQ(rx.len(), 2U);
+  EXPECT_EQ(tx.free_capacity(), 0U) << "not full, but the free unit is the waiting reserve's";
+  EXPECT_EQ(take(rx), 2);  // completes the reserve
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  f.s.run();
+  EXPECT_EQ(r.status, wait_status::ok);
+  ASSERT_TRUE(r.permit.has_value());
+  EXPECT_EQ(r.permit->size(), 2U);
+  r.permit.reset();
+  EXPECT_EQ(tx.free_capacity(), 2U);
+
+  put(tx, 4);
+  put(tx, 5);
+  EXPECT_EQ(tx.free_capacity(), 0U);  // full
+  auto& blocked = f.add(6);
+  expect_waiting(blocked);
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  EXPECT_EQ(take(rx), 3);  // the unit goes to the waiting send
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  f.s.run();
+  expect_sent(blocked);
+  EXPECT_EQ(take_all(rx), (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(tx.free_capacity(), 3U);
+
+  put(tx, 7);
+  rx.close();
+  EXPECT_EQ(tx.free_capacity(), 0U);  // closed: nothing more can be sent
+  EXPECT_EQ(take(rx), 7);
+  EXPECT_EQ(tx.free_capacity(), 0U);
+  EXPECT_EQ(tx.max_capacity(), 3U);  // the bound stays
+  EXPECT_EQ(rx.max_capacity(), 3U);
+
+  auto gone = make_channel<int>(2);
+  put(gone.tx, 1);
+  EXPECT_EQ(gone.tx.free_capacity(), 1U);
+  drop(gone.rx);
+  EXPECT_EQ(gone.tx.free_capacity(), 0U);  // the receiver is gone
+  EXPECT_EQ(gone.tx.max_capacity(), 2U);
+
+  auto fresh = make_channel<int>(2);
+  const mpsc::sender<int> tx2 = std::move(fresh.tx);
+  const mpsc::receiver<int> rx2 = std::move(fresh.rx);
+  // NOLINTBEGIN(bugprone-use-after-move): the moved-from handles are what is tested
+  EXPECT_EQ(fresh.tx.max_capacity(), 0U);
+  EXPECT_EQ(fresh.tx.free_capacity(), 0U);
+  EXPECT_EQ(fresh.rx.max_capacity(), 0U);
+  // NOLINTEND(bugprone-use-after-move)
+  EXPECT_EQ(tx2.max_capacity(), 2U);
+  EXPECT_EQ(tx2.free_capacity(), 2U);
+  EXPECT_EQ(rx2.max_capacity(), 2U);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Close with outstanding permits
 
 TEST(MpscBoundedClose, TryRecvIsEmptyWhileAPermitIsOutstandingAndDisconnectedOnceItIsReturned) {

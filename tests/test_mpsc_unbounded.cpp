@@ -1688,6 +1688,69 @@ TEST(UnboundedSoak, ProducersOnThreadsAndThePoolAgainstAReceiverThatDrainsCloses
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+// The senders' closed(): tokio's Sender::closed, completed by close() or the receiver going.
+
+TEST(UnboundedSenderClosed, ClosedWaitsForTheReceiversCloseAndThenSendsHandTheirValueBack) {
+  auto [tx, rx] = unbounded<int>();
+  bool done = false;
+  [](unbounded_sender<int>& t, bool& out) -> bare_coroutine {
+    co_await t.closed();
+    out = true;
+  }(tx, done);
+  EXPECT_TRUE(tx.send(1).ok());
+  EXPECT_FALSE(done);
+  rx.close();
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(tx.send(2).disconnected());
+  EXPECT_EQ(rx.try_recv().value(), 1);
+  EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(0)).status(), wait_status::ok);
+}
+
+TEST(UnboundedSenderClosed, TheReceiverGoingCompletesEveryFormAndAStoppedWaitEndsCancelled) {
+  auto [tx, rx] = unbounded<int>();
+  EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(1)).status(), wait_status::timeout);
+  std::stop_source stop;
+  result<void> stopped(wait_status::ok);
+  bool stopped_done = false;
+  [](unbounded_sender<int>& t, std::stop_token token, result<void>& out, bool& finished) -> bare_coroutine {
+    out = co_await t.closed(std::move(token));
+    finished = true;
+  }(tx, stop.get_token(), stopped, stopped_done);
+  EXPECT_FALSE(stopped_done);
+  stop.request_stop();
+  EXPECT_TRUE(stopped_done);
+  EXPECT_TRUE(stopped.cancelled());
+
+  std::thread blocked([&sender = tx] { sender.closed_blocking(); });
+  { auto gone = std::move(rx); }  // the receiver goes
+  blocked.join();
+  EXPECT_TRUE(block_on(tx.closed(std::stop_token{})).ok());
+  EXPECT_TRUE(tx.closed_blocking(std::stop_token{}).ok());
+  EXPECT_TRUE(tx.is_closed());
+}
+
+// A closed() wait resumed inline by the receiver's going may destroy every handle: the going
+// keeps a reference of its own until its end (ASan checks it touches nothing after).
+TEST(UnboundedSenderClosed, AClosedWaitResumedInlineMayDestroyEveryHandle) {
+  auto [t, r] = unbounded<std::string>();
+  auto tx = std::make_unique<unbounded_sender<std::string>>(std::move(t));
+  auto rx = std::make_unique<unbounded_receiver<std::string>>(std::move(r));
+  ASSERT_TRUE(tx->send(std::string(64, 'x')).ok());  // a value nobody receives
+  bool done = false;
+  [](std::unique_ptr<unbounded_sender<std::string>>& t_owner,
+     std::unique_ptr<unbounded_receiver<std::string>>& r_owner, bool& out) -> bare_coroutine {
+    co_await t_owner->closed();
+    t_owner.reset();
+    r_owner.reset();  // the closing call is this receiver's own close()
+    out = true;
+  }(tx, rx, done);
+  rx->close();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(tx, nullptr);
+  EXPECT_EQ(rx, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
 // A move that throws while the receiver takes a value leaves the value in the channel.
 
 namespace {

@@ -130,8 +130,19 @@ class bounded_sender : public sender_handle<State> {
     return bounded_owned_permit<State>(std::move(*p));
   }
 
+  /// The channel's bound: the most values it holds at once, as a container's capacity() and
+  /// Asio's channel's (tokio calls it max_capacity()); 0 for an empty handle.
   [[nodiscard]] std::size_t capacity() const noexcept {
     return state_ == nullptr ? 0 : state_->logical_capacity();
+  }
+  /// capacity() under tokio's name.
+  [[nodiscard]] std::size_t max_capacity() const noexcept { return capacity(); }
+  /// A snapshot: the units of capacity free now, what tokio's capacity() returns. 0 while the
+  /// channel is full, while any send or reserve waits (the next unit is theirs), once the
+  /// channel is closed, and for an empty handle. Values sent and permits reserved both hold
+  /// units.
+  [[nodiscard]] std::size_t free_capacity() const noexcept {
+    return state_ == nullptr ? 0 : state_->capacity().available();
   }
 
  private:

@@ -212,6 +212,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
     this->mark_closed();
     capacity_.close(&on_unit_back, this);
     this->after_possible_end();  // nothing outstanding: a pending receive ends closed now
+    this->announce_closed();
     this->drop_ref();
   }
 

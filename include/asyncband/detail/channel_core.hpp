@@ -8,6 +8,7 @@
 #include <mutex>
 #include <utility>
 
+#include "../manual_reset_event.hpp"
 #include "../result.hpp"
 #include "receiving_end.hpp"
 #include "wait_functions.hpp"
@@ -184,6 +185,16 @@ class channel_core {
   void mark_closed() noexcept { closed_.store(true, std::memory_order_seq_cst); }
   void mark_receiver_gone() noexcept { receiver_gone_.store(true, std::memory_order_release); }
 
+ public:
+  /// Set once the channel is closed (the senders' closed() waits).
+  manual_reset_event& closed_event() noexcept { return closed_event_; }
+
+ protected:
+  /// After mark_closed(), outside every lock, with a reference held: wakes the senders'
+  /// closed() waits (one resumed inline may destroy every handle; the reference keeps the
+  /// state).
+  void announce_closed() noexcept { closed_event_.set(); }
+
  private:
   Storage& storage() noexcept { return static_cast<Storage&>(*this); }
 
@@ -193,6 +204,7 @@ class channel_core {
   std::atomic<bool> receiver_gone_{false};
   std::atomic<bool> receiver_sleeping_{false};
   asyncband::detail::wait_queue rx_queue_;
+  manual_reset_event closed_event_;
 };
 
 /// A receive: ready when a value is at the head, or when none can come any more (closed).

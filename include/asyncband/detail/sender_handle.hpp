@@ -55,37 +55,22 @@ class sender_handle {
   {
     if (state_ != nullptr) state_->close();
   }
-  /// Waits until the channel is closed (MPMC): close() on either half, or every receiver gone;
-  /// sends hand their value back from then on. Completes at once on a closed channel. The
-  /// sender must outlive the wait. `co_await tx.closed();`
-  auto closed()
-    requires State::multi_consumer
-  {
-    return live()->closed_event().wait();
-  }
+  /// Waits until the channel is closed: every receiver gone, or close() (on the receiver; on
+  /// either half of an MPMC channel); sends hand their value back from then on (tokio's
+  /// `Sender::closed`). Completes at once on a closed channel. The sender must outlive the
+  /// wait. `co_await tx.closed();`
+  auto closed() { return live()->closed_event().wait(); }
   /// As closed(), or until `stop` is requested; yields result<void>: ok or cancelled.
-  auto closed(std::stop_token stop)
-    requires State::multi_consumer
-  {
-    return live()->closed_event().wait(std::move(stop));
-  }
+  auto closed(std::stop_token stop) { return live()->closed_event().wait(std::move(stop)); }
   /// closed() for a plain thread: blocks until the channel is closed.
-  void closed_blocking()
-    requires State::multi_consumer
-  {
-    live()->closed_event().wait_blocking();
-  }
+  void closed_blocking() { live()->closed_event().wait_blocking(); }
   /// As closed_blocking(), or until `stop` is requested: ok or cancelled.
-  result<void> closed_blocking(std::stop_token stop)
-    requires State::multi_consumer
-  {
+  result<void> closed_blocking(std::stop_token stop) {
     return live()->closed_event().wait_blocking(std::move(stop));
   }
   /// As closed_blocking(), for at most `timeout`: ok or timeout.
   template <class Rep, class Period>
-  result<void> closed_timeout(std::chrono::duration<Rep, Period> timeout)
-    requires State::multi_consumer
-  {
+  result<void> closed_timeout(std::chrono::duration<Rep, Period> timeout) {
     return live()->closed_event().wait_timeout(timeout);
   }
   /// The senders (and owned permits) of the channel now (MPMC; 0 for a moved-from sender).

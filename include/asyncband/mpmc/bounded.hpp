@@ -65,9 +65,13 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 template <class T>
 class [[nodiscard]] receiver : public detail::receiver_base<detail::bounded_state<T>> {
  public:
+  /// The channel's bound (the senders' capacity(); tokio's max_capacity()); 0 for an empty
+  /// handle.
   [[nodiscard]] std::size_t capacity() const noexcept {
     return this->state_ == nullptr ? 0 : this->state_->logical_capacity();
   }
+  /// capacity() under tokio's name.
+  [[nodiscard]] std::size_t max_capacity() const noexcept { return capacity(); }
 
  private:
   template <class U>

@@ -139,8 +139,11 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   [[nodiscard]] std::size_t len() const noexcept { return pending_.load(std::memory_order_acquire); }
 
   void close() noexcept {
+    this->add_ref();  // a sender woken inline below may destroy every handle
     this->mark_closed();
     this->after_possible_end();
+    this->announce_closed();
+    this->drop_ref();
   }
 
   /// The receiver goes: later sends hand their value back; values nobody received are
@@ -149,6 +152,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     this->mark_receiver_gone();
     this->mark_closed();
     discard_all();
+    this->announce_closed();  // the receiver's reference still holds the state
     this->drop_ref();
   }
 
