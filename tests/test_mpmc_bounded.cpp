@@ -36,6 +36,7 @@
 #include "support/channel_probes.hpp"
 #include "support/counted.hpp"
 #include "support/destroyed_with_waiters.hpp"
+#include "support/free_capacity.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/lifetime.hpp"
 #include "support/mpmc_channel.hpp"
@@ -370,41 +371,15 @@ TEST(MpmcBoundedCapacity, MaxCapacityIsTheBoundAndFreeCapacityTheUnitsFreeNow) {
   EXPECT_EQ(tx.free_capacity(), 1U);  // a receive gives its unit back
   drop(*permit);
   EXPECT_EQ(tx.free_capacity(), 2U);  // and so does a permit dropped unused
-  auto many = tx.try_reserve(2);
-  ASSERT_TRUE(many.ok());
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  EXPECT_TRUE(many->send(3).ok());  // the unit passes to the value
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  drop(*many);
-  EXPECT_EQ(tx.free_capacity(), 1U);
-
-  reserve_probe<int> r;  // one unit free: it waits, holding it
-  f.s.spawn(reserve_many_into(tx, 2, r));
-  f.s.run();
-  expect_waiting(r);
-  EXPECT_EQ(rx.len(), 2U);
-  EXPECT_EQ(tx.free_capacity(), 0U) << "not full, but the free unit is the waiting reserve's";
-  EXPECT_EQ(take(rx), 2);  // completes the reserve
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  f.s.run();
-  EXPECT_EQ(r.status, wait_status::ok);
-  ASSERT_TRUE(r.permit.has_value());
-  EXPECT_EQ(r.permit->size(), 2U);
-  r.permit.reset();
-  EXPECT_EQ(tx.free_capacity(), 2U);
-
-  put(tx, 4);
-  put(tx, 5);
-  EXPECT_EQ(tx.free_capacity(), 0U);  // full
-  auto& blocked = f.send(6);
-  expect_waiting(blocked);
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  EXPECT_EQ(take(rx), 3);  // the unit goes to the waiting send
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  f.s.run();
-  expect_sent(blocked);
-  EXPECT_EQ(take_all(rx), (std::vector<int>{4, 5, 6}));
-  EXPECT_EQ(tx.free_capacity(), 3U);
+  reserve_probe<int> r;
+  expect_free_capacity_through_reserves_and_sends(
+      tx, rx,
+      [&]() -> auto& {
+        f.s.spawn(reserve_many_into(tx, 2, r));
+        f.s.run();
+        return r;
+      },
+      [&](int v) -> auto& { return f.send(v); }, [&] { f.s.run(); });
 
   put(tx, 7);
   other.close();                      // either half closes an MPMC channel
@@ -423,17 +398,7 @@ TEST(MpmcBoundedCapacity, MaxCapacityIsTheBoundAndFreeCapacityTheUnitsFreeNow) {
   EXPECT_EQ(gone.tx.free_capacity(), 0U);
   EXPECT_EQ(gone.tx.max_capacity(), 2U);
 
-  auto fresh = make_channel<int>(2);
-  const mpmc::sender<int> tx2 = std::move(fresh.tx);
-  const mpmc::receiver<int> rx2 = std::move(fresh.rx);
-  // NOLINTBEGIN(bugprone-use-after-move): the moved-from handles are what is tested
-  EXPECT_EQ(fresh.tx.max_capacity(), 0U);
-  EXPECT_EQ(fresh.tx.free_capacity(), 0U);
-  EXPECT_EQ(fresh.rx.max_capacity(), 0U);
-  // NOLINTEND(bugprone-use-after-move)
-  EXPECT_EQ(tx2.max_capacity(), 2U);
-  EXPECT_EQ(tx2.free_capacity(), 2U);
-  EXPECT_EQ(rx2.max_capacity(), 2U);
+  expect_moved_from_handles_report_no_capacity<mpmc::sender<int>, mpmc::receiver<int>>(make_channel<int>(2));
 }
 
 // ---------------------------------------------------------------------------------------------

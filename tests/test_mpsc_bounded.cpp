@@ -51,6 +51,7 @@
 #include "support/channel_probes.hpp"
 #include "support/count_scope.hpp"
 #include "support/counted.hpp"
+#include "support/free_capacity.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -979,39 +980,9 @@ TEST(MpscBoundedCapacity, MaxCapacityIsTheBoundAndFreeCapacityTheUnitsFreeNow) {
   EXPECT_EQ(tx.free_capacity(), 1U);  // a receive gives its unit back
   drop(*permit);
   EXPECT_EQ(tx.free_capacity(), 2U);  // and so does a permit dropped unused
-  auto many = tx.try_reserve(2);
-  ASSERT_TRUE(many.ok());
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  EXPECT_TRUE(many->send(3).ok());  // the unit passes to the value
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  drop(*many);
-  EXPECT_EQ(tx.free_capacity(), 1U);
-
-  auto& r = f.reserve(2, 7);  // one unit free: it waits, holding it
-  expect_waiting(r);
-  EXPECT_EQ(rx.len(), 2U);
-  EXPECT_EQ(tx.free_capacity(), 0U) << "not full, but the free unit is the waiting reserve's";
-  EXPECT_EQ(take(rx), 2);  // completes the reserve
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  f.s.run();
-  EXPECT_EQ(r.status, wait_status::ok);
-  ASSERT_TRUE(r.permit.has_value());
-  EXPECT_EQ(r.permit->size(), 2U);
-  r.permit.reset();
-  EXPECT_EQ(tx.free_capacity(), 2U);
-
-  put(tx, 4);
-  put(tx, 5);
-  EXPECT_EQ(tx.free_capacity(), 0U);  // full
-  auto& blocked = f.add(6);
-  expect_waiting(blocked);
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  EXPECT_EQ(take(rx), 3);  // the unit goes to the waiting send
-  EXPECT_EQ(tx.free_capacity(), 0U);
-  f.s.run();
-  expect_sent(blocked);
-  EXPECT_EQ(take_all(rx), (std::vector<int>{4, 5, 6}));
-  EXPECT_EQ(tx.free_capacity(), 3U);
+  expect_free_capacity_through_reserves_and_sends(
+      tx, rx, [&]() -> auto& { return f.reserve(2, 7); }, [&](int v) -> auto& { return f.add(v); },
+      [&] { f.s.run(); });
 
   put(tx, 7);
   rx.close();
@@ -1028,17 +999,7 @@ TEST(MpscBoundedCapacity, MaxCapacityIsTheBoundAndFreeCapacityTheUnitsFreeNow) {
   EXPECT_EQ(gone.tx.free_capacity(), 0U);  // the receiver is gone
   EXPECT_EQ(gone.tx.max_capacity(), 2U);
 
-  auto fresh = make_channel<int>(2);
-  const mpsc::sender<int> tx2 = std::move(fresh.tx);
-  const mpsc::receiver<int> rx2 = std::move(fresh.rx);
-  // NOLINTBEGIN(bugprone-use-after-move): the moved-from handles are what is tested
-  EXPECT_EQ(fresh.tx.max_capacity(), 0U);
-  EXPECT_EQ(fresh.tx.free_capacity(), 0U);
-  EXPECT_EQ(fresh.rx.max_capacity(), 0U);
-  // NOLINTEND(bugprone-use-after-move)
-  EXPECT_EQ(tx2.max_capacity(), 2U);
-  EXPECT_EQ(tx2.free_capacity(), 2U);
-  EXPECT_EQ(rx2.max_capacity(), 2U);
+  expect_moved_from_handles_report_no_capacity<mpsc::sender<int>, mpsc::receiver<int>>(make_channel<int>(2));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -61,13 +61,9 @@ class [[nodiscard]] mapped_mutex_guard {
   /// f throws, this guard still holds the lock. Precondition: owns_lock().
   template <class F>
   auto try_map(F&& f) {
-    using part_type = std::remove_pointer_t<std::invoke_result_t<F&&, U&>>;
-    static_assert(std::is_pointer_v<std::invoke_result_t<F&&, U&>>,
-                  "try_map: f returns a pointer (null: no part)");
-    std::optional<mapped_mutex_guard<part_type>> mapped;
-    if (part_type* part = std::forward<F>(f)(*value_))
-      mapped = mapped_mutex_guard<part_type>(std::move(permit_), part);
-    return mapped;
+    return detail::map_if_part(*value_, std::forward<F>(f), [this](auto* part) {
+      return mapped_mutex_guard<std::remove_pointer_t<decltype(part)>>(std::move(permit_), part);
+    });
   }
 
  private:
@@ -132,15 +128,10 @@ class [[nodiscard]] mutex_guard {
   /// on null, or if f throws, this guard still holds the lock. Precondition: owns_lock().
   template <class F>
   auto try_map(F&& f) {
-    using part_type = std::remove_pointer_t<std::invoke_result_t<F&&, T&>>;
-    static_assert(std::is_pointer_v<std::invoke_result_t<F&&, T&>>,
-                  "try_map: f returns a pointer (null: no part)");
-    std::optional<mapped_mutex_guard<part_type>> mapped;
-    if (part_type* part = std::forward<F>(f)(mutex_->value_)) {
+    return detail::map_if_part(mutex_->value_, std::forward<F>(f), [this](auto* part) {
       mutex_ = nullptr;
-      mapped = mapped_mutex_guard<part_type>(std::move(permit_), part);
-    }
-    return mapped;
+      return mapped_mutex_guard<std::remove_pointer_t<decltype(part)>>(std::move(permit_), part);
+    });
   }
 
  private:
@@ -185,20 +176,17 @@ class [[nodiscard]] owned_mutex_guard {
   template <class F>
   auto map(F&& f) && {
     auto& part = std::forward<F>(f)(mutex_->value_);
-    using part_type = std::remove_reference_t<decltype(part)>;
-    return owned_mapped_mutex_guard<part_type>(std::move(mutex_), &part, std::move(permit_));
+    return owned_mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(mutex_), &part,
+                                                                             std::move(permit_));
   }
   /// As mutex_guard::try_map: `f(T&)` returns a pointer into the value, or null; on a part the
   /// lock and the reference move to the returned guard and this one is left empty.
   template <class F>
   auto try_map(F&& f) {
-    using part_pointer = std::invoke_result_t<F&&, T&>;
-    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
-    using part_type = std::remove_pointer_t<part_pointer>;
-    std::optional<owned_mapped_mutex_guard<part_type>> mapped;
-    if (part_type* part = std::forward<F>(f)(mutex_->value_))
-      mapped = owned_mapped_mutex_guard<part_type>(std::move(mutex_), part, std::move(permit_));
-    return mapped;
+    return detail::map_if_part(mutex_->value_, std::forward<F>(f), [this](auto* part) {
+      return owned_mapped_mutex_guard<std::remove_pointer_t<decltype(part)>>(std::move(mutex_), part,
+                                                                             std::move(permit_));
+    });
   }
 
  private:
@@ -211,51 +199,37 @@ class [[nodiscard]] owned_mutex_guard {
 };
 
 /// Access to part of a mutex's value that also keeps the mutex alive (from
-/// owned_mutex_guard::map); unlocks on destruction, then drops its reference. Move-only.
+/// owned_mutex_guard::map); unlocks on destruction, then drops its reference, and so does move
+/// assignment for what it held (detail::owning_permit). Move-only.
 template <class U>
 class [[nodiscard]] owned_mapped_mutex_guard {
  public:
   owned_mapped_mutex_guard(owned_mapped_mutex_guard&&) noexcept = default;
-  owned_mapped_mutex_guard& operator=(owned_mapped_mutex_guard&& other) noexcept {
-    if (this != &other) {
-      // What this guard held is unlocked last, from a local that also keeps that mutex alive
-      // until then (last one out: the unlock may resume a waiter that destroys this guard).
-      const owned_mapped_mutex_guard departing(std::move(*this));
-      owner_ = std::move(other.owner_);
-      value_ = other.value_;
-      permit_ = std::move(other.permit_);
-    }
-    return *this;
-  }
+  owned_mapped_mutex_guard& operator=(owned_mapped_mutex_guard&&) noexcept = default;
   owned_mapped_mutex_guard(const owned_mapped_mutex_guard&) = delete;
   owned_mapped_mutex_guard& operator=(const owned_mapped_mutex_guard&) = delete;
-  ~owned_mapped_mutex_guard() { permit_.release(); }  // before owner_ (maybe the last one) goes
+  ~owned_mapped_mutex_guard() = default;
 
   /// Precondition: owns_lock().
   U& operator*() const noexcept { return *value_; }
   U* operator->() const noexcept { return value_; }
-  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
   /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
-  void unlock() noexcept { permit_.release(); }
+  void unlock() noexcept { held_.permit().release(); }
 
   /// Narrows further: `f(U&)` returns a reference to a part. If f throws, this guard still holds
   /// the lock.
   template <class F>
   auto map(F&& f) && {
     auto& part = std::forward<F>(f)(*value_);
-    using part_type = std::remove_reference_t<decltype(part)>;
-    return owned_mapped_mutex_guard<part_type>(std::move(owner_), &part, std::move(permit_));
+    return owned_mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(held_), &part);
   }
   /// As mutex_guard::try_map, for a part of this part.
   template <class F>
   auto try_map(F&& f) {
-    using part_pointer = std::invoke_result_t<F&&, U&>;
-    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
-    using part_type = std::remove_pointer_t<part_pointer>;
-    std::optional<owned_mapped_mutex_guard<part_type>> mapped;
-    if (part_type* part = std::forward<F>(f)(*value_))
-      mapped = owned_mapped_mutex_guard<part_type>(std::move(owner_), part, std::move(permit_));
-    return mapped;
+    return detail::map_if_part(*value_, std::forward<F>(f), [this](auto* part) {
+      return owned_mapped_mutex_guard<std::remove_pointer_t<decltype(part)>>(std::move(held_), part);
+    });
   }
 
  private:
@@ -263,12 +237,13 @@ class [[nodiscard]] owned_mapped_mutex_guard {
   friend class owned_mapped_mutex_guard;
   template <class>
   friend class owned_mutex_guard;
+  using owning = detail::owning_permit<const void>;  // the mutex, whatever its T
   owned_mapped_mutex_guard(std::shared_ptr<const void> owner, U* value, semaphore_permit&& permit) noexcept
-      : owner_(std::move(owner)), value_(value), permit_(std::move(permit)) {}
+      : value_(value), held_(std::move(owner), std::move(permit)) {}
+  owned_mapped_mutex_guard(owning&& held, U* value) noexcept : value_(value), held_(std::move(held)) {}
 
-  std::shared_ptr<const void> owner_;  // the mutex, whatever its T
   U* value_;
-  semaphore_permit permit_;
+  owning held_;  // declared last: the defaulted move assignment returns the old lock last
 };
 
 /// A mutual-exclusion lock that owns the value it protects (as tokio's and Asyncband's Mutex):

@@ -62,13 +62,10 @@ class [[nodiscard]] rwlock_read_guard {
   /// left empty; on null, or if f throws, this guard keeps its share. Precondition: owns_lock().
   template <class F>
   auto try_map(F&& f) {
-    using part_pointer = std::invoke_result_t<F&&, const T&>;
-    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
-    using part_type = std::remove_cv_t<std::remove_pointer_t<part_pointer>>;
-    std::optional<rwlock_read_guard<part_type>> mapped;
-    if (const part_type* part = std::forward<F>(f)(*value_))
-      mapped = rwlock_read_guard<part_type>(std::move(permit_), part);
-    return mapped;
+    return detail::map_if_part(*value_, std::forward<F>(f), [this](auto* part) {
+      return rwlock_read_guard<std::remove_cv_t<std::remove_pointer_t<decltype(part)>>>(std::move(permit_),
+                                                                                        part);
+    });
   }
 
  private:
@@ -117,13 +114,9 @@ class [[nodiscard]] rwlock_write_guard {
   /// empty; on null, or if f throws, this guard keeps the lock. Precondition: owns_lock().
   template <class F>
   auto try_map(F&& f) {
-    using part_pointer = std::invoke_result_t<F&&, T&>;
-    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
-    using part_type = std::remove_pointer_t<part_pointer>;
-    std::optional<rwlock_write_guard<part_type>> mapped;
-    if (part_type* part = std::forward<F>(f)(*value_))
-      mapped = rwlock_write_guard<part_type>(std::move(permit_), part);
-    return mapped;
+    return detail::map_if_part(*value_, std::forward<F>(f), [this](auto* part) {
+      return rwlock_write_guard<std::remove_pointer_t<decltype(part)>>(std::move(permit_), part);
+    });
   }
 
   /// Keeps one read share and releases the rest at once: no writer can get in between, and
@@ -151,53 +144,39 @@ class [[nodiscard]] rwlock_write_guard {
 
 /// A read guard that also keeps its rwlock alive (shared ownership), for work that outlives
 /// the scope that locked it: what `read_owned` yields. Maps to the same guard of a part (which
-/// keeps the rwlock alive too). Releases its share on destruction, then drops the reference.
-/// Move-only.
+/// keeps the rwlock alive too). Releases its share, then drops the reference, on destruction
+/// and in move assignment (detail::owning_permit). Move-only.
 template <class T>
 class [[nodiscard]] owned_rwlock_read_guard {
  public:
   owned_rwlock_read_guard(owned_rwlock_read_guard&&) noexcept = default;
-  owned_rwlock_read_guard& operator=(owned_rwlock_read_guard&& other) noexcept {
-    if (this != &other) {
-      // What this guard held is released last, from a local that also keeps that rwlock alive
-      // until then (last one out: the release may resume a waiter that destroys this guard).
-      const owned_rwlock_read_guard departing(std::move(*this));
-      owner_ = std::move(other.owner_);
-      value_ = other.value_;
-      permit_ = std::move(other.permit_);
-    }
-    return *this;
-  }
+  owned_rwlock_read_guard& operator=(owned_rwlock_read_guard&&) noexcept = default;
   owned_rwlock_read_guard(const owned_rwlock_read_guard&) = delete;
   owned_rwlock_read_guard& operator=(const owned_rwlock_read_guard&) = delete;
-  ~owned_rwlock_read_guard() { permit_.release(); }  // before owner_ (maybe the last one) goes
+  ~owned_rwlock_read_guard() = default;
 
   /// Precondition: owns_lock().
   const T& operator*() const noexcept { return *value_; }
   const T* operator->() const noexcept { return value_; }
-  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
   /// Releases the share now (the guard keeps its reference until destroyed).
-  void unlock() noexcept { permit_.release(); }
+  void unlock() noexcept { held_.permit().release(); }
 
   /// An owned read guard of part of the value: `f(const T&)` returns a reference into it. If f
   /// throws, this guard keeps its share.
   template <class F>
   auto map(F&& f) && {
     const auto& part = std::forward<F>(f)(*value_);
-    using part_type = std::remove_cvref_t<decltype(part)>;
-    return owned_rwlock_read_guard<part_type>(std::move(owner_), &part, std::move(permit_));
+    return owned_rwlock_read_guard<std::remove_cvref_t<decltype(part)>>(std::move(held_), &part);
   }
   /// As rwlock_read_guard::try_map: on a part, the share and the reference move to the returned
   /// guard and this one is left empty.
   template <class F>
   auto try_map(F&& f) {
-    using part_pointer = std::invoke_result_t<F&&, const T&>;
-    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
-    using part_type = std::remove_cv_t<std::remove_pointer_t<part_pointer>>;
-    std::optional<owned_rwlock_read_guard<part_type>> mapped;
-    if (const part_type* part = std::forward<F>(f)(*value_))
-      mapped = owned_rwlock_read_guard<part_type>(std::move(owner_), part, std::move(permit_));
-    return mapped;
+    return detail::map_if_part(*value_, std::forward<F>(f), [this](auto* part) {
+      return owned_rwlock_read_guard<std::remove_cv_t<std::remove_pointer_t<decltype(part)>>>(
+          std::move(held_), part);
+    });
   }
 
  private:
@@ -206,13 +185,11 @@ class [[nodiscard]] owned_rwlock_read_guard {
   template <class>
   friend class owned_rwlock_write_guard;
   friend struct detail::rwlock_access;
-  owned_rwlock_read_guard(std::shared_ptr<const void> owner, const T* value,
-                          semaphore_permit&& permit) noexcept
-      : owner_(std::move(owner)), value_(value), permit_(std::move(permit)) {}
+  using owning = detail::owning_permit<const void>;  // the rwlock, whatever its value's type
+  owned_rwlock_read_guard(owning&& held, const T* value) noexcept : value_(value), held_(std::move(held)) {}
 
-  std::shared_ptr<const void> owner_;  // the rwlock, whatever its value's type
   const T* value_;
-  semaphore_permit permit_;
+  owning held_;  // declared last: the defaulted move assignment releases the old share last
 };
 
 /// A write guard that also keeps its rwlock alive, for work that outlives the scope that
@@ -222,45 +199,32 @@ template <class T>
 class [[nodiscard]] owned_rwlock_write_guard {
  public:
   owned_rwlock_write_guard(owned_rwlock_write_guard&&) noexcept = default;
-  owned_rwlock_write_guard& operator=(owned_rwlock_write_guard&& other) noexcept {
-    if (this != &other) {
-      const owned_rwlock_write_guard departing(std::move(*this));  // released last, as above
-      owner_ = std::move(other.owner_);
-      value_ = other.value_;
-      permit_ = std::move(other.permit_);
-    }
-    return *this;
-  }
+  owned_rwlock_write_guard& operator=(owned_rwlock_write_guard&&) noexcept = default;
   owned_rwlock_write_guard(const owned_rwlock_write_guard&) = delete;
   owned_rwlock_write_guard& operator=(const owned_rwlock_write_guard&) = delete;
-  ~owned_rwlock_write_guard() { permit_.release(); }  // before owner_ (maybe the last one) goes
+  ~owned_rwlock_write_guard() = default;
 
   /// Precondition: owns_lock().
   T& operator*() const noexcept { return *value_; }
   T* operator->() const noexcept { return value_; }
-  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
   /// Releases the lock now (the guard keeps its reference until destroyed).
-  void unlock() noexcept { permit_.release(); }
+  void unlock() noexcept { held_.permit().release(); }
 
   /// An owned write guard of part of the value: `f(T&)` returns a reference into it. If f
   /// throws, this guard keeps the lock.
   template <class F>
   auto map(F&& f) && {
     auto& part = std::forward<F>(f)(*value_);
-    using part_type = std::remove_reference_t<decltype(part)>;
-    return owned_rwlock_write_guard<part_type>(std::move(owner_), &part, std::move(permit_));
+    return owned_rwlock_write_guard<std::remove_reference_t<decltype(part)>>(std::move(held_), &part);
   }
   /// As rwlock_write_guard::try_map: on a part, the lock and the reference move to the returned
   /// guard and this one is left empty.
   template <class F>
   auto try_map(F&& f) {
-    using part_pointer = std::invoke_result_t<F&&, T&>;
-    static_assert(std::is_pointer_v<part_pointer>, "try_map: f returns a pointer (null: no part)");
-    using part_type = std::remove_pointer_t<part_pointer>;
-    std::optional<owned_rwlock_write_guard<part_type>> mapped;
-    if (part_type* part = std::forward<F>(f)(*value_))
-      mapped = owned_rwlock_write_guard<part_type>(std::move(owner_), part, std::move(permit_));
-    return mapped;
+    return detail::map_if_part(*value_, std::forward<F>(f), [this](auto* part) {
+      return owned_rwlock_write_guard<std::remove_pointer_t<decltype(part)>>(std::move(held_), part);
+    });
   }
 
   /// Keeps one read share and releases the rest at once, as rwlock_write_guard::downgrade; the
@@ -268,8 +232,9 @@ class [[nodiscard]] owned_rwlock_write_guard {
   owned_rwlock_read_guard<T> downgrade() && noexcept {
     // Everything moves to the read guard first: the release may resume a reader inline that
     // destroys this write guard at once.
-    owned_rwlock_read_guard<T> read(std::move(owner_), value_, std::move(permit_));
-    read.permit_.release(read.permit_.count() - 1);
+    owned_rwlock_read_guard<T> read(std::move(held_), value_);
+    semaphore_permit& shares = read.held_.permit();
+    shares.release(shares.count() - 1);
     return read;
   }
 
@@ -277,12 +242,11 @@ class [[nodiscard]] owned_rwlock_write_guard {
   template <class>
   friend class owned_rwlock_write_guard;
   friend struct detail::rwlock_access;
-  owned_rwlock_write_guard(std::shared_ptr<const void> owner, T* value, semaphore_permit&& permit) noexcept
-      : owner_(std::move(owner)), value_(value), permit_(std::move(permit)) {}
+  using owning = detail::owning_permit<const void>;
+  owned_rwlock_write_guard(owning&& held, T* value) noexcept : value_(value), held_(std::move(held)) {}
 
-  std::shared_ptr<const void> owner_;
   T* value_;
-  semaphore_permit permit_;
+  owning held_;  // declared last, as in owned_rwlock_read_guard
 };
 
 /// A reader-writer lock that owns the value it protects: any number of readers (up to
@@ -434,7 +398,7 @@ struct rwlock_access {
     std::shared_ptr<rwlock<T>> owner;
     Guard operator()(semaphore_permit&& permit) noexcept {
       T* value = &owner->value_;
-      return Guard(std::move(owner), value, std::move(permit));
+      return Guard(detail::owning_permit<const void>(std::move(owner), std::move(permit)), value);
     }
   };
   template <class T>

@@ -318,6 +318,7 @@ inline void semaphore_permit::release(std::size_t n) noexcept {
 }  // namespace asyncband
 
 // The wait list and the acquisitions: they need the complete class.
+#include "detail/owned_guard.hpp"
 #include "detail/semaphore_wait.hpp"
 
 namespace asyncband {
@@ -329,58 +330,48 @@ struct make_owned_semaphore_permit;
 
 /// Permits that also keep their semaphore alive (shared ownership): what `acquire_owned` yields,
 /// for work that outlives the scope that acquired them (a detached task, a connection limit
-/// held by a session object). Destroying it returns the permits, then drops the reference.
-/// Move-only; an empty one (moved-from, forgotten, released) returns nothing.
+/// held by a session object). Destroying it returns the permits, then drops the reference (so
+/// does move assignment, for what it held: detail::owning_permit). Move-only; an empty one
+/// (moved-from, forgotten, released) returns nothing.
 class [[nodiscard]] owned_semaphore_permit {
  public:
   owned_semaphore_permit() noexcept = default;
-  owned_semaphore_permit(owned_semaphore_permit&&) noexcept = default;
-  owned_semaphore_permit& operator=(owned_semaphore_permit&& other) noexcept {
-    if (this != &other) {
-      // What this held is returned last, from a local that also keeps its semaphore alive
-      // until then: the return may resume a waiter inline that destroys this permit at once.
-      const owned_semaphore_permit departing(std::move(*this));
-      semaphore_ = std::move(other.semaphore_);
-      permit_ = std::move(other.permit_);
-    }
-    return *this;
-  }
-  owned_semaphore_permit(const owned_semaphore_permit&) = delete;
-  owned_semaphore_permit& operator=(const owned_semaphore_permit&) = delete;
-  ~owned_semaphore_permit() { permit_.release(); }  // before semaphore_ (maybe the last owner) goes
 
   /// How many permits this holds.
-  [[nodiscard]] std::size_t count() const noexcept { return permit_.count(); }
+  [[nodiscard]] std::size_t count() const noexcept { return held_.permit().count(); }
   /// The semaphore this keeps alive (null once moved from).
-  [[nodiscard]] const std::shared_ptr<asyncband::semaphore>& semaphore() const noexcept { return semaphore_; }
-  explicit operator bool() const noexcept { return static_cast<bool>(permit_); }
+  [[nodiscard]] const std::shared_ptr<asyncband::semaphore>& semaphore() const noexcept {
+    return held_.owner();
+  }
+  explicit operator bool() const noexcept { return static_cast<bool>(held_.permit()); }
 
   /// Returns the permits now (the reference to the semaphore stays until destruction).
-  void release() noexcept { permit_.release(); }
+  void release() noexcept { held_.permit().release(); }
   /// Returns n of the permits now and keeps the rest (all of them if n >= count()).
-  void release(std::size_t n) noexcept { permit_.release(n); }
+  void release(std::size_t n) noexcept { held_.permit().release(n); }
   /// Gives up the permits without returning them; returns how many were forgotten.
-  std::size_t forget() noexcept { return permit_.forget(); }
+  std::size_t forget() noexcept { return held_.permit().forget(); }
   /// Moves n of the permits into a new owned permit of the same semaphore. Throws
   /// std::invalid_argument if this holds fewer than n.
-  owned_semaphore_permit split(std::size_t n) { return owned_semaphore_permit(semaphore_, permit_.split(n)); }
+  owned_semaphore_permit split(std::size_t n) {
+    return owned_semaphore_permit(held_.owner(), held_.permit().split(n));
+  }
   /// Takes over other's permits; throws as semaphore_permit::merge (and changes nothing).
   void merge(owned_semaphore_permit&& other) {
     if (&other == this) return;
     // An empty permit takes the other's semaphore along with its permits: it must keep that
     // one alive now (it may hold a reference to another, or to none).
-    const bool adopts = permit_.count() == 0 && other.permit_.count() != 0;
-    permit_.merge(std::move(other.permit_));
-    if (adopts) semaphore_ = other.semaphore_;
+    const bool adopts = count() == 0 && other.count() != 0;
+    held_.permit().merge(std::move(other.held_.permit()));
+    if (adopts) held_.adopt(other.held_.owner());
   }
 
  private:
   friend struct detail::make_owned_semaphore_permit;
   owned_semaphore_permit(std::shared_ptr<asyncband::semaphore> owner, semaphore_permit&& permit) noexcept
-      : semaphore_(std::move(owner)), permit_(std::move(permit)) {}
+      : held_(std::move(owner), std::move(permit)) {}
 
-  std::shared_ptr<asyncband::semaphore> semaphore_;
-  semaphore_permit permit_;
+  detail::owning_permit<asyncband::semaphore> held_;
 };
 
 namespace detail {
