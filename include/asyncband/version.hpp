@@ -22,12 +22,12 @@
 #endif
 
 #if ASYNCBAND_DETAIL_CPLUSPLUS < 202002L
-#error "asyncband needs C++20: compile with -std=c++20 (g++, clang++) or /std:c++20 (MSVC)"
+#error "asyncband needs C++20: compile with -std=c++20 (g++ 11+, clang 14+) or /std:c++20 (MSVC)"
 // #error lets the compiler go on, into hundreds of errors about coroutines; a missing include
 // is fatal, so the build stops right after the message above.
 #include <asyncband_stops_here_it_needs_cpp20>  // IWYU pragma: keep
 #elif !defined(__cpp_impl_coroutine)
-#error "asyncband needs a compiler with C++20 coroutines (g++ 10+ with -std=c++20, clang 14+)"
+#error "asyncband needs a compiler with C++20 coroutines (g++ 11+ or clang 14+, with -std=c++20)"
 #include <asyncband_stops_here_it_needs_coroutines>  // IWYU pragma: keep
 #endif
 

@@ -8,7 +8,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "semaphore_permit.hpp"
+// No asyncband include: semaphore_wait.hpp includes this, and this must be complete whichever
+// of the semaphore's headers a translation unit reads first.
+namespace asyncband {
+class semaphore_permit;
+}  // namespace asyncband
 
 namespace asyncband::detail {
 
@@ -17,11 +21,11 @@ namespace asyncband::detail {
 /// does so by declaration order; move assignment returns the old permits from a local that
 /// also keeps the old owner alive until then (last one out: the return may resume a waiter
 /// inline that destroys the object holding this at once).
-template <class Owner>
+template <class Owner, class Permit = semaphore_permit>
 class owning_permit {
  public:
   owning_permit() noexcept = default;
-  owning_permit(std::shared_ptr<Owner> owner, semaphore_permit&& permit) noexcept
+  owning_permit(std::shared_ptr<Owner> owner, Permit&& permit) noexcept
       : owner_(std::move(owner)), permit_(std::move(permit)) {}
   owning_permit(owning_permit&&) noexcept = default;
   owning_permit& operator=(owning_permit&& other) noexcept {
@@ -37,8 +41,8 @@ class owning_permit {
   ~owning_permit() = default;  // permit_ (declared last) goes first
 
   [[nodiscard]] const std::shared_ptr<Owner>& owner() const noexcept { return owner_; }
-  [[nodiscard]] semaphore_permit& permit() noexcept { return permit_; }
-  [[nodiscard]] const semaphore_permit& permit() const noexcept { return permit_; }
+  [[nodiscard]] Permit& permit() noexcept { return permit_; }
+  [[nodiscard]] const Permit& permit() const noexcept { return permit_; }
   /// Moves the reference out (to the guard of a part) along with nothing else.
   std::shared_ptr<Owner> take_owner() noexcept { return std::move(owner_); }
   /// Takes `owner` as the reference (an empty permit adopting another owner's permits).
@@ -46,7 +50,7 @@ class owning_permit {
 
  private:
   std::shared_ptr<Owner> owner_;
-  semaphore_permit permit_;
+  Permit permit_;
 };
 
 /// try_map's common part: `f(value)` returns a pointer into the value, or null for "no such

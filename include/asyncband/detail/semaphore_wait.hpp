@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // asyncband/detail/semaphore_wait.hpp: the semaphore's wait list (its queued waiter, the
-// hand-out of returned permits, close) and its acquisitions (the awaiters, the five forms).
+// hand-out of returned permits, close) and its acquisitions (the awaiters, the five forms, and
+// the owned ones: owned_semaphore_permit, acquire_owned).
 //
 // Part of semaphore.hpp, which includes it at its end: everything here needs the complete
 // class. Included on its own, it includes semaphore.hpp first, whose own include of this file
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "../semaphore.hpp"
+#include "owned_guard.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
 
@@ -331,6 +333,114 @@ template <class Rep, class Period>
 result<semaphore_permit> semaphore::acquire_timeout(std::size_t n,
                                                     std::chrono::duration<Rep, Period> timeout) {
   return acquire_forms::block_for(timeout, this, checked(n), detail::permit_itself{});
+}
+
+}  // namespace asyncband
+
+namespace asyncband {
+
+class owned_semaphore_permit;
+namespace detail {
+struct make_owned_semaphore_permit;
+}  // namespace detail
+
+/// Permits that also keep their semaphore alive (shared ownership): what `acquire_owned` yields,
+/// for work that outlives the scope that acquired them (a detached task, a connection limit
+/// held by a session object). Destroying it returns the permits, then drops the reference (so
+/// does move assignment, for what it held: detail::owning_permit). Move-only; an empty one
+/// (moved-from, forgotten, released) returns nothing.
+class [[nodiscard]] owned_semaphore_permit {
+ public:
+  owned_semaphore_permit() noexcept = default;
+
+  /// How many permits this holds.
+  [[nodiscard]] std::size_t count() const noexcept { return held_.permit().count(); }
+  /// The semaphore this keeps alive (null once moved from).
+  [[nodiscard]] const std::shared_ptr<asyncband::semaphore>& semaphore() const noexcept {
+    return held_.owner();
+  }
+  explicit operator bool() const noexcept { return static_cast<bool>(held_.permit()); }
+
+  /// Returns the permits now (the reference to the semaphore stays until destruction).
+  void release() noexcept { held_.permit().release(); }
+  /// Returns n of the permits now and keeps the rest (all of them if n >= count()).
+  void release(std::size_t n) noexcept { held_.permit().release(n); }
+  /// Gives up the permits without returning them; returns how many were forgotten.
+  std::size_t forget() noexcept { return held_.permit().forget(); }
+  /// Moves n of the permits into a new owned permit of the same semaphore. Throws
+  /// std::invalid_argument if this holds fewer than n.
+  owned_semaphore_permit split(std::size_t n) {
+    return owned_semaphore_permit(held_.owner(), held_.permit().split(n));
+  }
+  /// Takes over other's permits; throws as semaphore_permit::merge (and changes nothing).
+  void merge(owned_semaphore_permit&& other) {
+    if (&other == this) return;
+    // An empty permit takes the other's semaphore along with its permits: it must keep that
+    // one alive now (it may hold a reference to another, or to none).
+    const bool adopts = count() == 0 && other.count() != 0;
+    held_.permit().merge(std::move(other.held_.permit()));
+    if (adopts) held_.adopt(other.held_.owner());
+  }
+
+ private:
+  friend struct detail::make_owned_semaphore_permit;
+  owned_semaphore_permit(std::shared_ptr<asyncband::semaphore> owner, semaphore_permit&& permit) noexcept
+      : held_(std::move(owner), std::move(permit)) {}
+
+  detail::owning_permit<asyncband::semaphore> held_;
+};
+
+namespace detail {
+/// The Make of an owned acquisition: wraps the permit with the reference that keeps its
+/// semaphore alive.
+struct make_owned_semaphore_permit {
+  std::shared_ptr<asyncband::semaphore> owner;
+  owned_semaphore_permit operator()(semaphore_permit&& permit) noexcept {
+    return {std::move(owner), std::move(permit)};
+  }
+};
+using owned_acquire_forms = acquire_forms<make_owned_semaphore_permit>;
+
+inline std::size_t checked_owned_count(std::size_t n) {
+  if (n > semaphore::max())
+    throw std::invalid_argument("asyncband::acquire_owned: count above semaphore::max()");
+  return n;
+}
+}  // namespace detail
+
+/// `co_await acquire_owned(s, n)` yields an owned_semaphore_permit for n that keeps `*s` alive.
+/// The same FIFO, partial-grant and cancellation contract as semaphore::acquire. Precondition: s
+/// is not null. Throws std::invalid_argument if n > semaphore::max().
+inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n = 1) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::await(raw, detail::checked_owned_count(n),
+                                            detail::make_owned_semaphore_permit{std::move(s)});
+}
+/// Yields result<owned_semaphore_permit>: ok, or cancelled.
+inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n, std::stop_token stop) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::await_until_stopped(std::move(stop), raw,
+                                                          detail::checked_owned_count(n),
+                                                          detail::make_owned_semaphore_permit{std::move(s)});
+}
+inline owned_semaphore_permit acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n = 1) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::block(raw, detail::checked_owned_count(n),
+                                            detail::make_owned_semaphore_permit{std::move(s)});
+}
+inline result<owned_semaphore_permit> acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n,
+                                                             std::stop_token stop) {
+  semaphore* raw = s.get();
+  return detail::owned_acquire_forms::block_until_stopped(std::move(stop), raw,
+                                                          detail::checked_owned_count(n),
+                                                          detail::make_owned_semaphore_permit{std::move(s)});
+}
+/// n permits now that keep `*s` alive, or nothing (as semaphore::try_acquire).
+[[nodiscard]] inline std::optional<owned_semaphore_permit> try_acquire_owned(std::shared_ptr<semaphore> s,
+                                                                             std::size_t n = 1) {
+  auto permit = s->try_acquire(n);
+  if (!permit) return std::nullopt;
+  return detail::make_owned_semaphore_permit{std::move(s)}(std::move(*permit));
 }
 
 }  // namespace asyncband
