@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <latch>
+#include <memory>
 #include <mutex>
 #include <semaphore>
 #include <shared_mutex>
@@ -396,47 +397,52 @@ task<void> increment_on(thread_pool& pool, inline_handoff_mutex& m, std::uint64_
   }
 }
 
-/// K coroutines on the pool, each incrementing under the asyncband::mutex; every lock timed
-/// when `Timed`.
-template <int K, bool Timed = false>
-void mutex_contended_asyncband(benchmark::State& state) {
+/// K coroutines on the pool, one whole run per iteration: `one_run(pool, worst)` starts the K
+/// workers of a run and returns them with a function that reads the final counter; every lock
+/// is timed when `Timed`.
+template <int K, bool Timed, class OneRun>
+void mutex_contended_coroutines(benchmark::State& state, OneRun one_run) {
   thread_pool pool(kPoolThreads);
   contended_run run(state, K);
   worst_wait worst;
   for (auto _ : state) {
-    asyncband::mutex<std::uint64_t> m(0);
-    std::vector<task<void>> workers;
-    workers.reserve(K);
-    for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, m, worst));
+    auto [workers, final_count] = one_run(pool, worst);
     const auto start = std::chrono::steady_clock::now();
     asyncband::block_on(asyncband::runtime::when_all(std::move(workers)));
     state.SetIterationTime(seconds(std::chrono::steady_clock::now() - start).count());
-    const auto guard = m.try_lock();
-    if (!run.check(guard ? **guard : 0)) break;
+    if (!run.check(final_count())) break;
   }
   run.finish();
   if constexpr (Timed) state.counters["worst_wait_us"] = worst.microseconds();
 }
 
-/// The same with inline_handoff_mutex.
+/// ... under the asyncband::mutex.
+template <int K, bool Timed = false>
+void mutex_contended_asyncband(benchmark::State& state) {
+  mutex_contended_coroutines<K, Timed>(state, [](thread_pool& pool, worst_wait& worst) {
+    auto m = std::make_unique<asyncband::mutex<std::uint64_t>>(0);
+    std::vector<task<void>> workers;
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, *m, worst));
+    return std::pair(std::move(workers), [m = std::move(m)] {
+      const auto guard = m->try_lock();
+      return guard ? **guard : 0;
+    });
+  });
+}
+
+/// ... under inline_handoff_mutex.
 template <int K, bool Timed = false>
 void mutex_contended_model(benchmark::State& state) {
-  thread_pool pool(kPoolThreads);
-  contended_run run(state, K);
-  worst_wait worst;
-  for (auto _ : state) {
-    std::uint64_t counter = 0;
-    inline_handoff_mutex m;
+  mutex_contended_coroutines<K, Timed>(state, [](thread_pool& pool, worst_wait& worst) {
+    struct shared {
+      inline_handoff_mutex m;
+      std::uint64_t counter = 0;
+    };
+    auto s = std::make_unique<shared>();
     std::vector<task<void>> workers;
-    workers.reserve(K);
-    for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, m, counter, worst));
-    const auto start = std::chrono::steady_clock::now();
-    asyncband::block_on(asyncband::runtime::when_all(std::move(workers)));
-    state.SetIterationTime(seconds(std::chrono::steady_clock::now() - start).count());
-    if (!run.check(counter)) break;
-  }
-  run.finish();
-  if constexpr (Timed) state.counters["worst_wait_us"] = worst.microseconds();
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, s->m, s->counter, worst));
+    return std::pair(std::move(workers), [s = std::move(s)] { return s->counter; });
+  });
 }
 
 /// K std::threads, each incrementing under `Mutex` (std::mutex, tbb::mutex, tbb::spin_mutex).
