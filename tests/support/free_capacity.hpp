@@ -12,14 +12,31 @@
 
 namespace asyncband_test {
 
-/// On a channel of capacity 3 holding one value (2) and nothing else: free_capacity() counts
-/// the units free now through a reserve of 2 that sends one value, a reserve of 2 that waits
+/// On an empty channel of capacity 3: max_capacity() is the bound, and free_capacity() counts
+/// the units free now through values sent and received, permits reserved and dropped, a
+/// reserve of 2 that sends one value, a reserve of 2 that waits
 /// holding the one free unit (`reserve_two()` starts it on the test scheduler and returns its
 /// probe), and a send that waits on a full channel (`send(v)`, likewise); `run()` runs the
 /// scheduler. Leaves the channel empty.
 template <class Tx, class Rx, class ReserveTwo, class Send, class Run>
 void expect_free_capacity_through_reserves_and_sends(Tx& tx, Rx& rx, ReserveTwo reserve_two, Send send,
                                                      Run run) {
+  EXPECT_EQ(tx.max_capacity(), 3U);
+  EXPECT_EQ(tx.capacity(), 3U);
+  EXPECT_EQ(rx.max_capacity(), 3U);
+  EXPECT_EQ(tx.free_capacity(), 3U);
+  EXPECT_TRUE(tx.try_send(1).ok());
+  EXPECT_EQ(tx.free_capacity(), 2U);  // a value sent holds its unit
+  auto permit = tx.try_reserve();
+  ASSERT_TRUE(permit.ok());
+  EXPECT_EQ(tx.free_capacity(), 1U);  // and so does a permit
+  EXPECT_TRUE(tx.try_send(2).ok());
+  EXPECT_EQ(tx.free_capacity(), 0U);  // full: two values and the permit
+  EXPECT_EQ(take(rx), 1);
+  EXPECT_EQ(tx.free_capacity(), 1U);  // a receive gives its unit back
+  drop(*permit);
+  EXPECT_EQ(tx.free_capacity(), 2U);  // and so does a permit dropped unused
+
   auto many = tx.try_reserve(2);
   ASSERT_TRUE(many.ok());
   EXPECT_EQ(tx.free_capacity(), 0U);
