@@ -150,52 +150,47 @@ template <class T>
 class [[nodiscard]] owned_mutex_guard {
  public:
   owned_mutex_guard(owned_mutex_guard&&) noexcept = default;
-  owned_mutex_guard& operator=(owned_mutex_guard&& other) noexcept {
-    if (this != &other) {
-      // What this guard held is unlocked last, from a local (which also keeps that mutex alive
-      // until then): the unlock may resume a waiter inline that destroys this guard at once.
-      const owned_mutex_guard departing(std::move(*this));
-      mutex_ = std::move(other.mutex_);
-      permit_ = std::move(other.permit_);
-    }
-    return *this;
-  }
+  /// What this guard held is unlocked before its reference goes (detail::owning_permit).
+  owned_mutex_guard& operator=(owned_mutex_guard&&) noexcept = default;
   owned_mutex_guard(const owned_mutex_guard&) = delete;
   owned_mutex_guard& operator=(const owned_mutex_guard&) = delete;
-  ~owned_mutex_guard() { permit_.release(); }  // before mutex_ (maybe the last owner) goes
+  ~owned_mutex_guard() = default;  // unlocks, then drops the reference (maybe the last one)
 
-  T& operator*() const noexcept { return mutex_->value_; }
-  T* operator->() const noexcept { return &mutex_->value_; }
-  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
-  [[nodiscard]] const std::shared_ptr<asyncband::mutex<T>>& mutex() const noexcept { return mutex_; }
+  T& operator*() const noexcept { return held_.owner()->value_; }
+  T* operator->() const noexcept { return &held_.owner()->value_; }
+  [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
+  [[nodiscard]] const std::shared_ptr<asyncband::mutex<T>>& mutex() const noexcept { return held_.owner(); }
   /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
-  void unlock() noexcept { permit_.release(); }
+  void unlock() noexcept { held_.permit().release(); }
 
   /// An owned guard of part of the value, which keeps the mutex alive as this one does: `f(T&)`
   /// returns a reference into it. If f throws, this guard still holds the lock.
   template <class F>
   auto map(F&& f) && {
-    auto& part = std::forward<F>(f)(mutex_->value_);
-    return owned_mapped_mutex_guard<std::remove_reference_t<decltype(part)>>(std::move(mutex_), &part,
-                                                                             std::move(permit_));
+    auto& part = std::forward<F>(f)(held_.owner()->value_);
+    return mapped<std::remove_reference_t<decltype(part)>>(&part);
   }
   /// As mutex_guard::try_map: `f(T&)` returns a pointer into the value, or null; on a part the
   /// lock and the reference move to the returned guard and this one is left empty.
   template <class F>
   auto try_map(F&& f) {
-    return detail::map_if_part(mutex_->value_, std::forward<F>(f), [this](auto* part) {
-      return owned_mapped_mutex_guard<std::remove_pointer_t<decltype(part)>>(std::move(mutex_), part,
-                                                                             std::move(permit_));
-    });
+    return detail::map_if_part(held_.owner()->value_, std::forward<F>(f),
+                               [this](auto* part) { return this->mapped(part); });
   }
 
  private:
   friend struct detail::mutex_access;
   owned_mutex_guard(std::shared_ptr<asyncband::mutex<T>> m, semaphore_permit&& permit) noexcept
-      : mutex_(std::move(m)), permit_(std::move(permit)) {}
+      : held_(std::move(m), std::move(permit)) {}
 
-  std::shared_ptr<asyncband::mutex<T>> mutex_;
-  semaphore_permit permit_;
+  /// The lock and the reference, moved into a guard of `part`.
+  template <class U>
+  owned_mapped_mutex_guard<U> mapped(U* part) noexcept {
+    std::shared_ptr<const void> owner = held_.take_owner();
+    return owned_mapped_mutex_guard<U>(std::move(owner), part, std::move(held_.permit()));
+  }
+
+  detail::owning_permit<asyncband::mutex<T>> held_;
 };
 
 /// Access to part of a mutex's value that also keeps the mutex alive (from
