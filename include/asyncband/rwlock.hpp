@@ -10,13 +10,13 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -332,13 +332,13 @@ class rwlock {
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
   auto read() noexcept { return detail::source_awaiter<side_source<false>>(side_source<false>{this}); }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
-  auto read(std::stop_token stop) noexcept {
+  auto read(asyncband::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
   rwlock_read_guard<T> read_blocking() {
     return read_forms::block(&semaphore_, std::size_t{1}, make_read{&value_});
   }
-  result<rwlock_read_guard<T>> read_blocking(std::stop_token stop) {
+  result<rwlock_read_guard<T>> read_blocking(asyncband::stop_token stop) {
     return read_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
   template <class Rep, class Period>
@@ -351,13 +351,13 @@ class rwlock {
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
   auto write() noexcept { return detail::source_awaiter<side_source<true>>(side_source<true>{this}); }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
-  auto write(std::stop_token stop) noexcept {
+  auto write(asyncband::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
   rwlock_write_guard<T> write_blocking() {
     return write_forms::block(&semaphore_, max_readers_, make_write{&value_});
   }
-  result<rwlock_write_guard<T>> write_blocking(std::stop_token stop) {
+  result<rwlock_write_guard<T>> write_blocking(asyncband::stop_token stop) {
     return write_forms::block_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
   template <class Rep, class Period>
@@ -426,7 +426,7 @@ struct rwlock_access {
     return forms<T, Write>::await(semaphore_of(raw), shares<T, Write>(raw), maker<T, Write>{std::move(l)});
   }
   template <bool Write, class T>
-  static auto await(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  static auto await(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
     rwlock<T>& raw = *l;
     return forms<T, Write>::await_until_stopped(std::move(stop), semaphore_of(raw), shares<T, Write>(raw),
                                                 maker<T, Write>{std::move(l)});
@@ -437,7 +437,7 @@ struct rwlock_access {
     return forms<T, Write>::block(semaphore_of(raw), shares<T, Write>(raw), maker<T, Write>{std::move(l)});
   }
   template <bool Write, class T>
-  static auto block(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  static auto block(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
     rwlock<T>& raw = *l;
     return forms<T, Write>::block_until_stopped(std::move(stop), semaphore_of(raw), shares<T, Write>(raw),
                                                 maker<T, Write>{std::move(l)});
@@ -461,7 +461,7 @@ auto read_owned(std::shared_ptr<rwlock<T>> l) {
 }
 /// Yields result<owned_rwlock_read_guard<T>>: ok, or cancelled.
 template <class T>
-auto read_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+auto read_owned(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
   return detail::rwlock_access::await<false>(std::move(l), std::move(stop));
 }
 template <class T>
@@ -469,7 +469,8 @@ owned_rwlock_read_guard<T> read_owned_blocking(std::shared_ptr<rwlock<T>> l) {
   return detail::rwlock_access::block<false>(std::move(l));
 }
 template <class T>
-result<owned_rwlock_read_guard<T>> read_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+result<owned_rwlock_read_guard<T>> read_owned_blocking(std::shared_ptr<rwlock<T>> l,
+                                                       asyncband::stop_token stop) {
   return detail::rwlock_access::block<false>(std::move(l), std::move(stop));
 }
 /// A read share now that keeps `*l` alive, or nothing (as rwlock::try_read).
@@ -486,7 +487,7 @@ auto write_owned(std::shared_ptr<rwlock<T>> l) {
 }
 /// Yields result<owned_rwlock_write_guard<T>>: ok, or cancelled.
 template <class T>
-auto write_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+auto write_owned(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
   return detail::rwlock_access::await<true>(std::move(l), std::move(stop));
 }
 template <class T>
@@ -494,7 +495,8 @@ owned_rwlock_write_guard<T> write_owned_blocking(std::shared_ptr<rwlock<T>> l) {
   return detail::rwlock_access::block<true>(std::move(l));
 }
 template <class T>
-result<owned_rwlock_write_guard<T>> write_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+result<owned_rwlock_write_guard<T>> write_owned_blocking(std::shared_ptr<rwlock<T>> l,
+                                                         asyncband::stop_token stop) {
   return detail::rwlock_access::block<true>(std::move(l), std::move(stop));
 }
 /// The write lock now that keeps `*l` alive, or nothing (as rwlock::try_write).

@@ -17,7 +17,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -136,9 +135,9 @@ class semaphore {
   /// `co_await s.acquire(n)` yields a permit for n. Throws std::invalid_argument if n > max().
   auto acquire(std::size_t n = 1);
   /// Yields result<semaphore_permit>: ok, or cancelled.
-  auto acquire(std::size_t n, std::stop_token stop);
+  auto acquire(std::size_t n, asyncband::stop_token stop);
   semaphore_permit acquire_blocking(std::size_t n = 1);
-  result<semaphore_permit> acquire_blocking(std::size_t n, std::stop_token stop);
+  result<semaphore_permit> acquire_blocking(std::size_t n, asyncband::stop_token stop);
   template <class Rep, class Period>
   result<semaphore_permit> acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout);
 
@@ -319,3 +318,4 @@ inline void semaphore_permit::release(std::size_t n) noexcept {
 
 // The wait list and the acquisitions (the owned ones too): they need the complete class.
 #include "detail/semaphore_wait.hpp"
+#include "stop_token.hpp"

@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "../stop_token.hpp"
 #include "bounded_permit.hpp"
 #include "bounded_send.hpp"
 #include "sender_handle.hpp"
@@ -56,7 +56,7 @@ class bounded_sender : public sender_handle<State> {
         s, std::move(value), &s->capacity(), std::size_t{1}, permit_itself{});
   }
   /// As above; also ends cancelled (with the value) when `stop` is requested first.
-  auto send(T value, std::stop_token stop) {
+  auto send(T value, asyncband::stop_token stop) {
     using acquire = wait_awaiter<semaphore_acquire<permit_itself, true>, true>;
     state_type* const s = live();
     return bounded_send_awaiter<State, acquire>(s, std::move(value), std::move(stop), &s->capacity(),
@@ -76,7 +76,7 @@ class bounded_sender : public sender_handle<State> {
     return finish_bounded_send(s, capacity_forms::block(&s.capacity(), std::size_t{1}, permit_itself{}),
                                std::move(value));
   }
-  send_result<T> send_blocking(T value, std::stop_token stop) {
+  send_result<T> send_blocking(T value, asyncband::stop_token stop) {
     state_type& s = *live();
     return finish_bounded_send(
         s,
@@ -94,12 +94,12 @@ class bounded_sender : public sender_handle<State> {
   /// `co_await tx.reserve()` yields result<bounded_permit<State>>: a unit of capacity held for a later
   /// send, or closed (disconnected). The permit must not outlive this sender.
   auto reserve() { return reserve_many(1); }
-  auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
+  auto reserve(asyncband::stop_token stop) { return reserve_many(1, std::move(stop)); }
   /// n units at once (n <= capacity()), for n later sends.
   auto reserve_many(std::size_t n) {
     return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
   }
-  auto reserve_many(std::size_t n, std::stop_token stop) {
+  auto reserve_many(std::size_t n, asyncband::stop_token stop) {
     return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                 checked(n), make_permit{state_});
   }
@@ -120,7 +120,7 @@ class bounded_sender : public sender_handle<State> {
     return capacity_forms_for<make_owned_permit>::await(&live()->capacity(), checked(n),
                                                         make_owned_permit{state_});
   }
-  auto reserve_owned(std::size_t n, std::stop_token stop) {
+  auto reserve_owned(std::size_t n, asyncband::stop_token stop) {
     return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                       checked(n), make_owned_permit{state_});
   }

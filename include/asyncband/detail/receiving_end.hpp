@@ -7,11 +7,11 @@
 #include <chrono>
 #include <exception>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "../result.hpp"
+#include "../stop_token.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
@@ -88,12 +88,12 @@ class receiving_end {
   /// `co_await rx.recv()` yields result<T>: a value, or closed.
   [[nodiscard]] auto recv() { return recv_forms::await(live()); }
   /// As above; also ends cancelled when `stop` is requested first.
-  [[nodiscard]] auto recv(std::stop_token stop) {
+  [[nodiscard]] auto recv(asyncband::stop_token stop) {
     return recv_forms::await_until_stopped(std::move(stop), live());
   }
   /// The blocking twins.
   result<T> recv_blocking() { return recv_forms::block(live()); }
-  result<T> recv_blocking(std::stop_token stop) {
+  result<T> recv_blocking(asyncband::stop_token stop) {
     return recv_forms::block_until_stopped(std::move(stop), live());
   }
   template <class Rep, class Period>
