@@ -46,7 +46,7 @@
 //   exactly on success), T value-initialized on failure; void(error_code, std::optional<T>) for
 //   a send of T: the value handed back, engaged exactly when the error_code is set. The codes
 //   (asio/error.hpp): cancellation is boost::asio::error::operation_aborted itself (equal to
-//   asio::error::cancelled); timeout, closed, disconnected and lagged are in the asyncband
+//   asio::error::cancelled); timeout, closed and lagged are in the asyncband
 //   category. With use_awaitable a failure throws boost::system::system_error, and the values
 //   of the completion go with it (a send's handed-back value too): use as_tuple,
 //   redirect_error or the value form to keep them.

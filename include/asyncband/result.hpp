@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // asyncband/result.hpp: the value every cancellable or fallible wait returns.
 //
-// Expected outcomes (cancelled, timed out, closed, full, disconnected) are values, not
+// Expected outcomes (cancelled, timed out, closed, full) are values, not
 // exceptions. A wait that cannot fail returns its value directly; the overloads that take a
 // std::stop_token or a timeout, and waits on closable primitives, return result<T>, which holds
 // either the value or the status that ended the wait. Channels add send_result<T> (a send that
@@ -135,11 +135,14 @@ class [[nodiscard]] result<void> : public detail::result_status {
 
 /// How a send ended. A send that did not deliver hands its value back (send_result::value()).
 enum class send_status : unsigned char {
-  ok,            ///< The value was accepted by the channel.
-  full,          ///< try_send only: no capacity now.
-  disconnected,  ///< The receiver is gone or closed the channel: the value will never be received.
-  cancelled,     ///< A stop request was observed before the send was accepted.
-  timeout,       ///< A blocking send's deadline passed before it was accepted.
+  ok,         ///< The value was accepted by the channel.
+  full,       ///< try_send only: no capacity now.
+  closed,     ///< The channel is closed (by close(), or every receiver is gone): the value will never
+              ///< be received.
+  cancelled,  ///< A stop request was observed before the send was accepted.
+  timeout,    ///< A blocking send's deadline passed before it was accepted.
+  /// The name before 0.2: the "other side is gone" condition is `closed` in every form now.
+  disconnected [[deprecated("renamed send_status::closed")]] = closed,
 };
 
 [[nodiscard]] constexpr const char* to_string(send_status s) noexcept {
@@ -148,8 +151,8 @@ enum class send_status : unsigned char {
       return "ok";
     case send_status::full:
       return "full";
-    case send_status::disconnected:
-      return "disconnected";
+    case send_status::closed:
+      return "closed";
     case send_status::cancelled:
       return "cancelled";
     case send_status::timeout:
@@ -189,7 +192,9 @@ class [[nodiscard]] send_result {
   [[nodiscard]] send_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == send_status::ok; }
   [[nodiscard]] bool full() const noexcept { return status_ == send_status::full; }
-  [[nodiscard]] bool disconnected() const noexcept { return status_ == send_status::disconnected; }
+  [[nodiscard]] bool closed() const noexcept { return status_ == send_status::closed; }
+  /// The name before 0.2 of closed().
+  [[nodiscard, deprecated("renamed closed()")]] bool disconnected() const noexcept { return closed(); }
   [[nodiscard]] bool cancelled() const noexcept { return status_ == send_status::cancelled; }
   [[nodiscard]] bool timed_out() const noexcept { return status_ == send_status::timeout; }
   explicit operator bool() const noexcept { return ok(); }
@@ -216,10 +221,12 @@ class [[nodiscard]] send_result {
 
 /// How a try_recv ended.
 enum class recv_status : unsigned char {
-  ok,            ///< A value was received.
-  empty,         ///< Nothing to receive now; senders remain.
-  disconnected,  ///< Nothing to receive, ever: every sender is gone (or the channel is closed) and it is
-                 ///< drained.
+  ok,      ///< A value was received.
+  empty,   ///< Nothing to receive now; senders remain.
+  closed,  ///< Nothing to receive, ever: the channel is closed (by close(), or every sender is gone)
+           ///< and drained.
+  /// The name before 0.2: the "other side is gone" condition is `closed` in every form now.
+  disconnected [[deprecated("renamed recv_status::closed")]] = closed,
 };
 
 /// The outcome of a try_recv: the value, or why there was none.
@@ -239,7 +246,9 @@ class [[nodiscard]] try_recv_result {
   [[nodiscard]] recv_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == recv_status::ok; }
   [[nodiscard]] bool empty() const noexcept { return status_ == recv_status::empty; }
-  [[nodiscard]] bool disconnected() const noexcept { return status_ == recv_status::disconnected; }
+  [[nodiscard]] bool closed() const noexcept { return status_ == recv_status::closed; }
+  /// The name before 0.2 of closed().
+  [[nodiscard, deprecated("renamed closed()")]] bool disconnected() const noexcept { return closed(); }
   explicit operator bool() const noexcept { return ok(); }
 
   /// Precondition: ok().
@@ -259,7 +268,7 @@ class [[nodiscard]] try_recv_result {
   recv_status status_ = recv_status::ok;
 };
 
-/// The outcome of a bounded channel's try_reserve: a permit, or full / disconnected.
+/// The outcome of a bounded channel's try_reserve: a permit, or full / closed.
 template <class P>
 class [[nodiscard]] try_reserve_result {
  public:
@@ -269,7 +278,9 @@ class [[nodiscard]] try_reserve_result {
   [[nodiscard]] send_status status() const noexcept { return status_; }
   [[nodiscard]] bool ok() const noexcept { return status_ == send_status::ok; }
   [[nodiscard]] bool full() const noexcept { return status_ == send_status::full; }
-  [[nodiscard]] bool disconnected() const noexcept { return status_ == send_status::disconnected; }
+  [[nodiscard]] bool closed() const noexcept { return status_ == send_status::closed; }
+  /// The name before 0.2 of closed().
+  [[nodiscard, deprecated("renamed closed()")]] bool disconnected() const noexcept { return closed(); }
   explicit operator bool() const noexcept { return ok(); }
 
   /// Precondition: ok().

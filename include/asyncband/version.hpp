@@ -7,7 +7,7 @@
 /// The major version: a change of it may break source compatibility.
 #define ASYNCBAND_VERSION_MAJOR 0
 /// The minor version: additions; within 0.x, also changes that break.
-#define ASYNCBAND_VERSION_MINOR 1
+#define ASYNCBAND_VERSION_MINOR 2
 /// The patch version: fixes only.
 #define ASYNCBAND_VERSION_PATCH 0
 /// The version as one number, MAJOR * 10000 + MINOR * 100 + PATCH, for `#if` comparisons.

@@ -472,12 +472,12 @@ class [[nodiscard]] sender {
   }
 
   /// Publishes `value` as a new version, if any receiver exists; otherwise stores nothing and
-  /// hands the value back (send_status::disconnected), as tokio's send does.
+  /// hands the value back (send_status::closed), as tokio's send does.
   template <class U = T>
     requires std::constructible_from<T, U&&>
   send_result<T> send(U&& value) {
     detail::state<T>* const s = live();
-    if (s->receiver_count() == 0) return {send_status::disconnected, T(std::forward<U>(value))};
+    if (s->receiver_count() == 0) return {send_status::closed, T(std::forward<U>(value))};
     s->publish(s->make_cell(std::forward<U>(value)));
     return {};
   }

@@ -45,13 +45,13 @@ class [[nodiscard]] bounded_permit {
   [[nodiscard]] std::size_t size() const noexcept { return units_.count(); }
   explicit operator bool() const noexcept { return static_cast<bool>(units_); }
 
-  /// Sends with one unit: ok, or disconnected with the value if the receiver is gone (the unit
+  /// Sends with one unit: ok, or closed with the value if the receiver is gone (the unit
   /// stays). A receiver that only closed the channel still receives it.
   /// Precondition (std::logic_error): size() > 0.
   send_result<T> send(T value) {
     if (!units_) throw std::logic_error("asyncband: permit: no unit left");
     assert(!state_->producers_gone() && "asyncband: permit outlived its sender");
-    if (state_->receiver_gone()) return {send_status::disconnected, std::move(value)};
+    if (state_->receiver_gone()) return {send_status::closed, std::move(value)};
     state_->push(units_, std::move(value));
     return {};
   }
@@ -66,7 +66,7 @@ class [[nodiscard]] bounded_permit {
 };
 
 /// A permit that keeps the channel alive and counts as a producer: it may outlive every
-/// sender, and the receiver sees the channel disconnected only once it is gone too.
+/// sender, and the receiver sees the channel closed only once it is gone too.
 template <class State>
 class [[nodiscard]] bounded_owned_permit {
   using T = typename State::value_type;

@@ -34,7 +34,7 @@ class recv_wait : public asyncband::detail::semaphore_waiter {
 
 /// The receiving half of an MPMC channel (mpmc::receiver, mpmc::unbounded_receiver). Copyable: every copy is
 /// a receiver, and each value goes to exactly one receive of one of them. When the last receiver goes, the
-/// channel is disconnected: later sends hand their value back, senders waiting for capacity end disconnected,
+/// channel is closed: later sends hand their value back, senders waiting for capacity end closed,
 /// and the values nobody received are destroyed.
 ///
 /// Contract
@@ -76,7 +76,7 @@ class receiver_base : public asyncband::detail::receiving_end<State, recv_wait<S
   }
   ~receiver_base() = default;
 
-  /// A value now: ok, empty, or disconnected (nothing left, and nothing can come).
+  /// A value now: ok, empty, or closed (nothing left, and nothing can come).
   try_recv_result<T> try_recv() { return this->live()->try_take(); }
   /// Closes the channel: no new sends; what was accepted still drains.
   void close() noexcept {

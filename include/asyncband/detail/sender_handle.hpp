@@ -49,7 +49,7 @@ class sender_handle {
   [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
 
   /// Closes the channel (MPMC): no new sends (or reservations), senders waiting for capacity end
-  /// disconnected; what was accepted still drains to the receivers.
+  /// closed; what was accepted still drains to the receivers.
   void close() noexcept
     requires State::multi_consumer
   {
