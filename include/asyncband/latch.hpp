@@ -89,7 +89,8 @@ class latch : public detail::wait_functions<latch> {
     static constexpr bool transferable = false;
     using queued_waiter::queued_waiter;
 
-    bool try_ready() noexcept { return owner().try_wait(); }
+    static bool ready_at(latch& l) noexcept { return l.try_wait(); }
+    bool try_ready() noexcept { return ready_at(owner()); }
     bool enqueue() noexcept {
       return owner().queue_.complete_or_enqueue(*this, [this] { return !owner().flag_waiter(); });
     }

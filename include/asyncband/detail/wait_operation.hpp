@@ -390,6 +390,96 @@ struct select_access<wait_awaiter<Node, Cancellable>> {
   }
 };
 
+/// when_any drives a lazily built wait (lazy_wait_awaiter, and the semaphore family's
+/// acquire_awaiter and source_awaiter) as the plain co_await does: the owner-only test in poll,
+/// and when that fails, through the node it then builds, committed before it is granted anything.
+/// An Awaiter has spent(), await_ready(), publish(target, commit*), await_resume() and `wait_`.
+template <class Awaiter>
+struct lazy_wait_access {
+  using awaiter = Awaiter;
+  using outcome = typename awaiter::value_type;
+
+  static bool spent(const awaiter& a) noexcept { return a.spent(); }
+  static bool poll(awaiter& a) { return a.await_ready(); }
+  static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
+    return a.publish(target, &commit);
+  }
+  static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
+  static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
+  static outcome win(awaiter& a) { return a.await_resume(); }
+  static void pass_on(awaiter& a, bool started) noexcept {
+    if (started) a.wait_.discard();
+  }
+  static std::optional<stored_outcome_t<outcome>> handed_back(awaiter& /*unused*/) {
+    return cancelled_outcome<outcome>();
+  }
+};
+
+/// A node whose readiness is a test of its owner alone (an event's flag, a latch's count), which
+/// can therefore be asked before the node exists: `static bool ready_at(Owner&) noexcept` does what
+/// try_ready() would, and a wait that is ready at once yields nothing and is granted nothing (a
+/// when_any branch ready at poll that then loses has nothing to pass on).
+template <class Node, class Owner>
+concept ready_without_node =
+    std::is_void_v<typename Node::value_type> && !Node::transferable && requires(Owner& owner) {
+      { Node::ready_at(owner) } noexcept -> std::same_as<bool>;
+    };
+
+/// The plain `co_await` of such a node: it holds the owner pointer until the wait must queue, and
+/// builds the node only then, in await_suspend. A wait that completes at once stores one word
+/// into the frame instead of a node, and the locked instruction that usually follows (an
+/// event's reset) does not wait for a dozen stores to drain. A null owner marks the built wait.
+template <wait_node Node, class Owner>
+class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] lazy_wait_awaiter {
+  using wait_type = pending_wait<Node, false>;
+
+ public:
+  using value_type = void;
+
+  explicit lazy_wait_awaiter(Owner* owner) noexcept : owner_(owner) {}
+  lazy_wait_awaiter(const lazy_wait_awaiter&) = delete;
+  lazy_wait_awaiter& operator=(const lazy_wait_awaiter&) = delete;
+  ~lazy_wait_awaiter() {
+    if (owner_ == nullptr) wait_.~wait_type();
+  }
+
+  /// Throws std::logic_error if this awaiter suspended before (it is awaited once).
+  bool await_ready() {
+    if (owner_ == nullptr) [[unlikely]]
+      throw_awaited_again();
+    return Node::ready_at(*owner_);
+  }
+  template <class Promise>
+  bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
+    return publish(resume_target(h, scheduler_of(h)), nullptr);
+  }
+  void await_resume() {
+    if (owner_ == nullptr) wait_.finish();
+  }
+
+ private:
+  friend struct lazy_wait_access<lazy_wait_awaiter>;
+
+  /// Awaited (or selected) before: its wait was built.
+  [[nodiscard]] bool spent() const noexcept { return owner_ == nullptr; }
+
+  /// Builds the waiting operation (the owner pointer empties) and publishes it.
+  bool publish(resume_target target, commit_point* commit) noexcept {
+    Owner* const owner = std::exchange(owner_, nullptr);
+    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, owner);
+    return wait_.publish(target, nothing_to_do{}, commit);
+  }
+
+  Owner* owner_;
+  union {
+    wait_type wait_;  // constructed by publish
+  };
+};
+
+/// A lazily built wait as a when_any branch.
+template <wait_node Node, class Owner>
+struct select_access<lazy_wait_awaiter<Node, Owner>> : lazy_wait_access<lazy_wait_awaiter<Node, Owner>> {};
+
 /// Marks an awaiter made of several waits in a row (a condvar wait, watch's wait_for), which a
 /// driver other than a coroutine (the Asio adapter) runs through staged_access. Only the
 /// awaiters of the forms with a stop token derive from staged_awaiter_base<true>: a driver
