@@ -140,6 +140,8 @@
 #include "asio/operation.hpp"
 #include "asyncband.hpp"
 
+/// The Boost.Asio bridge (asyncband/asio.hpp, optional): every asyncband waiting operation as an
+/// Asio asynchronous operation, for every completion token.
 namespace asyncband::asio {
 
 /// A primitive whose wait async_wait can drive: it names a node following the core's protocol

@@ -26,6 +26,8 @@
 #include "result.hpp"
 #include "semaphore.hpp"
 
+/// Fan-out channels: every receiver gets every message, in send order. overflow() (sends never
+/// wait; a receiver too far behind lags) and bounded() (lossless: sends wait for the slowest).
 namespace asyncband::broadcast {
 
 /// What a receiver that falls `capacity` behind does to senders.

@@ -19,6 +19,7 @@
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
 
+/// A channel for one value, from one sender to one receiver: channel().
 namespace asyncband::oneshot {
 
 template <class T>

@@ -33,6 +33,9 @@
 
 #undef ASYNCBAND_DETAIL_CPLUSPLUS
 
+/// asyncband: async coordination primitives for C++20 coroutines, each in its header
+/// (asyncband/asyncband.hpp includes them all), with their result types. The Boost.Asio bridge
+/// (asyncband::asio) and the optional runtime (asyncband::runtime) have namespaces of their own.
 namespace asyncband {
 
 /// The version this header declares, as the three numbers of ASYNCBAND_VERSION_*.

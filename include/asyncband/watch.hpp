@@ -27,6 +27,7 @@
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
 
+/// One latest value with a version, from one sender to many receivers: channel().
 namespace asyncband::watch {
 
 template <class T>

@@ -22,6 +22,8 @@
 #include "../manual_reset_event.hpp"
 #include "../scheduler.hpp"
 
+/// The optional runtime (the primitives do not need it): task, spawn() and join_handle,
+/// thread_pool, when_all(), and the deterministic test_scheduler for race tests.
 namespace asyncband::runtime {
 
 template <class T = void>
