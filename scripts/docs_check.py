@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Opens pages of the generated API reference in headless Chromium and checks they rendered.
+"""Checks the generated API reference (`./x docs` runs it).
 
-For each page below, Chromium loads it from disk, runs its scripts (doxygen's navigation tree
+--complete: every declaration the headers document with /// and doxygen must show (listed by
+doxygen_filter.py in headers/documented.tsv) is in the reference's search index. Doxygen
+drops some without a warning (see doxygen_filter.py), and a warning-free build proves nothing
+about those.
+
+--render: opens pages in headless Chromium and checks they rendered. For each page below, Chromium loads it from disk, runs its scripts (doxygen's navigation tree
 is built by JavaScript) and prints the resulting DOM. The check fails if a page did not load,
 its title is not the expected one, the navigation tree is empty, an expected name is missing
 (the members a public class inherits from a detail base included: they show that the header
 filter and INLINE_INHERITED_MEMB worked), or a link in it points to a file that does not exist.
 The main page is also taken as a screenshot, which must not be blank (PNG decoded here).
 
-Usage: docs_check.py HTML_DIR   (`./x docs --check` runs it on build/docs/html)
+Usage: docs_check.py [--complete] [--render] DOCS_DIR
+  DOCS_DIR is build/docs (html/ and headers/ in it); without an option, both checks.
 """
 
 from __future__ import annotations
@@ -27,10 +33,14 @@ from urllib.parse import unquote
 
 # page, expected title (doxygen: "<project>: <page title>"), names its DOM must contain
 PAGES = [
-    ("index.html", "asyncband: asyncband", ["Primitives", "A short example", "asyncband design"]),
+    ("index.html", "asyncband: asyncband", ["Primitives", "A short example", "How it works"]),
     ("md_docs_design.html", "asyncband: asyncband design", ["The waiter core"]),
+    ("namespaceasyncband.html", "asyncband: asyncband Namespace Reference",  # free functions
+     ["mutex", "semaphore", "lock_owned", "acquire_owned", "when_any", "block_on", "resume_on"]),
+    ("namespaceasyncband_1_1mpsc.html", "asyncband: asyncband::mpsc Namespace Reference",
+     ["bounded", "unbounded", "sender", "receiver", "permit"]),
     ("classasyncband_1_1mutex.html", "asyncband: asyncband::mutex< T > Class Template Reference",
-     ["lock", "try_lock", "lock_blocking", "lock_owned", "mutex_guard"]),
+     ["lock", "try_lock", "lock_blocking", "lock_timeout", "is_locked", "mutex_guard"]),
     ("classasyncband_1_1mpsc_1_1receiver.html",
      "asyncband: asyncband::mpsc::receiver< T > Class Template Reference",
      ["recv", "try_recv", "recv_blocking", "capacity"]),
@@ -74,10 +84,11 @@ def check_page(html_dir: Path, profile: Path, page: str, title: str, names: list
     tree = re.search(r'id="nav-tree-contents"(.*?)id="doc-content"', dom, re.S)
     if tree is None or tree.group(1).count("<li") < 3:
         fail(f"{page}: the navigation tree is missing or empty (did its JavaScript run?)")
-    text = unescape(re.sub(r"<[^>]+>", " ", dom))
+    content = dom[dom.find('id="doc-content"'):]  # the page itself, not the navigation tree
+    text = unescape(re.sub(r"<[^>]+>", " ", content))
     missing = [n for n in names if not re.search(rf"(?<![\w:]){re.escape(n)}(?!\w)", text)]
-    if missing:
-        fail(f"{page}: rendered without {', '.join(missing)}")
+    if 'id="doc-content"' not in dom or missing:
+        fail(f"{page}: rendered without {', '.join(missing) or 'its content'}")
     links = {unquote(h.split("#")[0]) for h in re.findall(r'href="([^"]+)"', dom)}
     local = [h for h in links if h and not re.match(r"^[a-z]+:", h)]
     broken = sorted(h for h in local if not (path.parent / h).exists())
@@ -85,6 +96,48 @@ def check_page(html_dir: Path, profile: Path, page: str, title: str, names: list
         fail(f"{page}: links to missing files: {', '.join(broken[:10])}")
     print(f"docs_check: {page}: '{title}', {len(names)} names, {len(local)} local links OK")
     return len(local)
+
+
+def without_template_args(text: str) -> str:
+    previous = None
+    while previous != text:
+        previous, text = text, re.sub(r"<[^<>]*>", "", text)
+    return text.strip()
+
+
+def indexed(html_dir: Path) -> set[tuple[str, str]]:
+    """(scope, name) of every entry of doxygen's search index: the scope is the innermost
+    namespace, class or file, unqualified, as the headers' list has it."""
+    entry = re.compile(r"\['[^']*',\['((?:[^'\\]|\\.)*)',((?:\['[^']*',\d+,'(?:[^'\\]|\\.)*'\],?)+)\]\]")
+    reference = re.compile(r"\['[^']*',\d+,'((?:[^'\\]|\\.)*)'\]")
+    keys = set()
+    for js in sorted((html_dir / "search").glob("all_*.js")):
+        for m in entry.finditer(js.read_text()):
+            name = without_template_args(unescape(m.group(1)))
+            for ref in reference.findall(m.group(2)):
+                # A reference is the entry's scope, or its qualified name (with the arguments).
+                parts = [p.strip() for p in without_template_args(unescape(ref).split("(")[0]).split("::")]
+                if parts[-1] == name:
+                    keys.add((parts[-2] if len(parts) > 1 else "", name))
+                else:
+                    keys.add((parts[-1], name))
+                keys.add(("*", name))
+    return keys
+
+
+def check_complete(docs_dir: Path) -> None:
+    listed = docs_dir / "headers" / "documented.tsv"
+    if not listed.is_file():
+        fail(f"{listed} does not exist (scripts/doxygen_filter.py writes it)")
+    keys = indexed(docs_dir / "html")
+    rows = [line.split("\t") for line in listed.read_text().splitlines() if line]
+    missing = [(where, f"{scope}::{name}" if scope not in ("", "*") else name)
+               for scope, name, where in rows if (scope, name) not in keys]
+    if missing:
+        listing = "\n".join(f"  {where}: {name}" for where, name in missing)
+        fail(f"{len(missing)} documented declaration(s) missing from the reference, doxygen said nothing:\n"
+             f"{listing}\n(is the namespace documented? a trailing requires-clause before them?)")
+    print(f"docs_check: all {len(rows)} documented public declarations are in the reference")
 
 
 def png_colours(png: bytes) -> int:
@@ -125,11 +178,7 @@ def png_colours(png: bytes) -> int:
     return len(colours)
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__.rsplit("Usage: ", 1)[1].strip(), file=sys.stderr)
-        return 2
-    html_dir = Path(sys.argv[1]).resolve()
+def check_render(html_dir: Path) -> None:
     check_dir = html_dir.parent / "check"
     check_dir.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="docs_check_profile_") as profile:
@@ -145,6 +194,22 @@ def main() -> int:
             fail(f"the screenshot of index.html ({shot}) is blank: {colours} colours")
         print(f"docs_check: index.html screenshot ({shot}): {colours} colours OK")
     print(f"docs_check: {len(PAGES)} pages rendered")
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    options = {a for a in args if a.startswith("--")}
+    rest = [a for a in args if not a.startswith("--")]
+    if len(rest) != 1 or options - {"--complete", "--render"}:
+        print(__doc__.rsplit("Usage: ", 1)[1].strip(), file=sys.stderr)
+        return 2
+    docs_dir = Path(rest[0]).resolve()
+    if not (docs_dir / "html" / "index.html").is_file():
+        fail(f"no {docs_dir / 'html' / 'index.html'}: run `./x docs` first")
+    if not options or "--complete" in options:
+        check_complete(docs_dir)
+    if not options or "--render" in options:
+        check_render(docs_dir / "html")
     return 0
 
 

@@ -22,8 +22,14 @@ doxygen's warnings stay those of the header. (A copy of the tree rather than dox
 FILTER_PATTERNS: doxygen would start this script twice per header, and Python's start-up
 alone made that half a minute.)
 
+It also lists, in OUT_DIR/documented.tsv, every declaration with a /// comment that doxygen
+must show (public, and not hidden in a detail namespace), for docs_check.py --complete:
+doxygen drops some without a warning (the members of an undocumented namespace, the macros of
+an undocumented file, the members after an unparenthesised trailing requires-clause).
+
 Usage: doxygen_filter.py INCLUDE_DIR OUT_DIR
-  writes every INCLUDE_DIR/**/*.hpp to the same path under OUT_DIR, filtered
+  writes every INCLUDE_DIR/**/*.hpp to the same path under OUT_DIR, filtered, and
+  OUT_DIR/documented.tsv (scope, name, file:line per line)
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ NAMESPACE = re.compile(r"^\s*namespace\s+((?:\w+::)*\w+)\s*\{")
 DETAIL = re.compile(r"(^|::|_)detail$")
 CLASS_HEAD = re.compile(r"^\s*(?:template\s*<.*>\s*)?(class|struct)\s+(?:\[\[[^\]]*\]\]\s*)?(\w+)\b")
 ALIAS = re.compile(r"^\s*using\s+\w+\s*=\s*(?:typename\s+)?((?:\w+::)*\w+)")
+DOCUMENTED = "documented.tsv"
 COND, ENDCOND = " /** \\cond */", "/** \\endcond */ "
 
 
@@ -81,7 +88,32 @@ class ClassDef:
     in_detail: bool
     bases: list[str]  # public bases, qualified as written, template arguments dropped
     first: int  # first line shown for a carrier: its doc comment, template<>, head
+    nested: bool = False  # in a class rather than a namespace
     last: int = -1  # the line with the closing brace
+
+
+@dataclass
+class Documented:
+    """A declaration with a /// comment right above it, in a public part of a class or
+    namespace: doxygen must show it."""
+
+    scope: str  # the innermost enclosing namespace or class, unqualified ("*": a macro)
+    name: str
+    line: int
+    visible: bool  # not private/protected, nor in a class that is
+    detail_class: str | None  # the namespace-scope class it is in, when in a detail namespace
+    in_detail: bool
+
+
+@dataclass
+class Scope:
+    kind: str  # file, namespace, class
+    depth: int  # brace depth inside it
+    name: str
+    detail: bool  # a detail namespace, or in one
+    visible: bool  # what is declared here now is public (classes: public access, visible class)
+    what: object = None  # class: its ClassDef; outermost detail namespace: the line it opens on
+    detail_class: str | None = None
 
 
 @dataclass
@@ -89,6 +121,7 @@ class Scan:
     classes: list[ClassDef] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)  # public aliases' targets
     detail_open: dict[int, int] = field(default_factory=dict)  # open line -> close line
+    documented: list[Documented] = field(default_factory=list)
 
 
 def public_bases(clause: str) -> list[str]:
@@ -103,31 +136,94 @@ def public_bases(clause: str) -> list[str]:
     return bases
 
 
+def declared_name(text: str) -> str | None:
+    """The name a declaration (its text up to a `(`, `{`, `;` or `=`) declares; None for what
+    the completeness check leaves out (friends, operators, destructors, namespaces)."""
+    text = re.sub(r"\[\[.*?\]\]", "", text)
+    text = re.sub(r"\b(decltype|alignas|noexcept)\s*\((?:[^()]|\([^()]*\))*\)", "", text).strip()
+    if re.match(r"^(friend|namespace|static_assert)\b", text) or "operator" in text:
+        return None
+    for pattern in (r"^(?:class|struct|union)\s+(\w+)", r"^enum\s+(?:class\s+|struct\s+)?(\w+)",
+                    r"^using\s+(\w+)\s*=", r"^concept\s+(\w+)"):
+        m = re.match(pattern, text)
+        if m:
+            return m.group(1)
+    if text.startswith("using"):
+        return None
+    pointer = re.search(r"\(\s*\*\s*(\w+)\s*\)\s*\(", text)  # a function pointer: void (*fn)(...)
+    if pointer:
+        return pointer.group(1)
+    cut = min((i for i in (text.find(c) for c in "({;=") if i >= 0), default=len(text))
+    words = re.findall(r"~?\w+", strip_template_args(text[:cut]))
+    return words[-1] if words and not words[-1].startswith("~") else None
+
+
 def scan(lines: list[str]) -> Scan:
-    """Namespace-scope classes and aliases, detail blocks, and where each ends."""
+    """Classes and public aliases, detail blocks and where each ends, and the documented
+    declarations."""
     result = Scan()
-    # Open scopes: (kind, brace depth inside it, detail?, ClassDef or open line)
-    scopes: list[tuple[str, int, bool, object]] = [("file", 0, False, None)]
+    scopes = [Scope("file", 0, "", False, True)]
     depth, in_comment, head, head_first = 0, False, None, 0
+    documented, in_template, in_requires, decl, decl_line = False, False, False, None, 0
+    conditions: list[bool] = []  # #if blocks: True for the ASYNCBAND_TESTING-only ones
     for number, line in enumerate(lines):
+        stripped = line.strip()
+        directive = re.match(r"^#\s*(if|ifdef|ifndef|else|elif|endif)\b(.*)", stripped)
+        if directive:
+            kind, rest = directive.groups()
+            if kind.startswith("if"):
+                conditions.append(kind == "ifdef" and rest.strip() == "ASYNCBAND_TESTING")
+            elif kind == "endif" and conditions:
+                conditions.pop()
+            elif conditions:
+                conditions[-1] = False
+        testing_only = any(conditions)
         code, in_comment = code_of(line, in_comment)
         top = scopes[-1]
-        at_namespace_scope = top[0] in ("file", "namespace") and depth == top[1]
-        in_detail = top[2]
+        at_scope = depth == top.depth
         opened = None
-        if at_namespace_scope:
-            ns = NAMESPACE.match(code)
+        access = re.match(r"^\s*(public|private|protected)\s*:", code) if top.kind == "class" else None
+        if at_scope and access:
+            top.visible = access.group(1) == "public" and scopes[-2].visible
+        # A /// block (not `///<` after a member, nor a group's `/// @}`) documents what follows.
+        if at_scope and stripped.startswith("///") and not stripped.startswith("///<"):
+            documented = stripped not in ("/// @}", "///@}")
+        elif stripped.startswith("#"):
+            macro = re.match(r"^#\s*define\s+(\w+)", stripped)
+            if macro and documented and not testing_only:
+                result.documented.append(Documented("*", macro.group(1), number + 1, True, None, False))
+            documented = False
+        elif at_scope and head is None and code.strip() and not testing_only and not access:
+            if decl is None and (in_template or re.match(r"^\s*template\s*<", code)):
+                in_template = not code.rstrip().endswith(">")
+            elif decl is None and (in_requires or re.match(r"^\s*requires\b", code)):
+                in_requires = code.rstrip().endswith(("&&", "||"))
+            else:
+                if decl is None:
+                    decl, decl_line = "", number
+                decl += " " + code
+                cls = CLASS_HEAD.match(decl)
+                if cls or re.search(r"[({;=]", decl):
+                    name = (cls.group(2) if cls else declared_name(decl)) if documented else None
+                    if name:
+                        result.documented.append(Documented(
+                            top.name, name, decl_line + 1, top.visible, top.detail_class,
+                            top.detail))
+                    documented, decl = False, None
+        if at_scope and top.kind in ("file", "namespace", "class"):
+            ns = NAMESPACE.match(code) if top.kind != "class" else None
             cls = CLASS_HEAD.match(code)
             alias = ALIAS.match(code)
             if ns:
-                detail = in_detail or bool(DETAIL.search(ns.group(1)))
-                opened = ("namespace", detail, None if in_detail or not detail else number)
+                detail = top.detail or bool(DETAIL.search(ns.group(1)))
+                opened = Scope("namespace", 0, ns.group(1).split("::")[-1], detail, True,
+                               None if top.detail or not detail else number)
             elif cls and head is None:
                 head, head_first = code, number
                 # The doc comment and template<> lines just above belong to the class.
                 while head_first > 0 and re.match(r"^\s*(///|template\b)", lines[head_first - 1]):
                     head_first -= 1
-            elif head is None and alias and not in_detail and "detail::" in alias.group(1):
+            elif head is None and alias and not top.detail and top.kind != "class" and "detail::" in alias.group(1):
                 result.aliases.append(alias.group(1))
         elif head is not None:
             head += " " + code
@@ -137,30 +233,34 @@ def scan(lines: list[str]) -> Scan:
             if text and cls and (";" not in code or code.find("{") < code.find(";")):
                 rest = strip_template_args(text[cls.end():])  # result<T&> : public ...
                 clause = rest.split(":", 1)[1] if re.match(r"^\s*(final\s*)?:[^:]", rest) else ""
-                cd = ClassDef(cls.group(2), in_detail, public_bases(clause), head_first)
+                cd = ClassDef(cls.group(2), top.detail, public_bases(clause), head_first, top.kind == "class")
                 result.classes.append(cd)
-                opened = ("class", in_detail, cd)
+                struct = cls.group(1) == "struct"
+                opened = Scope("class", 0, cd.name, top.detail, top.visible and struct, cd,
+                               top.detail_class or (cd.name if top.detail else None))
             head = None
         for ch in code:
             if ch == "{":
                 depth += 1
                 if opened is not None:
-                    scopes.append((opened[0], depth, opened[1], opened[2]))
+                    opened.depth = depth
+                    scopes.append(opened)
                     opened = None
             elif ch == "}":
-                if len(scopes) > 1 and depth == scopes[-1][1]:
-                    kind, _, _, what = scopes.pop()
-                    if kind == "class":
-                        what.last = number
-                    elif what is not None:
-                        result.detail_open[what] = number
+                if len(scopes) > 1 and depth == scopes[-1].depth:
+                    closed = scopes.pop()
+                    documented, decl = False, None
+                    if closed.kind == "class":
+                        closed.what.last = number
+                    elif closed.what is not None:
+                        result.detail_open[closed.what] = number
                 depth -= 1
     return result
 
 
 def find_carriers(headers: dict[Path, list[str]]) -> set[str]:
     scans = [scan(lines) for lines in headers.values()]
-    classes = [c for s in scans for c in s.classes]
+    classes = [c for s in scans for c in s.classes if not c.nested]
     last = lambda name: name.split("::")[-1]  # noqa: E731
     detail_names = {c.name for c in classes if c.in_detail}
     wanted = [last(a) for s in scans for a in s.aliases]
@@ -200,7 +300,7 @@ def filtered(lines: list[str], carriers: set[str]) -> list[str]:
     lines = parenthesize_trailing_requires(lines)
     s = scan(lines)
     out = list(lines)
-    shown = [c for c in s.classes if c.in_detail and c.name in carriers and c.last >= 0]
+    shown = [c for c in s.classes if c.in_detail and not c.nested and c.name in carriers and c.last >= 0]
     for number in s.detail_open:
         out[number] += COND
     for number in s.detail_open.values():
@@ -220,9 +320,13 @@ def main() -> int:
     source, target = Path(sys.argv[1]), Path(sys.argv[2])
     headers = {p.relative_to(source): p.read_text().splitlines() for p in sorted(source.rglob("*.hpp"))}
     carriers = find_carriers(headers)
+    shown = []
     for path, lines in headers.items():
         (target / path).parent.mkdir(parents=True, exist_ok=True)
         (target / path).write_text("\n".join(filtered(lines, carriers)) + "\n")
+        shown += [f"{d.scope}\t{d.name}\t{source / path}:{d.line}" for d in scan(lines).documented
+                  if d.visible and (not d.in_detail or d.detail_class in carriers)]
+    (target / DOCUMENTED).write_text("\n".join(shown) + "\n")
     print(f"doxygen_filter: {len(headers)} headers; detail classes shown for the public members"
           f" they carry: {', '.join(sorted(carriers))}")
     return 0

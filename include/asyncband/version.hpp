@@ -2,6 +2,8 @@
 // asyncband/version.hpp: the library's version, and the check that the compiler is in C++20
 // mode. Every public header includes it first, so a build without C++20 stops here with one
 // message instead of hundreds of lines about coroutines.
+/// \file
+/// The library's version, as macros for `#if` and as asyncband::version.
 #pragma once
 
 /// The major version: a change of it may break source compatibility.
