@@ -7,8 +7,9 @@ doxygen_filter.py in headers/documented.tsv) is in the reference's search index.
 drops some without a warning (see doxygen_filter.py), and a warning-free build proves nothing
 about those.
 
---render: opens pages in headless Chromium and checks they rendered. For each page below, Chromium loads it from disk, runs its scripts (doxygen's navigation tree
-is built by JavaScript) and prints the resulting DOM. The check fails if a page did not load,
+--render: opens pages in headless Chromium and checks they rendered. For each page below,
+Chromium loads it from disk, runs its scripts (doxygen's navigation tree is built by
+JavaScript) and prints the resulting DOM. The check fails if a page did not load,
 its title is not the expected one, the navigation tree is empty, an expected name is missing
 (the members a public class inherits from a detail base included: they show that the header
 filter and INLINE_INHERITED_MEMB worked), or a link in it points to a file that does not exist.
@@ -31,7 +32,7 @@ from html import unescape
 from pathlib import Path
 from urllib.parse import unquote
 
-# page, expected title (doxygen: "<project>: <page title>"), names its DOM must contain
+# page, expected title (doxygen: "<project>: <page title>"), names its content must show
 PAGES = [
     ("index.html", "asyncband: asyncband", ["Primitives", "A short example", "How it works"]),
     ("md_docs_design.html", "asyncband: asyncband design", ["The waiter core"]),
@@ -50,7 +51,8 @@ PAGES = [
     ("classasyncband_1_1latch.html", "asyncband: asyncband::latch Class Reference",
      ["count_down", "wait", "wait_blocking", "wait_timeout"]),
 ]
-NOT_LOADED = ["ERR_FILE_NOT_FOUND", "ERR_ACCESS_DENIED", "This page isn't working", "couldn't be accessed"]
+NOT_LOADED = ["ERR_FILE_NOT_FOUND", "ERR_ACCESS_DENIED", "This page isn't working",
+              "couldn't be accessed"]
 
 
 def fail(message: str) -> None:
@@ -108,15 +110,18 @@ def without_template_args(text: str) -> str:
 def indexed(html_dir: Path) -> set[tuple[str, str]]:
     """(scope, name) of every entry of doxygen's search index: the scope is the innermost
     namespace, class or file, unqualified, as the headers' list has it."""
-    entry = re.compile(r"\['[^']*',\['((?:[^'\\]|\\.)*)',((?:\['[^']*',\d+,'(?:[^'\\]|\\.)*'\],?)+)\]\]")
-    reference = re.compile(r"\['[^']*',\d+,'((?:[^'\\]|\\.)*)'\]")
+    # ['id',['name',['url',1,'scope or qualified name'],...]]
+    quoted = r"'((?:[^'\\]|\\.)*)'"
+    reference = re.compile(rf"\['[^']*',\d+,{quoted}\]")
+    entry = re.compile(rf"\['[^']*',\[{quoted},((?:{reference.pattern},?)+)\]\]")
     keys = set()
     for js in sorted((html_dir / "search").glob("all_*.js")):
         for m in entry.finditer(js.read_text()):
             name = without_template_args(unescape(m.group(1)))
             for ref in reference.findall(m.group(2)):
                 # A reference is the entry's scope, or its qualified name (with the arguments).
-                parts = [p.strip() for p in without_template_args(unescape(ref).split("(")[0]).split("::")]
+                qualified = without_template_args(unescape(ref).split("(")[0])
+                parts = [p.strip() for p in qualified.split("::")]
                 if parts[-1] == name:
                     keys.add((parts[-2] if len(parts) > 1 else "", name))
                 else:
@@ -135,7 +140,8 @@ def check_complete(docs_dir: Path) -> None:
                for scope, name, where in rows if (scope, name) not in keys]
     if missing:
         listing = "\n".join(f"  {where}: {name}" for where, name in missing)
-        fail(f"{len(missing)} documented declaration(s) missing from the reference, doxygen said nothing:\n"
+        fail(f"{len(missing)} documented declaration(s) missing from the reference, "
+             f"doxygen said nothing:\n"
              f"{listing}\n(is the namespace documented? a trailing requires-clause before them?)")
     print(f"docs_check: all {len(rows)} documented public declarations are in the reference")
 
@@ -156,9 +162,11 @@ def png_colours(png: bytes) -> int:
         elif kind == b"IDAT":
             idat += data
         pos += 12 + length
-    raw, stride, previous, colours = zlib.decompress(idat), width * channels, bytearray(width * channels), set()
+    raw, stride, colours = zlib.decompress(idat), width * channels, set()
+    previous = bytearray(stride)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
         for x in range(stride):
             left = line[x - channels] if x >= channels else 0
             up, up_left = previous[x], previous[x - channels] if x >= channels else 0
@@ -171,7 +179,8 @@ def png_colours(png: bytes) -> int:
             elif kind == 4:
                 p = left + up - up_left
                 pa, pb, pc = abs(p - left), abs(p - up), abs(p - up_left)
-                line[x] = (line[x] + (left if pa <= pb and pa <= pc else up if pb <= pc else up_left)) & 0xFF
+                best = left if pa <= pb and pa <= pc else up if pb <= pc else up_left
+                line[x] = (line[x] + best) & 0xFF
         if y % 4 == 0:
             colours.update(bytes(line[i:i + 3]) for i in range(0, stride, channels * 4))
         previous = line
@@ -186,7 +195,8 @@ def check_render(html_dir: Path) -> None:
             check_page(html_dir, Path(profile), page, title, names)
         shot = check_dir / "index.png"
         shot.unlink(missing_ok=True)
-        chromium(Path(profile), "--window-size=1280,900", f"--screenshot={shot}", (html_dir / "index.html").as_uri())
+        chromium(Path(profile), "--window-size=1280,900", f"--screenshot={shot}",
+                 (html_dir / "index.html").as_uri())
         if not shot.is_file():
             fail("Chromium wrote no screenshot of index.html")
         colours = png_colours(shot.read_bytes())

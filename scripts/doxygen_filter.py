@@ -41,7 +41,8 @@ from pathlib import Path
 
 NAMESPACE = re.compile(r"^\s*namespace\s+((?:\w+::)*\w+)\s*\{")
 DETAIL = re.compile(r"(^|::|_)detail$")
-CLASS_HEAD = re.compile(r"^\s*(?:template\s*<.*>\s*)?(class|struct)\s+(?:\[\[[^\]]*\]\]\s*)?(\w+)\b")
+CLASS_HEAD = re.compile(r"^\s*(?:template\s*<.*>\s*)?(class|struct)\s+"
+                        r"(?:\[\[[^\]]*\]\]\s*)?(\w+)\b")
 ALIAS = re.compile(r"^\s*using\s+\w+\s*=\s*(?:typename\s+)?((?:\w+::)*\w+)")
 DOCUMENTED = "documented.tsv"
 COND, ENDCOND = " /** \\cond */", "/** \\endcond */ "
@@ -182,7 +183,7 @@ def scan(lines: list[str]) -> Scan:
         top = scopes[-1]
         at_scope = depth == top.depth
         opened = None
-        access = re.match(r"^\s*(public|private|protected)\s*:", code) if top.kind == "class" else None
+        access = top.kind == "class" and re.match(r"^\s*(public|private|protected)\s*:", code)
         if at_scope and access:
             top.visible = access.group(1) == "public" and scopes[-2].visible
         # A /// block (not `///<` after a member, nor a group's `/// @}`) documents what follows.
@@ -191,7 +192,8 @@ def scan(lines: list[str]) -> Scan:
         elif stripped.startswith("#"):
             macro = re.match(r"^#\s*define\s+(\w+)", stripped)
             if macro and documented and not testing_only:
-                result.documented.append(Documented("*", macro.group(1), number + 1, True, None, False))
+                result.documented.append(
+                    Documented("*", macro.group(1), number + 1, True, None, False))
             documented = False
         elif at_scope and head is None and code.strip() and not testing_only and not access:
             if decl is None and (in_template or re.match(r"^\s*template\s*<", code)):
@@ -223,8 +225,9 @@ def scan(lines: list[str]) -> Scan:
                 # The doc comment and template<> lines just above belong to the class.
                 while head_first > 0 and re.match(r"^\s*(///|template\b)", lines[head_first - 1]):
                     head_first -= 1
-            elif head is None and alias and not top.detail and top.kind != "class" and "detail::" in alias.group(1):
-                result.aliases.append(alias.group(1))
+            elif head is None and alias and "detail::" in alias.group(1):
+                if not top.detail and top.kind != "class":
+                    result.aliases.append(alias.group(1))
         elif head is not None:
             head += " " + code
         if head is not None and ("{" in code or ";" in code):
@@ -233,7 +236,8 @@ def scan(lines: list[str]) -> Scan:
             if text and cls and (";" not in code or code.find("{") < code.find(";")):
                 rest = strip_template_args(text[cls.end():])  # result<T&> : public ...
                 clause = rest.split(":", 1)[1] if re.match(r"^\s*(final\s*)?:[^:]", rest) else ""
-                cd = ClassDef(cls.group(2), top.detail, public_bases(clause), head_first, top.kind == "class")
+                cd = ClassDef(cls.group(2), top.detail, public_bases(clause), head_first,
+                              top.kind == "class")
                 result.classes.append(cd)
                 struct = cls.group(1) == "struct"
                 opened = Scope("class", 0, cd.name, top.detail, top.visible and struct, cd,
@@ -283,12 +287,16 @@ def parenthesize_trailing_requires(lines: list[str]) -> list[str]:
     out = list(lines)
     for i, line in enumerate(out):
         m = re.match(r"^(\s+requires)\s+([^({\s].*)$", line)
+        if not m:
+            continue
         previous = next((p.strip() for p in reversed(out[:i]) if p.strip()), "")
-        if not m or not re.search(r"(\)|\bconst|\bnoexcept)$", previous):  # not after a declarator
+        if not re.search(r"(\)|\bconst|\bnoexcept)$", previous):  # after a template head
             continue
         out[i] = f"{m.group(1)}({m.group(2)}"
         j = i  # the clause's last line: before a `{` or `;`, on its line or the next
-        while not re.search(r"[{;]\s*$", out[j]) and j + 1 < len(out) and not out[j + 1].strip().startswith("{"):
+        while not re.search(r"[{;]\s*$", out[j]) and j + 1 < len(out):
+            if out[j + 1].strip().startswith("{"):
+                break
             j += 1
         end = re.search(r"\s*[{;]\s*$", out[j])
         cut = end.start() if end else len(out[j].rstrip())
@@ -300,7 +308,8 @@ def filtered(lines: list[str], carriers: set[str]) -> list[str]:
     lines = parenthesize_trailing_requires(lines)
     s = scan(lines)
     out = list(lines)
-    shown = [c for c in s.classes if c.in_detail and not c.nested and c.name in carriers and c.last >= 0]
+    shown = [c for c in s.classes
+             if c.in_detail and not c.nested and c.name in carriers and c.last >= 0]
     for number in s.detail_open:
         out[number] += COND
     for number in s.detail_open.values():
@@ -318,7 +327,8 @@ def main() -> int:
         print(__doc__.rsplit("Usage: ", 1)[1].strip(), file=sys.stderr)
         return 2
     source, target = Path(sys.argv[1]), Path(sys.argv[2])
-    headers = {p.relative_to(source): p.read_text().splitlines() for p in sorted(source.rglob("*.hpp"))}
+    headers = {p.relative_to(source): p.read_text().splitlines()
+               for p in sorted(source.rglob("*.hpp"))}
     carriers = find_carriers(headers)
     shown = []
     for path, lines in headers.items():
