@@ -32,6 +32,8 @@ from html import unescape
 from pathlib import Path
 from urllib.parse import unquote
 
+from doxygen_filter import DOCUMENTED, strip_template_args  # scripts/, next to this one
+
 # page, expected title (doxygen: "<project>: <page title>"), names its content must show
 PAGES = [
     ("index.html", "asyncband: asyncband", ["Primitives", "A short example", "How it works"]),
@@ -100,13 +102,6 @@ def check_page(html_dir: Path, profile: Path, page: str, title: str, names: list
     return len(local)
 
 
-def without_template_args(text: str) -> str:
-    previous = None
-    while previous != text:
-        previous, text = text, re.sub(r"<[^<>]*>", "", text)
-    return text.strip()
-
-
 def indexed(html_dir: Path) -> set[tuple[str, str]]:
     """(scope, name) of every entry of doxygen's search index: the scope is the innermost
     namespace, class or file, unqualified, as the headers' list has it."""
@@ -117,10 +112,10 @@ def indexed(html_dir: Path) -> set[tuple[str, str]]:
     keys = set()
     for js in sorted((html_dir / "search").glob("all_*.js")):
         for m in entry.finditer(js.read_text()):
-            name = without_template_args(unescape(m.group(1)))
+            name = strip_template_args(unescape(m.group(1))).strip()
             for ref in reference.findall(m.group(2)):
                 # A reference is the entry's scope, or its qualified name (with the arguments).
-                qualified = without_template_args(unescape(ref).split("(")[0])
+                qualified = strip_template_args(unescape(ref).split("(")[0])
                 parts = [p.strip() for p in qualified.split("::")]
                 if parts[-1] == name:
                     keys.add((parts[-2] if len(parts) > 1 else "", name))
@@ -131,7 +126,7 @@ def indexed(html_dir: Path) -> set[tuple[str, str]]:
 
 
 def check_complete(docs_dir: Path) -> None:
-    listed = docs_dir / "headers" / "documented.tsv"
+    listed = docs_dir / "headers" / DOCUMENTED
     if not listed.is_file():
         fail(f"{listed} does not exist (scripts/doxygen_filter.py writes it)")
     keys = indexed(docs_dir / "html")
