@@ -39,7 +39,9 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   friend class detail::wait_functions<auto_reset_event>;
 
  public:
+  /// An event holding no permit.
   auto_reset_event() noexcept = default;
+  /// An event holding a permit if `initially_set`.
   explicit auto_reset_event(bool initially_set) noexcept : state_(initially_set ? permit : 0U) {}
   auto_reset_event(const auto_reset_event&) = delete;
   auto_reset_event& operator=(const auto_reset_event&) = delete;

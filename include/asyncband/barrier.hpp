@@ -20,6 +20,7 @@ namespace asyncband {
 struct barrier_wait_result {
   /// Exactly one participant of each generation is the leader: the one whose arrival completed it.
   bool leader = false;
+  /// leader.
   [[nodiscard]] bool is_leader() const noexcept { return leader; }
 };
 
@@ -47,10 +48,12 @@ class barrier : public detail::wait_functions<barrier> {
   friend class detail::wait_functions<barrier>;
 
  public:
+  /// The largest participant count.
   [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept {
     return std::numeric_limits<std::ptrdiff_t>::max();
   }
 
+  /// A barrier for `participants` participants (at least 1; std::invalid_argument otherwise).
   explicit barrier(std::ptrdiff_t participants)
       : participants_(checked(participants)), remaining_(participants_) {}
   barrier(const barrier&) = delete;
@@ -58,6 +61,7 @@ class barrier : public detail::wait_functions<barrier> {
   /// Debug builds assert that no wait is pending.
   ~barrier() { assert(queue_.no_waiters_left() && "asyncband::barrier destroyed with waiters"); }
 
+  /// The participant count of every generation.
   [[nodiscard]] std::ptrdiff_t participants() const noexcept { return participants_; }
 
   /// Completed generations so far (a snapshot).

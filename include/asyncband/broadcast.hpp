@@ -26,6 +26,8 @@
 #include "result.hpp"
 #include "semaphore.hpp"
 
+/// Fan-out channels: every receiver gets every message, in send order. overflow() (sends never
+/// wait; a receiver too far behind lags) and bounded() (lossless: sends wait for the slowest).
 namespace asyncband::broadcast {
 
 /// What a receiver that falls `capacity` behind does to senders.
@@ -176,14 +178,18 @@ class sender {
   static constexpr bool lossless = M == mode::bounded;
 
  public:
+  /// Another sender of the same channel (a moved-from sender copies as moved-from).
   sender(const sender& other) noexcept : ring_(other.ring_) {
     if (ring_ != nullptr) ring_->add_sender();  // a copy of a moved-from sender is moved-from
   }
+  /// Takes over `other`'s place among the senders; `other` is left moved-from.
   sender(sender&& other) noexcept : ring_(std::exchange(other.ring_, nullptr)) {}
+  /// Leaves this sender's channel (as destruction does), then joins `other`'s.
   sender& operator=(const sender& other) noexcept {
     if (this != &other) *this = sender(other);
     return *this;
   }
+  /// Leaves this sender's channel (as destruction does), then takes over `other`'s place.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       const sender departing(std::move(*this));  // goes last: closing may wake receivers inline
@@ -329,7 +335,9 @@ class [[nodiscard]] receiver {
   using recv_forms = asyncband::detail::wait_forms<node_type>;
 
  public:
+  /// Takes over `other`'s subscription and position; `other` is left moved-from.
   receiver(receiver&& other) noexcept : rx_{std::exchange(other.rx_.ring, nullptr), other.rx_.at, {}} {}
+  /// Unsubscribes this receiver (as destruction does), then takes over `other`'s subscription.
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       const receiver departing(std::move(*this));  // unsubscribes last: it may resume senders inline

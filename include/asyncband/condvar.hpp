@@ -96,18 +96,25 @@ class condvar {
     return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
+  /// wait(guard) for a plain thread: unlocks, blocks until notified, relocks; yields the guard.
+  /// Precondition: guard.owns_lock().
   template <class T>
   mutex_guard<T> wait_blocking(mutex_guard<T> guard) {
     return block<false>(std::move(guard), detail::wait_once{}, {});
   }
+  /// As wait_blocking(guard), or until `stop` is requested: ok (mutex held), or cancelled (mutex
+  /// not held).
   template <class T>
   result<mutex_guard<T>> wait_blocking(mutex_guard<T> guard, std::stop_token stop) {
     return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
   }
+  /// wait_while(guard, keep_waiting) for a plain thread; yields the guard.
   template <class T, class Predicate>
   mutex_guard<T> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting) {
     return block<false>(std::move(guard), std::move(keep_waiting), {});
   }
+  /// As wait_while_blocking(guard, keep_waiting), or until `stop` is requested: ok (mutex held,
+  /// keep_waiting false), or cancelled (mutex not held).
   template <class T, class Predicate>
   result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting,
                                              std::stop_token stop) {

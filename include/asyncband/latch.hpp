@@ -35,8 +35,11 @@ class latch : public detail::wait_functions<latch> {
   friend class detail::wait_functions<latch>;
 
  public:
+  /// The largest count a latch starts from.
   [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept { return waiters_flag - 1; }
 
+  /// A latch whose waits complete once count_down() has taken `count` to zero (0 to max();
+  /// std::invalid_argument otherwise; 0: already complete).
   explicit latch(std::ptrdiff_t count) : state_(checked_initial(count)) {}
   latch(const latch&) = delete;
   latch& operator=(const latch&) = delete;

@@ -33,6 +33,7 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   friend class detail::wait_functions<manual_reset_event>;
 
  public:
+  /// An event, set if `initially_set`.
   explicit manual_reset_event(bool initially_set = false) noexcept : state_(initially_set ? set_bit : 0U) {}
   manual_reset_event(const manual_reset_event&) = delete;
   manual_reset_event& operator=(const manual_reset_event&) = delete;

@@ -179,6 +179,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
     T* value;
     /// The value handed back when it was not inserted.
     std::optional<T> rejected;
+    /// The value was inserted (nothing was handed back).
     [[nodiscard]] bool inserted() const noexcept { return !rejected.has_value(); }
   };
 

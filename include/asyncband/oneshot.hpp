@@ -19,6 +19,7 @@
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
 
+/// A channel for one value, from one sender to one receiver: channel().
 namespace asyncband::oneshot {
 
 template <class T>
@@ -198,7 +199,9 @@ std::pair<sender<T>, receiver<T>> channel();
 template <class T>
 class [[nodiscard]] sender {
  public:
+  /// Takes over `other`'s channel; `other` is left moved-from.
   sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Drops this sender's channel (as destruction does), then takes over `other`'s.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       const sender departing(std::move(*this));  // goes last: it may wake the receiver inline

@@ -27,6 +27,7 @@
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
 
+/// One latest value with a version, from one sender to many receivers: channel().
 namespace asyncband::watch {
 
 template <class T>
@@ -368,16 +369,20 @@ class wait_for_awaiter;
 template <class T>
 class [[nodiscard]] borrowed {
  public:
+  /// Another guard on the same version (one atomic increment).
   borrowed(const borrowed& other) noexcept : cell_(other.cell_), changed_(other.changed_) {
     if (cell_ != nullptr) cell_->acquire();
   }
+  /// Takes over `other`'s version; `other` is left empty.
   borrowed(borrowed&& other) noexcept
       : cell_(std::exchange(other.cell_, nullptr)), changed_(other.changed_) {}
+  /// Shows `other`'s version instead (its own reference goes).
   borrowed& operator=(const borrowed& other) noexcept {
     borrowed copy(other);
     swap(copy);
     return *this;
   }
+  /// Takes over `other`'s version (its own reference goes); `other` is left empty.
   borrowed& operator=(borrowed&& other) noexcept {
     borrowed taken(std::move(other));
     swap(taken);
@@ -456,7 +461,9 @@ std::pair<sender<T>, receiver<T>> channel(Args&&... args);
 template <class T>
 class [[nodiscard]] sender {
  public:
+  /// Takes over `other`'s channel; `other` is left moved-from.
   sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Closes this sender's channel (as destruction does), then takes over `other`'s.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       const sender departing(std::move(*this));  // goes last: it may wake receivers inline
@@ -623,10 +630,14 @@ class [[nodiscard]] sender {
 template <class T>
 class [[nodiscard]] receiver {
  public:
+  /// Another receiver of the same channel, which has seen what `other` has.
   receiver(const receiver& other) noexcept : state_(other.state_), seen_(other.seen_) {
     if (state_ != nullptr) state_->add_receiver();
   }
+  /// Takes over `other`'s place among the receivers; `other` is left moved-from.
   receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)), seen_(other.seen_) {}
+  /// Leaves this receiver's channel (as destruction does), then joins `other`'s, seeing what it
+  /// has seen.
   receiver& operator=(const receiver& other) noexcept {
     if (this != &other) {
       const receiver departing(std::move(*this));  // goes last: it may complete closed() inline
@@ -636,6 +647,7 @@ class [[nodiscard]] receiver {
     }
     return *this;
   }
+  /// Leaves this receiver's channel (as destruction does), then takes over `other`'s place.
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       const receiver departing(std::move(*this));

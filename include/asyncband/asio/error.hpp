@@ -32,6 +32,7 @@
 #include "../broadcast/recv_result.hpp"
 #include "../result.hpp"
 
+/// The errors of operations completed through Asio, and their boost::system::error_code.
 namespace asyncband::asio::error {
 
 /// What an asyncband operation completed through Asio can fail with (a plain enum in a

@@ -69,13 +69,14 @@ class bounded_sender : public sender_handle<State> {
     if (s.try_push(value)) return {};
     return {s.closed() ? send_status::closed : send_status::full, std::move(value)};
   }
-  /// The blocking twins of send.
+  /// send() for a plain thread: blocks until there is capacity; ok, or closed with the value.
   send_result<T> send_blocking(T value) {
     state_type& s = *live();
     if (!s.closed() && s.try_push(value)) return {};
     return finish_bounded_send(s, capacity_forms::block(&s.capacity(), std::size_t{1}, permit_itself{}),
                                std::move(value));
   }
+  /// As send_blocking(value), or until `stop` is requested (then cancelled, with the value).
   send_result<T> send_blocking(T value, std::stop_token stop) {
     state_type& s = *live();
     return finish_bounded_send(
@@ -83,6 +84,7 @@ class bounded_sender : public sender_handle<State> {
         capacity_forms::block_until_stopped(std::move(stop), &s.capacity(), std::size_t{1}, permit_itself{}),
         std::move(value));
   }
+  /// As send_blocking(value), for at most `timeout` (then timeout, with the value).
   template <class Rep, class Period>
   send_result<T> send_timeout(T value, std::chrono::duration<Rep, Period> timeout) {
     state_type& s = *live();
@@ -94,15 +96,18 @@ class bounded_sender : public sender_handle<State> {
   /// `co_await tx.reserve()` yields result<bounded_permit<State>>: a unit of capacity held for a later
   /// send, or closed. The permit must not outlive this sender.
   auto reserve() { return reserve_many(1); }
+  /// As reserve(); also ends cancelled when `stop` is requested first.
   auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
-  /// n units at once (n <= capacity()), for n later sends.
+  /// n units at once, for n later sends. Throws std::invalid_argument unless 1 <= n <= capacity().
   auto reserve_many(std::size_t n) {
     return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
   }
+  /// As reserve_many(n); also ends cancelled when `stop` is requested first.
   auto reserve_many(std::size_t n, std::stop_token stop) {
     return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                 checked(n), make_permit{state_});
   }
+  /// reserve_many(n) for a plain thread: blocks until n units are held; the permit, or closed.
   result<bounded_permit<State>> reserve_blocking(std::size_t n = 1) {
     return capacity_forms_for<make_permit>::block(&live()->capacity(), checked(n), make_permit{state_});
   }
@@ -115,15 +120,18 @@ class bounded_sender : public sender_handle<State> {
     return bounded_permit<State>(&s, std::move(*units));
   }
 
-  /// As reserve(), but the permit keeps the channel alive and counts as a producer by itself.
+  /// As reserve_many(n), but the permit keeps the channel alive and counts as a producer by
+  /// itself: it may outlive every sender.
   auto reserve_owned(std::size_t n = 1) {
     return capacity_forms_for<make_owned_permit>::await(&live()->capacity(), checked(n),
                                                         make_owned_permit{state_});
   }
+  /// As reserve_owned(n); also ends cancelled when `stop` is requested first.
   auto reserve_owned(std::size_t n, std::stop_token stop) {
     return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                       checked(n), make_owned_permit{state_});
   }
+  /// An owned permit now, or full / closed (as try_reserve).
   try_reserve_result<bounded_owned_permit<State>> try_reserve_owned(std::size_t n = 1) {
     try_reserve_result<bounded_permit<State>> p = try_reserve(n);
     if (!p) return p.status();

@@ -251,6 +251,7 @@ class receiver_handle : public asyncband::detail::receiving_end<State, recv_wait
 
   /// Values accepted and not yet received (including sends still being written).
   [[nodiscard]] std::size_t len() const noexcept { return this->state_ == nullptr ? 0 : this->state_->len(); }
+  /// len() == 0.
   [[nodiscard]] bool empty() const noexcept { return len() == 0; }
 
  protected:

@@ -22,6 +22,8 @@
 #include "../result.hpp"
 #include "../semaphore.hpp"
 
+/// Multi-producer, single-consumer channels: bounded() (exact capacity, FIFO capacity waiters,
+/// permits) and unbounded() (sends never wait).
 namespace asyncband::mpsc {
 
 /// The sending half of a bounded MPSC channel; its contract: detail::bounded_sender.
