@@ -184,21 +184,28 @@ bool when_any_part() {
 // ---------------------------------------------------------------------------------------------
 // 5. Where a waiter resumes: the scheduler hook, and resume_on for task types without it.
 
-// [guide:hook]
-/// A minimal fire-and-forget coroutine type whose promise names a scheduler: the hook.
-struct detached_on {
+/// A fire-and-forget coroutine type without the hook: what cppcoro's, libcoro's and most
+/// hand-written task types are.
+struct detached {
   struct promise_type {
+    detached get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+// [guide:hook]
+/// The same fire-and-forget coroutine type, with the hook: its promise names a scheduler.
+struct detached_on {
+  struct promise_type : detached::promise_type {
     asyncband::scheduler_ref where;
     // The coroutine's first parameter is the scheduler (a promise may take the parameters).
     template <class... Rest>
     explicit promise_type(asyncband::scheduler_ref s, Rest&... /*unused*/) noexcept : where(s) {}
     asyncband::scheduler_ref asyncband_scheduler() const noexcept { return where; }  // the hook
-
     detached_on get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
   };
 };
 
@@ -209,17 +216,6 @@ detached_on consumer(asyncband::scheduler_ref /*where*/, asyncband::latch& go, s
   done.count_down();
 }
 // [guide:end]
-
-/// The same type without the hook: what cppcoro's, libcoro's and most hand-written tasks are.
-struct detached {
-  struct promise_type {
-    detached get_return_object() noexcept { return {}; }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_never final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-};
 
 detached foreign_consumer(rt::thread_pool& pool, asyncband::latch& go, std::atomic<bool>& on_pool,
                           asyncband::latch& done) {
