@@ -8,6 +8,7 @@
 #include <cassert>
 #include <cstdint>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -37,6 +38,7 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   class wait_node;
   friend class detail::queued_waiter<auto_reset_event>;
   friend class detail::wait_functions<auto_reset_event>;
+  friend struct asyncband::detail::debug_access;
 
  public:
   /// An event holding no permit.
@@ -145,7 +147,8 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   static constexpr std::uint8_t permit = 1;
   static constexpr std::uint8_t waiting = 2;
   std::atomic<std::uint8_t> state_{0};
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
 };
 
 }  // namespace asyncband

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 
@@ -46,6 +47,7 @@ class barrier : public detail::wait_functions<barrier> {
   class wait_node;
   friend class detail::queued_waiter<barrier>;
   friend class detail::wait_functions<barrier>;
+  friend struct asyncband::detail::debug_access;
 
  public:
   /// The largest participant count.

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "broadcast/recv_result.hpp"
+#include "detail/debug_access.hpp"
 #include "detail/fanout_ring.hpp"
 #include "detail/select_send.hpp"
 #include "detail/wait_functions.hpp"
@@ -397,6 +398,7 @@ class [[nodiscard]] receiver {
 
  private:
   friend class sender<T, M>;
+  friend struct asyncband::detail::debug_access;
   receiver(ring_type* r, detail::cursor at) noexcept : rx_{r, at, {}} {}
 
   state_type* live() {

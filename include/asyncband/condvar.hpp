@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_operation.hpp"
 #include "detail/wait_queue.hpp"
 #include "mutex.hpp"
@@ -55,6 +56,7 @@ struct wait_once {};
 class condvar {
   class notify_node;
   friend class detail::queued_waiter<condvar>;
+  friend struct asyncband::detail::debug_access;
   template <class T, bool Cancellable, class Predicate>
   class waiting;
   template <class T, bool Cancellable, class Predicate>
@@ -221,7 +223,8 @@ class condvar {
   template <bool Cancellable, class T, class Predicate>
   yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, std::stop_token stop);
 
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
   std::uint64_t registrations_ = 0;  // guarded by queue_.mutex(); 2^64 never wraps in practice
 };
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -33,6 +34,7 @@ class latch : public detail::wait_functions<latch> {
   class wait_node;
   friend class detail::queued_waiter<latch>;
   friend class detail::wait_functions<latch>;
+  friend struct asyncband::detail::debug_access;
 
  public:
   /// The largest count a latch starts from.
@@ -124,7 +126,8 @@ class latch : public detail::wait_functions<latch> {
   static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1}
                                                  << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
   std::atomic<std::ptrdiff_t> state_;
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
 };
 
 }  // namespace asyncband

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cassert>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -31,6 +32,7 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   class wait_node;
   friend class detail::queued_waiter<manual_reset_event>;
   friend class detail::wait_functions<manual_reset_event>;
+  friend struct asyncband::detail::debug_access;
 
  public:
   /// An event, set if `initially_set`.
@@ -109,7 +111,8 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   // the event is set. Changed outside the lock only from 0 to set (set's CAS) and from set to 0
   // (reset's CAS), never while anybody is marked as queued.
   std::atomic<unsigned> state_;
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
 };
 
 }  // namespace asyncband

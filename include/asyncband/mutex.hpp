@@ -286,6 +286,7 @@ class mutex {
   friend class owned_mutex_guard<T>;
   friend class condvar;
   friend struct detail::mutex_access;
+  friend struct asyncband::detail::debug_access;
 
   struct make_guard {
     mutex* owner;

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "detail/broadcast_parking.hpp"
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -154,6 +155,7 @@ class phaser : public std::enable_shared_from_this<phaser> {
   friend class detail::phaser_participant_wait;
   friend class detail::phaser_observer_wait;
   friend class detail::queued_waiter<phaser>;
+  friend struct asyncband::detail::debug_access;
   using observer_forms = detail::wait_forms<detail::phaser_observer_wait>;
 
   /// What a locked step works with; `release_parked` tells the step's driver to release the parked
@@ -322,6 +324,7 @@ class [[nodiscard]] phaser_participant {
   friend class asyncband::phaser;
   friend class phaser_batch;
   friend class detail::phaser_participant_wait;
+  friend struct asyncband::detail::debug_access;
   using wait_forms = detail::wait_forms<detail::phaser_participant_wait>;
 
   explicit phaser_participant(std::shared_ptr<asyncband::phaser> owner) noexcept

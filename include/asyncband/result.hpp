@@ -265,6 +265,19 @@ enum class recv_status : unsigned char {
   disconnected [[deprecated("renamed recv_status::closed")]] = closed,
 };
 
+/// The enumerator's name: "ok", "empty" or "closed".
+[[nodiscard]] constexpr const char* to_string(recv_status s) noexcept {
+  switch (s) {
+    case recv_status::ok:
+      return "ok";
+    case recv_status::empty:
+      return "empty";
+    case recv_status::closed:
+      return "closed";
+  }
+  return "unknown";
+}
+
 /// The outcome of a try_recv: the value, or why there was none.
 template <class T>
 class [[nodiscard]] try_recv_result {

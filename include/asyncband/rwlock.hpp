@@ -291,6 +291,7 @@ class [[nodiscard]] owned_rwlock_write_guard {
 template <class T>
 class rwlock {
   friend struct detail::rwlock_access;
+  friend struct asyncband::detail::debug_access;
   template <class Guard, class Value>
   struct make_guard {
     Value* value;

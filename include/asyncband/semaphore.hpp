@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/semaphore_permit.hpp"
 #include "detail/semaphore_word.hpp"
 #include "detail/wait_functions.hpp"
@@ -109,6 +110,7 @@ class semaphore {
   friend class mutex;  // their destructors' debug check
   template <class T>
   friend class rwlock;
+  friend struct asyncband::detail::debug_access;  // debug.hpp's snapshot
 
   using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 

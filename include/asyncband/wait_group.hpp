@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 
@@ -53,6 +54,7 @@ class wait_group : public detail::wait_functions<wait_group> {
   struct state;
   friend class detail::wait_functions<wait_group>;
   friend struct detail::wait_group_test_access;
+  friend struct asyncband::detail::debug_access;
 
  public:
   /// The most members a group has at once (a copy beyond throws std::overflow_error).

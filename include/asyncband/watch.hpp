@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "detail/broadcast_parking.hpp"
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -416,6 +417,7 @@ class [[nodiscard]] borrowed {
   friend class receiver<T>;
   template <class, class, bool>
   friend class detail::wait_for_awaiter;
+  friend struct asyncband::detail::debug_access;
   borrowed(detail::value_cell<T>* cell, bool changed) noexcept : cell_(cell), changed_(changed) {}
 
   detail::value_cell<T>* cell_;
@@ -582,6 +584,7 @@ class [[nodiscard]] sender {
   using closed_forms = asyncband::detail::wait_forms<detail::closed_wait<T>>;
   template <class U, class... Args>
   friend std::pair<sender<U>, receiver<U>> channel(Args&&... args);
+  friend struct asyncband::detail::debug_access;
   explicit sender(detail::state<T>* s) noexcept : state_(s) {}
 
   [[nodiscard]] detail::state<T>* live() const {
@@ -739,6 +742,7 @@ class [[nodiscard]] receiver {
   friend class sender<T>;
   template <class U, class... Args>
   friend std::pair<sender<U>, receiver<U>> channel(Args&&... args);
+  friend struct asyncband::detail::debug_access;
   receiver(detail::state<T>* s, std::uint64_t seen) noexcept : state_(s), seen_(seen) {}
 
   [[nodiscard]] detail::state<T>* live() const {

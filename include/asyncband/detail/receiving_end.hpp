@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "../result.hpp"
+#include "debug_access.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
@@ -107,6 +108,7 @@ class receiving_end {
   }
 
  protected:
+  friend struct debug_access;
   explicit receiving_end(State* s) noexcept : state_(s) {}
   ~receiving_end() { reset(); }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "../result.hpp"
+#include "debug_access.hpp"
 
 namespace asyncband::detail {
 
@@ -91,6 +92,7 @@ class sender_handle {
   }
 
  protected:
+  friend struct debug_access;
   /// The state; throws std::logic_error for a moved-from handle.
   State* live() const {
     if (state_ == nullptr) throw std::logic_error("asyncband sender: moved from");
