@@ -183,7 +183,7 @@ rt::task<bool> run(rt::thread_pool& pool) {
   const int answered = std::get<0>(served);
 
   // 3. Drain the log. Every task's frame is gone with its log sender, so after the last event
-  //    try_recv reports disconnected, not empty. The server is one producer of the log: its
+  //    try_recv reports closed, not empty. The server is one producer of the log: its
   //    events come in the order it received the requests.
   std::array<int, kClients> next_answered{};  // per client: the seq expected next, from the server
   std::array<int, kClients> next_received{};  // ... and from the client itself

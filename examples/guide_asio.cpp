@@ -10,7 +10,7 @@
 //     asyncband::asio::error::closed (Asio: channel_closed after close());
 //   - a receive cancelled by `||` against a timer ends with operation_aborted and takes nothing:
 //     the value sent afterwards is received by the next receive;
-//   - a send to a channel whose receivers are gone fails with error::disconnected and hands the
+//   - a send to a channel whose receivers are gone fails with error::closed and hands the
 //     value back (an Asio channel's async_send completes with void(error_code) only).
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -46,7 +46,7 @@ net::awaitable<void> produce(asyncband::mpmc::sender<std::string> tx) {
     // Asio: co_await ch.async_send(error_code{}, std::move(msg), net::use_awaitable);
     auto [ec, back] = co_await ab::async_send(tx, std::move(msg), net::as_tuple(net::use_awaitable));
     if (ec) {
-      // error::disconnected (no receiver left) or operation_aborted: `back` holds the message
+      // error::closed (no receiver left) or operation_aborted: `back` holds the message
     }
     // [guide:end]
     static_cast<void>(back);
@@ -87,7 +87,7 @@ net::awaitable<void> deadline_then_value(outcome& out) {
   auto [tx2, rx2] = asyncband::mpmc::bounded<std::string>(4);
   { auto gone = std::move(rx2); }  // the only receiver goes
   auto [ec2, back] = co_await ab::async_send(tx2, std::string("unsent"), net::as_tuple(net::use_awaitable));
-  out.send_handed_back = ec2 == ab::error::disconnected && back && *back == "unsent";
+  out.send_handed_back = ec2 == ab::error::closed && back && *back == "unsent";
 }
 
 }  // namespace
@@ -107,7 +107,7 @@ int main() {
   std::printf("received a, b, c in order, then closed: %s\n", in_order && out.ended_closed ? "yes" : "NO");
   std::printf("receive cancelled by a deadline took nothing; the late value was received next: %s\n",
               out.timed_out_empty && out.late_value_kept ? "yes" : "NO");
-  std::printf("send with no receiver left: disconnected, value handed back: %s\n",
+  std::printf("send with no receiver left: closed, value handed back: %s\n",
               out.send_handed_back ? "yes" : "NO");
   return in_order && out.ended_closed && out.timed_out_empty && out.late_value_kept && out.send_handed_back
              ? 0

@@ -37,7 +37,9 @@ from doxygen_filter import DOCUMENTED, strip_template_args  # scripts/, next to 
 # page, expected title (doxygen: "<project>: <page title>"), names its content must show
 PAGES = [
     ("index.html", "asyncband: asyncband", ["Primitives", "A short example", "How it works"]),
-    ("md_docs_design.html", "asyncband: asyncband design", ["The waiter core"]),
+    ("asyncband-design.html", "asyncband: asyncband design", ["The waiter core"]),
+    ("using-asyncband.html", "asyncband: Using asyncband",  # docs/guide.md (its heading's id)
+     ["Which kind of channel to use?", "Cancellation", "From cppcoro"]),
     ("namespaceasyncband.html", "asyncband: asyncband Namespace Reference",  # free functions
      ["mutex", "semaphore", "lock_owned", "acquire_owned", "when_any", "block_on", "resume_on"]),
     ("namespaceasyncband_1_1mpsc.html", "asyncband: asyncband::mpsc Namespace Reference",
