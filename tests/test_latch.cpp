@@ -47,16 +47,6 @@ struct latch_probe : probe {
 // ---------------------------------------------------------------------------------------------
 // Basic contract
 
-// The plain co_await holds only the latch's address until it must queue (the node is built in
-// await_suspend): a wait that completes at once stores one word (issue 16, "event set + wait +
-// reset"). The stop-token form builds its node at once, as every cancellable wait.
-template <class T>
-struct is_lazy_wait : std::false_type {};
-template <class Node, class Owner>
-struct is_lazy_wait<asyncband::detail::lazy_wait_awaiter<Node, Owner>> : std::true_type {};
-static_assert(is_lazy_wait<decltype(std::declval<latch&>().wait())>::value);
-static_assert(sizeof(decltype(std::declval<latch&>().wait())) > sizeof(void*));  // the node's room
-
 TEST(Latch, CountDownAndArriveDecrementTheCount) {
   latch l(5);
   EXPECT_EQ(l.count(), 5);

@@ -36,17 +36,6 @@ const auto set = [](manual_reset_event& ev) { ev.set(); };
 // ---------------------------------------------------------------------------------------------
 // Basic contract
 
-// The plain co_await holds only the manual_reset_event's address until it must queue (the node is built in
-// await_suspend): a wait that completes at once stores one word (issue 16, "event set + wait +
-// reset"). The stop-token form builds its node at once, as every cancellable wait.
-template <class T>
-struct is_lazy_wait : std::false_type {};
-template <class Node, class Owner>
-struct is_lazy_wait<asyncband::detail::lazy_wait_awaiter<Node, Owner>> : std::true_type {};
-static_assert(is_lazy_wait<decltype(std::declval<manual_reset_event&>().wait())>::value);
-static_assert(sizeof(decltype(std::declval<manual_reset_event&>().wait())) >
-              sizeof(void*));  // the node's room
-
 TEST(ManualResetEvent, InitialState) {
   EXPECT_FALSE(manual_reset_event{}.is_set());
   EXPECT_FALSE(manual_reset_event{false}.is_set());

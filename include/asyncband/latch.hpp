@@ -94,8 +94,7 @@ class latch : public detail::wait_functions<latch> {
     static constexpr bool transferable = false;
     using queued_waiter::queued_waiter;
 
-    static bool ready_at(latch& l) noexcept { return l.try_wait(); }
-    bool try_ready() noexcept { return ready_at(owner()); }
+    bool try_ready() noexcept { return owner().try_wait(); }
     bool enqueue() noexcept {
       return owner().queue_.complete_or_enqueue(*this, [this] { return !owner().flag_waiter(); });
     }

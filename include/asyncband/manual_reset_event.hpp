@@ -81,8 +81,7 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
     static constexpr bool transferable = false;
     using queued_waiter::queued_waiter;
 
-    static bool ready_at(manual_reset_event& event) noexcept { return event.is_set(); }
-    bool try_ready() noexcept { return ready_at(owner()); }
+    bool try_ready() noexcept { return owner().is_set(); }
     bool enqueue() noexcept {
       return owner().queue_.complete_or_enqueue(*this, [this] { return owner().set_or_mark_waiting(); });
     }

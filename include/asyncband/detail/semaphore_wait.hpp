@@ -102,6 +102,9 @@ class semaphore_acquire : public semaphore_waiter {
 /// acquisition must queue. Every store before the CAS delays it (a locked instruction first
 /// drains the store buffer), so this is what makes `co_await m.lock()` as cheap as a try_lock.
 /// `semaphore_ == nullptr` marks the constructed wait.
+template <class Awaiter>
+struct lazy_acquire_access;
+
 template <class Make, bool Fallible>
 class [[nodiscard("co_await it: a lock or acquisition does nothing until it is awaited")]] acquire_awaiter {
   using wait_type = pending_wait<semaphore_acquire<Make, Fallible>, false>;
@@ -138,7 +141,7 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
   }
 
  private:
-  friend struct lazy_wait_access<acquire_awaiter>;
+  friend struct lazy_acquire_access<acquire_awaiter>;
 
   /// Awaited (or selected) before: its wait was built.
   [[nodiscard]] bool spent() const noexcept { return semaphore_ == nullptr; }
@@ -197,7 +200,7 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   }
 
  private:
-  friend struct lazy_wait_access<source_awaiter>;
+  friend struct lazy_acquire_access<source_awaiter>;
 
   /// Awaited (or selected) before: its wait was built.
   [[nodiscard]] bool spent() const noexcept { return !source_; }
@@ -215,13 +218,38 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   };
 };
 
+/// when_any drives a lazily built acquisition (acquire_awaiter, source_awaiter) as the plain
+/// co_await does: one CAS in poll when uncontended, and through the node it then builds when
+/// not, committed before it is granted anything.
+template <class Awaiter>
+struct lazy_acquire_access {
+  using awaiter = Awaiter;
+  using outcome = typename awaiter::value_type;
+
+  static bool spent(const awaiter& a) noexcept { return a.spent(); }
+  static bool poll(awaiter& a) { return a.await_ready(); }
+  static bool publish(awaiter& a, resume_target target, commit_point& commit) noexcept {
+    return a.publish(target, &commit);
+  }
+  static waiter& node(awaiter& a) noexcept { return a.wait_.node(); }
+  static void cancel(awaiter& a) noexcept { a.wait_.cancel(wait_status::cancelled); }
+  static outcome win(awaiter& a) { return a.await_resume(); }
+  static void pass_on(awaiter& a, bool started) noexcept {
+    if (started) a.wait_.discard();
+  }
+  static std::optional<stored_outcome_t<outcome>> handed_back(awaiter& /*unused*/) {
+    return cancelled_outcome<outcome>();
+  }
+};
+
 /// A semaphore acquisition (or a channel's capacity) as a when_any branch.
 template <class Make, bool Fallible>
-struct select_access<acquire_awaiter<Make, Fallible>> : lazy_wait_access<acquire_awaiter<Make, Fallible>> {};
+struct select_access<acquire_awaiter<Make, Fallible>> : lazy_acquire_access<acquire_awaiter<Make, Fallible>> {
+};
 
 /// A mutex's or rwlock's lock as a when_any branch.
 template <class Source>
-struct select_access<source_awaiter<Source>> : lazy_wait_access<source_awaiter<Source>> {};
+struct select_access<source_awaiter<Source>> : lazy_acquire_access<source_awaiter<Source>> {};
 
 /// The five forms of an acquisition yielding `make(permit)`: wait_forms, with the plain
 /// `co_await` form replaced by acquire_awaiter.

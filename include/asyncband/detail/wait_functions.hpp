@@ -77,14 +77,7 @@ class wait_functions {
   };
 
   /// Waits without a way to cancel. `co_await x.wait();`
-  auto wait() noexcept {
-    using node = typename Owner::wait_node;
-    if constexpr (ready_without_node<node, Owner>) {
-      return lazy_wait_awaiter<node, Owner>(self());
-    } else {
-      return wait_awaiter<node, false>({}, self());
-    }
-  }
+  auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
 
   /// Waits until completion or until `stop` is requested; yields result<...>.
   auto wait(std::stop_token stop) noexcept {
