@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_operation.hpp"
 #include "detail/wait_queue.hpp"
 #include "mutex.hpp"
@@ -55,6 +56,7 @@ struct wait_once {};
 class condvar {
   class notify_node;
   friend class detail::queued_waiter<condvar>;
+  friend struct asyncband::detail::debug_access;
   template <class T, bool Cancellable, class Predicate>
   class waiting;
   template <class T, bool Cancellable, class Predicate>
@@ -96,18 +98,25 @@ class condvar {
     return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
+  /// wait(guard) for a plain thread: unlocks, blocks until notified, relocks; yields the guard.
+  /// Precondition: guard.owns_lock().
   template <class T>
   mutex_guard<T> wait_blocking(mutex_guard<T> guard) {
     return block<false>(std::move(guard), detail::wait_once{}, {});
   }
+  /// As wait_blocking(guard), or until `stop` is requested: ok (mutex held), or cancelled (mutex
+  /// not held).
   template <class T>
   result<mutex_guard<T>> wait_blocking(mutex_guard<T> guard, asyncband::stop_token stop) {
     return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
   }
+  /// wait_while(guard, keep_waiting) for a plain thread; yields the guard.
   template <class T, class Predicate>
   mutex_guard<T> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting) {
     return block<false>(std::move(guard), std::move(keep_waiting), {});
   }
+  /// As wait_while_blocking(guard, keep_waiting), or until `stop` is requested: ok (mutex held,
+  /// keep_waiting false), or cancelled (mutex not held).
   template <class T, class Predicate>
   result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting,
                                              asyncband::stop_token stop) {
@@ -214,7 +223,8 @@ class condvar {
   template <bool Cancellable, class T, class Predicate>
   yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, asyncband::stop_token stop);
 
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
   std::uint64_t registrations_ = 0;  // guarded by queue_.mutex(); 2^64 never wraps in practice
 };
 

@@ -189,7 +189,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
     });
   }
 
-  /// try_recv: a value, empty, or disconnected. Throws std::logic_error while a receive is
+  /// try_recv: a value, empty, or closed. Throws std::logic_error while a receive is
   /// pending: that receive's senders own the cursor while it sleeps (they pass empty cells).
   try_recv_result<T> try_pop() {
     receiving_.check();
@@ -198,13 +198,13 @@ class bounded_state : public channel_core<bounded_state<T>> {
     if (!finished()) return recv_status::empty;
     skip_empty();
     if (head_has_value()) return checked_pop();
-    return recv_status::disconnected;
+    return recv_status::closed;
   }
 
   asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
 
   /// The receiver closes the channel (also when it goes): no new sends or reservations;
-  /// queued senders end disconnected. Permits already held may still send.
+  /// queued senders end closed. Permits already held may still send.
   /// A sender woken inline by the capacity's close may destroy every handle, the closing
   /// receiver's included: the state keeps a reference of its own until the end.
   void close() noexcept {

@@ -169,7 +169,7 @@ class bounded_state : public handle_counts<bounded_state<T>> {
 
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
 
-  /// No new sends or reservations; queued senders end disconnected; permits held may still
+  /// No new sends or reservations; queued senders end closed; permits held may still
   /// send; what was accepted still drains to the receivers, and then every receive ends closed.
   /// A sender woken inline may destroy every handle, the caller's included: the state keeps a
   /// reference of its own until the end.
@@ -217,11 +217,11 @@ class bounded_state : public handle_counts<bounded_state<T>> {
     return take_at<Outcome>(claim());
   }
 
-  /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
+  /// A value now (ok), or empty, or closed (and nothing left to receive).
   try_recv_result<T> try_take() {
     if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
       return take<try_recv_result<T>>(std::move(*unit));
-    return drained() ? recv_status::disconnected : recv_status::empty;
+    return drained() ? recv_status::closed : recv_status::empty;
   }
 
   /// Values accepted and not yet received (including sends still being written, and the places

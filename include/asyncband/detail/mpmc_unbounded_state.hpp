@@ -107,7 +107,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   // --- sending -----------------------------------------------------------------------------------
   template <class U>
   send_result<T> send(U&& value) {
-    if (closed()) return {send_status::disconnected, T(std::forward<U>(value))};
+    if (closed()) return {send_status::closed, T(std::forward<U>(value))};
     auto* m = new message_type(2);
     try {
       ::new (static_cast<void*>(m->storage)) T(std::forward<U>(value));
@@ -145,11 +145,11 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
     }
   }
 
-  /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
+  /// A value now (ok), or empty, or closed (and nothing left to receive).
   try_recv_result<T> try_take() {
     if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
       return take<try_recv_result<T>>(std::move(*unit));
-    return closed() && pending_.load(std::memory_order_seq_cst) == 0 ? recv_status::disconnected
+    return closed() && pending_.load(std::memory_order_seq_cst) == 0 ? recv_status::closed
                                                                      : recv_status::empty;
   }
 
@@ -195,7 +195,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
         self->received_one();
       }
     } const done{this, m};
-    return {send_status::disconnected, std::move(m->value())};
+    return {send_status::closed, std::move(m->value())};
   }
 
   /// A value left the channel (received, destroyed, or withdrawn by its send).

@@ -12,6 +12,7 @@
 
 #include "../result.hpp"
 #include "../stop_token.hpp"
+#include "debug_access.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
@@ -72,7 +73,10 @@ class receiving_end {
   using T = typename Wait::value_type;
 
  public:
+  /// Takes over `other`'s channel; `other` is left moved-from (its receives throw).
   receiving_end(receiving_end&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Leaves the channel this handle received from (as destruction does), then takes over
+  /// `other`'s.
   receiving_end& operator=(receiving_end&& other) noexcept {
     if (this != &other) {
       // The old receiver leaves last: leaving may wake senders inline, and one of them may
@@ -91,17 +95,20 @@ class receiving_end {
   [[nodiscard]] auto recv(asyncband::stop_token stop) {
     return recv_forms::await_until_stopped(std::move(stop), live());
   }
-  /// The blocking twins.
+  /// recv() for a plain thread: blocks until a value arrives, or closed.
   result<T> recv_blocking() { return recv_forms::block(live()); }
+  /// As recv_blocking(), or until `stop` is requested (then cancelled).
   result<T> recv_blocking(asyncband::stop_token stop) {
     return recv_forms::block_until_stopped(std::move(stop), live());
   }
+  /// As recv_blocking(), for at most `timeout` (then timeout).
   template <class Rep, class Period>
   result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
     return recv_forms::block_for(timeout, live());
   }
 
  protected:
+  friend struct debug_access;
   explicit receiving_end(State* s) noexcept : state_(s) {}
   ~receiving_end() { reset(); }
 

@@ -67,7 +67,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
 
   template <class U>
   send_result<T> send(U&& value) {
-    if (this->closed()) return {send_status::disconnected, T(std::forward<U>(value))};
+    if (this->closed()) return {send_status::closed, T(std::forward<U>(value))};
     auto* n = new node<T>;
     try {
       ::new (static_cast<void*>(n->storage)) T(std::forward<U>(value));
@@ -88,7 +88,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
           self->withdraw();
         }
       } const done{this, n};
-      return {send_status::disconnected, std::move(n->value())};
+      return {send_status::closed, std::move(n->value())};
     }
     node<T>* const prev = tail_.exchange(n, std::memory_order_acq_rel);
     prev->next.store(n, std::memory_order_release);
@@ -131,7 +131,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     if (head_has_value()) return checked_pop();
     if (!finished()) return recv_status::empty;
     if (head_has_value()) return checked_pop();
-    return recv_status::disconnected;
+    return recv_status::closed;
   }
 
   asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
