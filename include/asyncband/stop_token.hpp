@@ -5,6 +5,9 @@
 // library, MSVC), so code written with std::stop_token (a std::jthread's token, say) passes it
 // unchanged. Where the standard library lacks them (libc++ 16 and older), they are asyncband's
 // own, with the same contract (asyncband/detail/fallback_stop.hpp).
+/// \file
+/// asyncband::stop_token, stop_source, stop_callback: std::'s, or asyncband's own where the
+/// standard library has none (libc++ 16 and older).
 #pragma once
 
 #include "version.hpp"  // first: a build below C++20 stops there, with one message
@@ -17,12 +20,18 @@
 #define ASYNCBAND_OWN_STOP_TOKEN 0
 #endif
 
-#if defined(__cpp_lib_jthread) && !ASYNCBAND_OWN_STOP_TOKEN
+#if defined(__cpp_lib_jthread)
+#define ASYNCBAND_DETAIL_HAS_STD_STOP_TOKEN 1
+#else
+#define ASYNCBAND_DETAIL_HAS_STD_STOP_TOKEN 0
+#endif
+
 /// 1 if asyncband::stop_token and its family are the standard library's, 0 if asyncband's own.
-#define ASYNCBAND_STD_STOP_TOKEN 1
+#define ASYNCBAND_STD_STOP_TOKEN (ASYNCBAND_DETAIL_HAS_STD_STOP_TOKEN && !ASYNCBAND_OWN_STOP_TOKEN)
+
+#if ASYNCBAND_STD_STOP_TOKEN
 #include <stop_token>
 #else
-#define ASYNCBAND_STD_STOP_TOKEN 0
 #include "detail/fallback_stop.hpp"
 #endif
 

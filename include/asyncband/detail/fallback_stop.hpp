@@ -19,7 +19,9 @@
 
 #include "spin_lock.hpp"
 
-namespace asyncband::detail::fallback_stop {
+// In namespace detail (outside the API reference), whichever the public names are.
+namespace asyncband::detail {
+namespace fallback_stop {
 
 /// The tag type of nostopstate (as std::nostopstate_t).
 struct nostopstate_t {
@@ -355,4 +357,5 @@ class [[nodiscard]] stop_callback {
 template <class Callback>
 stop_callback(stop_token, Callback) -> stop_callback<Callback>;
 
-}  // namespace asyncband::detail::fallback_stop
+}  // namespace fallback_stop
+}  // namespace asyncband::detail
