@@ -27,9 +27,9 @@ namespace {
 namespace rt = asyncband::runtime;
 using namespace std::chrono_literals;
 
-// GCC 12.2 at -O2 may report a false -Wmaybe-uninitialized inside libstdc++'s std::stop_source
-// constructor (it hands *this to a member's constructor), depending on inlining. Constructing
-// the sources out of line keeps the example warning-free.
+// GCC 12.2 at -O2 may report a false -Wmaybe-uninitialized inside the constructor of
+// libstdc++'s stop source (it hands *this to a member's constructor), depending on inlining.
+// Constructing the sources out of line keeps the example warning-free.
 [[gnu::noinline]] asyncband::stop_source new_stop_source() {
   return asyncband::stop_source();
 }
@@ -72,7 +72,7 @@ void already_stopped_token() {
 }
 
 void jthread_stop() {
-#if ASYNCBAND_STD_STOP_TOKEN  // std::jthread hands out a std::stop_token: asyncband::stop_token is one
+#if ASYNCBAND_STD_STOP_TOKEN  // std::jthread's token is asyncband::stop_token
   asyncband::auto_reset_event never_notified;
   asyncband::wait_status outcome = asyncband::wait_status::ok;
   {

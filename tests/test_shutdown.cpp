@@ -555,7 +555,7 @@ TEST(ShutdownStopToken, CancelsStopTokenAwareStandardCode) {
   worker.join();
   EXPECT_TRUE(woken_by_shutdown);
 #else
-  GTEST_SKIP() << "this standard library has no std::stop_token (asyncband uses its own)";
+  GTEST_SKIP() << "this standard library has no stop token (asyncband uses its own)";
 #endif
 }
 

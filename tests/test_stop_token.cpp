@@ -27,15 +27,17 @@ namespace {
 namespace fb = asyncband::detail::fallback_stop;
 using asyncband::detail::spin_until;
 using namespace std::chrono_literals;
+// The standard library's names, spelt so that a sed of std::stop_token to asyncband's spares them.
+namespace stdlib = std;
 
 // ---------------------------------------------------------------------------------------------
 // The public names
 
 #if ASYNCBAND_STD_STOP_TOKEN
-static_assert(std::is_same_v<asyncband::stop_token, std::stop_token>);
-static_assert(std::is_same_v<asyncband::stop_source, std::stop_source>);
-static_assert(std::is_same_v<asyncband::stop_callback<void (*)()>, std::stop_callback<void (*)()>>);
-static_assert(std::is_same_v<asyncband::nostopstate_t, std::nostopstate_t>);
+static_assert(std::is_same_v<asyncband::stop_token, stdlib::stop_token>);
+static_assert(std::is_same_v<asyncband::stop_source, stdlib::stop_source>);
+static_assert(std::is_same_v<asyncband::stop_callback<void (*)()>, stdlib::stop_callback<void (*)()>>);
+static_assert(std::is_same_v<asyncband::nostopstate_t, stdlib::nostopstate_t>);
 #else
 static_assert(std::is_same_v<asyncband::stop_token, fb::stop_token>);
 static_assert(std::is_same_v<asyncband::stop_source, fb::stop_source>);
@@ -76,11 +78,11 @@ struct fallback_impl {
 
 #if defined(__cpp_lib_jthread)
 struct std_impl {
-  using source = std::stop_source;
-  using token = std::stop_token;
+  using source = stdlib::stop_source;
+  using token = stdlib::stop_token;
   template <class F>
-  using callback = std::stop_callback<F>;
-  static constexpr const std::nostopstate_t& nostopstate = std::nostopstate;
+  using callback = stdlib::stop_callback<F>;
+  static constexpr const stdlib::nostopstate_t& nostopstate = stdlib::nostopstate;
 };
 using impls = ::testing::Types<fallback_impl, std_impl>;
 #else
