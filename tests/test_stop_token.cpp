@@ -68,23 +68,20 @@ TEST(StopTokenFallback, DeducesTheCallbackType) {
 // ---------------------------------------------------------------------------------------------
 // The contract, on asyncband's implementation and on the standard library's
 
-struct fallback_impl {
-  using source = fb::stop_source;
-  using token = fb::stop_token;
+/// One implementation's names, for the typed tests.
+template <class Source, template <class> class Callback, const auto& NoState>
+struct impl {
+  using source = Source;
+  using token = decltype(Source().get_token());
   template <class F>
-  using callback = fb::stop_callback<F>;
-  static constexpr const fb::nostopstate_t& nostopstate = fb::nostopstate;
+  using callback = Callback<F>;
+  static constexpr const auto& nostopstate = NoState;
 };
 
+using fallback_impl = impl<fb::stop_source, fb::stop_callback, fb::nostopstate>;
 #if defined(__cpp_lib_jthread)
-struct std_impl {
-  using source = stdlib::stop_source;
-  using token = stdlib::stop_token;
-  template <class F>
-  using callback = stdlib::stop_callback<F>;
-  static constexpr const stdlib::nostopstate_t& nostopstate = stdlib::nostopstate;
-};
-using impls = ::testing::Types<fallback_impl, std_impl>;
+using impls =
+    ::testing::Types<fallback_impl, impl<stdlib::stop_source, stdlib::stop_callback, stdlib::nostopstate>>;
 #else
 using impls = ::testing::Types<fallback_impl>;
 #endif
