@@ -19,6 +19,15 @@ namespace {
 
 namespace ex = asyncband::testing;
 
+// Runs `work` in `n` model threads (created in order, then joined in order).
+template <class Work>
+void in_threads(std::size_t n, const Work& work) {
+  std::vector<ex::thread> threads;
+  threads.reserve(n);
+  for (std::size_t i = 0; i != n; ++i) threads.emplace_back(work);
+  for (ex::thread& t : threads) t.join();
+}
+
 // Two threads increment a counter with a load and a store: an update can be lost.
 void lost_update_body() {
   ex::atomic<int> counter{0};
@@ -26,10 +35,7 @@ void lost_update_body() {
     const int seen = counter.load();
     counter.store(seen + 1);
   };
-  ex::thread a(increment);
-  ex::thread b(increment);
-  a.join();
-  b.join();
+  in_threads(2, increment);
   ex::check(counter.load() == 2, "an increment was lost");
 }
 
@@ -133,12 +139,7 @@ void check_then_act_body() {
       owners.fetch_add(1);
     }
   };
-  ex::thread a(worker);
-  ex::thread b(worker);
-  ex::thread c(worker);
-  a.join();
-  b.join();
-  c.join();
+  in_threads(3, worker);
   ex::check(owners.load() == 1, "two threads claimed the job");
 }
 
@@ -157,12 +158,7 @@ TEST(Explore, PctOfDepthThreeFindsACheckThenActRace) {
     const auto worker = [&] {
       if (!claimed.exchange(true)) owners.fetch_add(1);
     };
-    ex::thread a(worker);
-    ex::thread b(worker);
-    ex::thread c(worker);
-    a.join();
-    b.join();
-    c.join();
+    in_threads(3, worker);
     ex::check(owners.load() == 1, "two threads claimed the job");
   };
   EXPECT_TRUE(ex::passed(ex::explore({.strategy = ex::strategy::pct, .schedules = 300, .depth = 3}, fixed)));
@@ -171,10 +167,7 @@ TEST(Explore, PctOfDepthThreeFindsACheckThenActRace) {
 // Two threads each add one with fetch_add; the body checks the sum.
 void fetch_add_body() {
   ex::atomic<int> counter{0};
-  ex::thread a([&] { counter.fetch_add(1); });
-  ex::thread b([&] { counter.fetch_add(1); });
-  a.join();
-  b.join();
+  in_threads(2, [&] { counter.fetch_add(1); });
   ex::check(counter.load() == 2, "an increment was lost");
 }
 
@@ -214,10 +207,7 @@ void cas_counter_body() {
       }
     }
   };
-  ex::thread a(increment_twice);
-  ex::thread b(increment_twice);
-  a.join();
-  b.join();
+  in_threads(2, increment_twice);
   ex::check(counter.load() == 4, "an increment was lost");
 }
 

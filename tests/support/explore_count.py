@@ -1,11 +1,14 @@
-# Independent enumeration of the explorer's schedule tree (its documented semantics): choosing a
-# thread runs its pending operation; a decision follows every executed operation, every block and
-# every thread end; a choice of another thread while the current one can go on is a preemption.
-import sys
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Counts the schedules of the exhaustive search over two bodies of tests/test_explore.cpp, apart
+from the explorer's code: an enumeration of the same decisions, from the explorer's semantics
+(docs/design.md, "The schedule explorer"). Choosing a thread runs its pending operation (a new
+thread's first one); a decision follows every executed operation, every block and every thread
+end; choosing another thread while the current one can go on is a preemption; decisions with
+one runnable thread are no choice. The test's expected counts are this script's output:
 
-def make(program):
-    # program(shared) -> dict of thread id -> generator factory; thread 0 given.
-    pass
+  python3 tests/support/explore_count.py
+"""
 
 class Sim:
     def __init__(self, body_factory):

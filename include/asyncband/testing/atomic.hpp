@@ -47,17 +47,6 @@ struct atomic_difference<T*> {
 template <class T>
 using atomic_argument = std::conditional_t<std::is_pointer_v<T>, std::ptrdiff_t, T>;
 
-/// `u` as a T: the result of arithmetic on a T, which small integers promote to int (no cast
-/// where it is a T already: g++'s -Wuseless-cast).
-template <class T, class U>
-constexpr T as(U u) noexcept {
-  if constexpr (std::is_same_v<T, U>) {
-    return u;
-  } else {
-    return static_cast<T>(u);
-  }
-}
-
 /// std::atomic::wait compares value representations.
 template <class T>
 bool same_bytes(const T& a, const T& b) noexcept {

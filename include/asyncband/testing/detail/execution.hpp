@@ -28,6 +28,17 @@ namespace asyncband::testing::detail {
 /// No thread (a mutex without holder, a decision without choice).
 inline constexpr std::size_t no_thread = static_cast<std::size_t>(-1);
 
+/// `u` as a T, without a cast where it is a T already (g++'s -Wuseless-cast): the result of
+/// arithmetic on a small integer (promoted to int), a std::uint64_t as a std::size_t.
+template <class T, class U>
+constexpr T as(U u) noexcept {
+  if constexpr (std::is_same_v<T, U>) {
+    return u;
+  } else {
+    return static_cast<T>(u);
+  }
+}
+
 /// Thrown into a model thread to end a failed run: it unwinds the thread's stack. Deliberately
 /// not a std::exception, so that `catch (const std::exception&)` lets it pass; a model thread
 /// must not swallow it with `catch (...)` (the explorer notes it when one does).

@@ -35,7 +35,7 @@ class rng {
     return z ^ (z >> 31U);
   }
   /// A number in [0, n), n > 0.
-  std::size_t below(std::size_t n) noexcept { return static_cast<std::size_t>(next() % n); }
+  std::size_t below(std::size_t n) noexcept { return as<std::size_t>(next() % n); }
 
  private:
   std::uint64_t state_;
@@ -43,7 +43,7 @@ class rng {
 
 /// The seed of schedule `i` of an exploration seeded with `base`.
 [[nodiscard]] inline std::uint64_t schedule_seed(std::uint64_t base, std::size_t i) noexcept {
-  rng r(base ^ (0xd1b54a32d192ed03ULL * (static_cast<std::uint64_t>(i) + 1)));
+  rng r(base ^ (0xd1b54a32d192ed03ULL * (as<std::uint64_t>(i) + 1)));
   return r.next();
 }
 
@@ -245,11 +245,11 @@ class list_chooser final : public chooser {
       const std::size_t dot = rest.find('.');
       const std::string_view item = rest.substr(0, dot);
       const std::size_t star = item.find('*');
-      const auto thread = static_cast<std::size_t>(schedule_number(item.substr(0, star), schedule));
+      const auto thread = as<std::size_t>(schedule_number(item.substr(0, star), schedule));
       const std::uint64_t times =
           star == std::string_view::npos ? 1 : schedule_number(item.substr(star + 1), schedule);
       if (times > 1'000'000) throw bad();
-      choices.insert(choices.end(), static_cast<std::size_t>(times), thread);
+      choices.insert(choices.end(), as<std::size_t>(times), thread);
       rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
     }
     return std::make_unique<list_chooser>(std::move(choices));
@@ -287,8 +287,7 @@ class list_chooser final : public chooser {
   }
   if (name == "random" && has_seed && !has_depth && !has_steps) return std::make_unique<random_chooser>(seed);
   if (name == "pct" && has_seed && has_depth && has_steps && depth >= 1 && depth <= 1000) {
-    return std::make_unique<pct_chooser>(seed, static_cast<std::size_t>(depth),
-                                         static_cast<std::size_t>(steps));
+    return std::make_unique<pct_chooser>(seed, as<std::size_t>(depth), as<std::size_t>(steps));
   }
   throw bad();
 }
