@@ -393,6 +393,28 @@ TEST(Explore, DeadlockOfALostWakeUpOnAnAtomicWait) {
       << r.failure->message;
 }
 
+TEST(Explore, MisusedPrimitivesAreFailures) {
+  const ex::result unjoined = ex::explore({.schedules = 5}, [] {
+    ex::atomic<int> x{0};
+    const ex::thread forgotten([&] { x.store(1); });
+  });
+  ASSERT_TRUE(ex::failed_with(unjoined, ex::failure_kind::misuse));
+  EXPECT_NE(unjoined.failure->message.find("destroyed while joinable"), std::string::npos);
+
+  const ex::result not_held = ex::explore({.schedules = 5}, [] {
+    ex::mutex m;
+    ex::thread other([&] { m.lock(); });
+    other.join();
+    m.unlock();
+  });
+  ASSERT_TRUE(ex::failed_with(not_held, ex::failure_kind::misuse));
+  EXPECT_NE(not_held.failure->message.find("thread 0: unlocks a mutex it does not hold"), std::string::npos);
+
+  // A body exploring again: the inner explore() throws, which escapes the body.
+  EXPECT_TRUE(ex::failed_with(ex::explore({.schedules = 1}, [] { static_cast<void>(ex::explore([] {})); }),
+                              ex::failure_kind::exception));
+}
+
 TEST(Explore, ModelPrimitivesArePlainOutsideARun) {
   ex::atomic<int> a{1};
   EXPECT_EQ(a.fetch_add(2), 1);

@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "asyncband/testing/detail/execution.hpp"
@@ -46,6 +47,23 @@ struct atomic_difference<T*> {
 /// The argument type of fetch_add for T (T itself where there is no fetch_add: never used).
 template <class T>
 using atomic_argument = std::conditional_t<std::is_pointer_v<T>, std::ptrdiff_t, T>;
+
+/// A value for a trace: integers, booleans, floating-point values, enumerations and pointers
+/// (whether null only: addresses differ between runs); empty for other types.
+template <class T>
+std::string printable(const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return value ? "true" : "false";
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    return std::to_string(value);
+  } else if constexpr (std::is_enum_v<T>) {
+    return std::to_string(static_cast<std::underlying_type_t<T>>(value));
+  } else if constexpr (std::is_pointer_v<T>) {
+    return value == nullptr ? "null" : "not null";
+  } else {
+    return {};
+  }
+}
 
 /// std::atomic::wait compares value representations.
 template <class T>
@@ -108,17 +126,17 @@ class atomic : public detail::atomic_difference<T> {
 
   /// Stores `desired`.
   void store(T desired, std::memory_order order = std::memory_order_seq_cst) noexcept {
-    point("store");
+    const auto shown = step("store");
     value_.store(desired, order);
   }
   /// The value.
   [[nodiscard]] T load(std::memory_order order = std::memory_order_seq_cst) const noexcept {
-    point("load");
+    const auto shown = step("load");
     return value_.load(order);
   }
   /// Stores `desired`; returns the value before.
   T exchange(T desired, std::memory_order order = std::memory_order_seq_cst) noexcept {
-    point("exchange");
+    const auto shown = step("exchange");
     return value_.exchange(desired, order);
   }
 
@@ -126,14 +144,14 @@ class atomic : public detail::atomic_difference<T> {
   /// loads it into `expected` and returns false (never spuriously in an explored run).
   bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
                              std::memory_order failure) noexcept {
-    point("compare_exchange_weak");
+    const auto shown = step("compare_exchange_weak");
     if (modelled()) return value_.compare_exchange_strong(expected, desired, success, failure);
     return value_.compare_exchange_weak(expected, desired, success, failure);
   }
   /// compare_exchange_weak with one order for both outcomes.
   bool compare_exchange_weak(T& expected, T desired,
                              std::memory_order order = std::memory_order_seq_cst) noexcept {
-    point("compare_exchange_weak");
+    const auto shown = step("compare_exchange_weak");
     if (modelled()) return value_.compare_exchange_strong(expected, desired, order);
     return value_.compare_exchange_weak(expected, desired, order);
   }
@@ -141,13 +159,13 @@ class atomic : public detail::atomic_difference<T> {
   /// loads it into `expected` and returns false.
   bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
                                std::memory_order failure) noexcept {
-    point("compare_exchange_strong");
+    const auto shown = step("compare_exchange_strong");
     return value_.compare_exchange_strong(expected, desired, success, failure);
   }
   /// compare_exchange_strong with one order for both outcomes.
   bool compare_exchange_strong(T& expected, T desired,
                                std::memory_order order = std::memory_order_seq_cst) noexcept {
-    point("compare_exchange_strong");
+    const auto shown = step("compare_exchange_strong");
     return value_.compare_exchange_strong(expected, desired, order);
   }
 
@@ -155,35 +173,35 @@ class atomic : public detail::atomic_difference<T> {
   T fetch_add(arg operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_arithmetic<T> || std::is_pointer_v<T>
   {
-    point("fetch_add");
+    const auto shown = step("fetch_add");
     return value_.fetch_add(operand, order);
   }
   /// Subtracts `operand`; returns the value before.
   T fetch_sub(arg operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_arithmetic<T> || std::is_pointer_v<T>
   {
-    point("fetch_sub");
+    const auto shown = step("fetch_sub");
     return value_.fetch_sub(operand, order);
   }
   /// Bitwise and with `operand`; returns the value before.
   T fetch_and(T operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_bitwise<T>
   {
-    point("fetch_and");
+    const auto shown = step("fetch_and");
     return value_.fetch_and(operand, order);
   }
   /// Bitwise or with `operand`; returns the value before.
   T fetch_or(T operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_bitwise<T>
   {
-    point("fetch_or");
+    const auto shown = step("fetch_or");
     return value_.fetch_or(operand, order);
   }
   /// Bitwise exclusive or with `operand`; returns the value before.
   T fetch_xor(T operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_bitwise<T>
   {
-    point("fetch_xor");
+    const auto shown = step("fetch_xor");
     return value_.fetch_xor(operand, order);
   }
 
@@ -272,7 +290,27 @@ class atomic : public detail::atomic_difference<T> {
   }
 
  private:
-  void point(const char* op) const noexcept { detail::nothrow_point(op, "atomic", this); }
+  // In a run, shows the value the operation leaves in the trace of a failure (when destroyed,
+  // after the operation).
+  class value_shown {
+   public:
+    explicit value_shown(const atomic* a) noexcept : a_(a) {}
+    value_shown(const value_shown&) = delete;
+    value_shown& operator=(const value_shown&) = delete;
+    ~value_shown() {
+      if (detail::execution* e = detail::current())
+        e->show_value(detail::printable(a_->value_.load(std::memory_order_relaxed)));
+    }
+
+   private:
+    const atomic* a_;
+  };
+
+  // The scheduling point before operation `op`.
+  [[nodiscard]] value_shown step(const char* op) const noexcept {
+    detail::nothrow_point(op, "atomic", this);
+    return value_shown(this);
+  }
   [[nodiscard]] static bool modelled() noexcept { return detail::current() != nullptr; }
 
   std::atomic<T> value_;

@@ -126,6 +126,7 @@ struct event {
   const char* op;                 ///< what ("load", "lock", "spawns")
   const void* object;             ///< on what (registered in the run's object names), or null
   std::size_t other = no_thread;  ///< a thread it names (spawns, joins)
+  std::string value;              ///< the value an atomic operation left, if printable
 };
 
 /// What a run did.
@@ -249,6 +250,15 @@ class execution : public std::enable_shared_from_this<execution> {
       switch_from(self, lk, false, true);
     }
     record(self.id, "joined", nullptr, nullptr, id);
+  }
+
+  /// Shows `value` in the trace, as what the current thread's last operation left.
+  void show_value(std::string value) {
+    const std::lock_guard lk(mutex_);
+    // Not after a failure: operations run while unwinding are not recorded.
+    if (!aborting_ && !events_.empty() && events_.back().thread == current_context.self->id) {
+      events_.back().value = std::move(value);
+    }
   }
 
   /// Records a failure of the current thread without ending it (for noexcept callers): the
@@ -505,7 +515,7 @@ class execution : public std::enable_shared_from_this<execution> {
   void record(std::size_t thread, const char* op, const char* kind, const void* object,
               std::size_t other = no_thread) {
     if (object != nullptr) name_of(object, kind);
-    events_.push_back(event{thread, op, object, other});
+    events_.push_back(event{thread, op, object, other, {}});
   }
 
   std::string trace() {
@@ -518,6 +528,7 @@ class execution : public std::enable_shared_from_this<execution> {
       out += "    thread " + std::to_string(e.thread) + ": " + e.op;
       if (e.object != nullptr) out += " " + name_of(e.object, nullptr);
       if (e.other != no_thread) out += " thread " + std::to_string(e.other);
+      if (!e.value.empty()) out += ", now " + e.value;
       out += "\n";
     }
     return out;
