@@ -9,10 +9,13 @@
 #include <asyncband/testing/gtest.hpp>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -415,7 +418,29 @@ TEST(Explore, MisusedPrimitivesAreFailures) {
                               ex::failure_kind::exception));
 }
 
+// testing::atomic can stand in for std::atomic (asyncband::detail::atomic under ASYNCBAND_MODEL):
+// the same size, the same noexcept members, the same constexpr construction.
+static_assert(sizeof(ex::atomic<int>) == sizeof(std::atomic<int>));
+static_assert(sizeof(ex::atomic<std::uint64_t>) == sizeof(std::atomic<std::uint64_t>));
+static_assert(sizeof(ex::atomic<void*>) == sizeof(std::atomic<void*>));
+static_assert(noexcept(std::declval<ex::atomic<int>&>().load()));
+static_assert(noexcept(std::declval<ex::atomic<int>&>().fetch_add(1, std::memory_order_relaxed)));
+static_assert(noexcept(std::declval<const ex::atomic<int>&>().wait(0)));
+static_assert(noexcept(std::declval<ex::atomic<int>&>().notify_all()));
+static_assert(std::is_same_v<ex::atomic<unsigned>::difference_type, std::atomic<unsigned>::difference_type>);
+static_assert(std::is_same_v<ex::atomic<int*>::difference_type, std::ptrdiff_t>);
+static_assert(ex::atomic<int>::is_always_lock_free == std::atomic<int>::is_always_lock_free);
+constinit ex::atomic<int> constant_initialised{3};
+template <class A>
+concept adds = requires(A a) { a.fetch_add(1); };
+template <class A>
+concept ors = requires(A a) { a.fetch_or(1); };
+static_assert(adds<ex::atomic<int>> && adds<ex::atomic<double>> && adds<ex::atomic<int*>>);
+static_assert(!adds<ex::atomic<bool>> && !ors<ex::atomic<bool>>);  // as std::atomic<bool>
+static_assert(ors<ex::atomic<unsigned>> && !ors<ex::atomic<double>>);
+
 TEST(Explore, ModelPrimitivesArePlainOutsideARun) {
+  EXPECT_EQ(constant_initialised.load(), 3);
   ex::atomic<int> a{1};
   EXPECT_EQ(a.fetch_add(2), 1);
   EXPECT_EQ(++a, 4);
@@ -444,6 +469,29 @@ TEST(Explore, ModelPrimitivesArePlainOutsideARun) {
   ex::mutex m;
   { const std::lock_guard lock(m); }
   EXPECT_THROW(ex::check(false, "outside"), std::logic_error);
+}
+
+// A struct, as the library's ring positions: compared bytewise, in and out of a run.
+TEST(Explore, AtomicOfAStruct) {
+  struct alignas(8) place {  // lock-free (clang calls libatomic for an under-aligned one)
+    std::uint32_t lap;
+    std::uint32_t index;
+  };
+  ex::atomic<place> outside{place{1, 2}};
+  place seen{1, 2};
+  EXPECT_TRUE(outside.compare_exchange_strong(seen, place{3, 4}));
+  EXPECT_EQ(outside.load().lap, 3U);
+  const ex::result r = ex::explore({.strategy = ex::strategy::exhaustive}, [] {
+    ex::atomic<place> p{place{0, 0}};
+    in_threads(2, [&] {
+      place old = p.load();
+      while (!p.compare_exchange_weak(old, place{old.lap + 1, old.index + 2})) {
+      }
+    });
+    ex::check(p.load().lap == 2 && p.load().index == 4, "a step was lost");
+  });
+  EXPECT_TRUE(ex::passed(r));
+  EXPECT_TRUE(r.exhausted);
 }
 
 TEST(Explore, ABadReplayStringIsRejected) {
