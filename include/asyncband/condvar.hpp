@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -19,6 +18,7 @@
 #include "mutex.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -84,7 +84,7 @@ class condvar {
   }
   /// Yields result<mutex_guard<T>>: ok (mutex held), or cancelled (mutex not held).
   template <class T>
-  auto wait(mutex_guard<T> guard, std::stop_token stop) {
+  auto wait(mutex_guard<T> guard, asyncband::stop_token stop) {
     return waiting<T, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
   }
   /// Waits while `keep_waiting(value)` is true; yields the guard.
@@ -94,7 +94,7 @@ class condvar {
   }
   /// Yields result<mutex_guard<T>>: ok (mutex held, keep_waiting false), or cancelled.
   template <class T, class Predicate>
-  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, std::stop_token stop) {
+  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, asyncband::stop_token stop) {
     return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -107,7 +107,7 @@ class condvar {
   /// As wait_blocking(guard), or until `stop` is requested: ok (mutex held), or cancelled (mutex
   /// not held).
   template <class T>
-  result<mutex_guard<T>> wait_blocking(mutex_guard<T> guard, std::stop_token stop) {
+  result<mutex_guard<T>> wait_blocking(mutex_guard<T> guard, asyncband::stop_token stop) {
     return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
   }
   /// wait_while(guard, keep_waiting) for a plain thread; yields the guard.
@@ -119,7 +119,7 @@ class condvar {
   /// keep_waiting false), or cancelled (mutex not held).
   template <class T, class Predicate>
   result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting,
-                                             std::stop_token stop) {
+                                             asyncband::stop_token stop) {
     return block<true>(std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -221,7 +221,7 @@ class condvar {
   }
 
   template <bool Cancellable, class T, class Predicate>
-  yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, std::stop_token stop);
+  yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, asyncband::stop_token stop);
 
   // mutable: debug.hpp counts the waiters of a const one
   mutable detail::wait_queue queue_;
@@ -239,7 +239,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   using yield_type = yield_t<Cancellable, T>;
 
  public:
-  waiting(condvar& cv, mutex_guard<T>&& guard, Predicate predicate, std::stop_token stop)
+  waiting(condvar& cv, mutex_guard<T>&& guard, Predicate predicate, asyncband::stop_token stop)
       : condvar_(&cv),
         mutex_(guard.mutex()),
         held_(permit_of(guard)),
@@ -367,7 +367,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   mutex<T>* mutex_;
   semaphore_permit held_;
   Predicate predicate_;
-  std::stop_token stop_;
+  asyncband::stop_token stop_;
   detail::resume_target self_;
   std::optional<notified_wait> notified_;
   std::optional<relock_wait> relock_;
@@ -378,7 +378,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
 
 template <bool Cancellable, class T, class Predicate>
 condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate predicate,
-                                                std::stop_token stop) {
+                                                asyncband::stop_token stop) {
   mutex<T>* const m = guard.mutex();
   semaphore_permit held = permit_of(guard);
   std::uint64_t notify_bound = 0;

@@ -7,11 +7,11 @@
 #include <chrono>
 #include <exception>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "../result.hpp"
+#include "../stop_token.hpp"
 #include "debug_access.hpp"
 #include "wait_functions.hpp"
 
@@ -92,13 +92,13 @@ class receiving_end {
   /// `co_await rx.recv()` yields result<T>: a value, or closed.
   [[nodiscard]] auto recv() { return recv_forms::await(live()); }
   /// As above; also ends cancelled when `stop` is requested first.
-  [[nodiscard]] auto recv(std::stop_token stop) {
+  [[nodiscard]] auto recv(asyncband::stop_token stop) {
     return recv_forms::await_until_stopped(std::move(stop), live());
   }
   /// recv() for a plain thread: blocks until a value arrives, or closed.
   result<T> recv_blocking() { return recv_forms::block(live()); }
   /// As recv_blocking(), or until `stop` is requested (then cancelled).
-  result<T> recv_blocking(std::stop_token stop) {
+  result<T> recv_blocking(asyncband::stop_token stop) {
     return recv_forms::block_until_stopped(std::move(stop), live());
   }
   /// As recv_blocking(), for at most `timeout` (then timeout).
