@@ -253,7 +253,11 @@ def family_table(cases, fam_impls: list[str], per_peer: bool, out) -> None:
 
 SPDX = "SPDX-License-Identifier: Apache-2.0"
 OURS_COLOR = "#1f6fb4"
-PEER_COLORS = ["#e8853a", "#5aa55a", "#9a6fc0", "#b5835a", "#d97fbf", "#8c8c8c", "#b8b83c", "#4fb8c7", "#c94c4c"]
+# matplotlib's tab20 without its blues (asyncband's), dark shades first: 18 peers can each keep one
+# colour across every chart. A run with more peers colours each family's peers apart instead.
+PEER_COLORS = ["#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+               "#17becf", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+               "#dbdb8d", "#9edae5"]
 
 
 def local_cpu_model() -> str | None:
@@ -404,8 +408,15 @@ def write_docs(paths: list[str], out_dir: str, metric: str, per_peer: bool, note
     (out / "results.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
     peers = sorted({i for fam in impls.values() for i in fam if not is_ours(i)})
-    colors = {p: PEER_COLORS[k % len(PEER_COLORS)] for k, p in enumerate(peers)}
-    colors.update({i: OURS_COLOR for fam in impls.values() for i in fam if is_ours(i)})
+    if len(peers) <= len(PEER_COLORS):
+        shared = {p: PEER_COLORS[k] for k, p in enumerate(peers)}
+        family_colors = {family: shared for family in impls}
+    else:  # distinct within each chart, which is what a reader compares
+        family_colors = {family: {p: PEER_COLORS[k % len(PEER_COLORS)]
+                                  for k, p in enumerate(i for i in fam if not is_ours(i))}
+                         for family, fam in impls.items()}
+    for chart_colors in family_colors.values():
+        chart_colors.update({i: OURS_COLOR for fam in impls.values() for i in fam if is_ours(i)})
     facts = run_facts(ctx, metric)
     caption = figure_caption(facts)
 
@@ -426,7 +437,8 @@ def write_docs(paths: list[str], out_dir: str, metric: str, per_peer: bool, note
     print("Families: " + ", ".join(f"[{f}](#{file_stem(f).lower()})" for f in table) + "\n", file=page)
     for family, cases in table.items():
         stem = file_stem(family)
-        plot_family(family, cases, impls[family], spreads.get(family), colors, caption, metric, out / stem, formats)
+        plot_family(family, cases, impls[family], spreads.get(family), family_colors[family], caption, metric,
+                    out / stem, formats)
         print(f"## {family}\n", file=page)
         print(f"![{family}: asyncband vs peers]({stem}.{formats[0]})\n", file=page)
         family_table(cases, impls[family], per_peer, page)
