@@ -196,6 +196,8 @@ class semaphore {
 
   /// Lock-free: takes n permits if nobody is queued and enough are available.
   bool try_take(std::size_t n) noexcept { return word_.try_take(n); }
+  /// Lock-free: takes up to n of the permits available if nobody is queued; returns how many.
+  std::size_t try_take_some(std::size_t n) noexcept { return word_.try_take_some(n); }
 
   /// Under the lock, for a waiter about to queue: takes n permits if it can (true); otherwise
   /// gives it every available permit as a partial grant, marks the state contended (false), and
