@@ -3,6 +3,7 @@
 // linked list of messages, and a semaphore counting the values no receive has claimed.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -12,6 +13,7 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "mpmc_batch.hpp"
 #include "mpmc_handles.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
@@ -135,28 +137,63 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
     message_type* const m = claim();
     try {
       return asyncband::detail::take_into<Outcome>(m->value(), [this, m]() noexcept {
-        m->value().~T();
-        m->drop();
-        received_one();
+        release(m);
+        done_with_values(1);
       });
     } catch (...) {
       park(m);
       throw;
     }
   }
+  /// A batch receive's take (detail::take_batch): with the unit `first`, up to `limit` values
+  /// appended to `out`; the pending count drops once for them.
+  template <class Buffer>
+  std::size_t take_many(semaphore_permit&& first, Buffer& out, std::size_t limit) {
+    return take_batch(*this, std::move(first), out, limit);
+  }
 
   /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
   try_recv_result<T> try_take() {
     if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
       return take<try_recv_result<T>>(std::move(*unit));
-    return closed() && pending_.load(std::memory_order_seq_cst) == 0 ? recv_status::disconnected
-                                                                     : recv_status::empty;
+    return drained() ? recv_status::disconnected : recv_status::empty;
+  }
+  /// Up to `limit` values now, appended to `out` (ok: how many), or empty, or disconnected.
+  template <class Buffer>
+  try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
+    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
+      return take_many(std::move(*unit), out, limit);
+    return drained() ? recv_status::disconnected : recv_status::empty;
   }
 
   /// Values sent (or being sent) and not yet received.
   [[nodiscard]] std::size_t len() const noexcept { return pending_.load(std::memory_order_acquire); }
 
  private:
+  // --- take_batch's protocol (see detail::take_batch) ---------------------------------------------
+  template <class State, class Buffer>
+  friend std::size_t take_batch(State&, semaphore_permit&&, Buffer&, std::size_t);
+  using claimed_value = message_type*;
+
+  std::size_t claim_units(semaphore_permit&& first, std::size_t limit) noexcept {
+    const std::size_t held = first.forget();
+    return held + items_.try_take_some(std::min(limit, semaphore::max()) - held);
+  }
+  void units_back(std::size_t n) noexcept { items_.template give<false>(n); }
+  /// A parked message first, else the one after the head.
+  message_type* claim_value() noexcept { return claim(); }
+  static T& value_of(message_type* m) noexcept { return m->value(); }
+  /// Its value moved out: destroys what is left of it and drops the value's reference.
+  static void release(message_type* m) noexcept {
+    m->value().~T();
+    m->drop();
+  }
+  /// n values left the channel (received, destroyed, or withdrawn by their sends): if they were
+  /// the last of a closed channel, receives end closed.
+  void done_with_values(std::size_t n) noexcept {
+    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && closed()) end();
+  }
+
   /// The message a unit of `items_` stands for: a parked one first, else the one after the head.
   message_type* claim() noexcept {
     message_type* old_head = nullptr;
@@ -171,6 +208,11 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
     }
     old_head->drop();  // its link's reference: the head is past it
     return m;
+  }
+
+  /// Closed, and nothing pending: nothing left to receive, and nothing can come.
+  [[nodiscard]] bool drained() const noexcept {
+    return closed() && pending_.load(std::memory_order_seq_cst) == 0;
   }
 
   /// A receive whose move threw gives its message to the next receive.
@@ -192,15 +234,10 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
       ~withdraw() {
         m->value().~T();
         delete m;
-        self->received_one();
+        self->done_with_values(1);
       }
     } const done{this, m};
     return {send_status::disconnected, std::move(m->value())};
-  }
-
-  /// A value left the channel (received, destroyed, or withdrawn by its send).
-  void received_one() noexcept {
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && closed()) end();
   }
 
   /// Closed and nothing pending: waiting and later receives end closed.
@@ -211,9 +248,8 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   void discard_received_by_nobody() noexcept {
     while (items_.try_take(1)) {
       message_type* const m = claim();
-      m->value().~T();
-      m->drop();
-      received_one();
+      release(m);
+      done_with_values(1);
     }
   }
 
