@@ -87,6 +87,12 @@ struct batch_of {
 /// - Every receive form moves the value exactly once, from the channel into the result. If that
 ///   move throws, the exception propagates and the value stays in the channel, for the next
 ///   receive (ahead of the others).
+/// - recv_many(buffer, limit) (and try_recv_many, the blocking twins, recv_many_timeout) is one
+///   receive in the FIFO order above, which then also takes, up to `limit` in all, the values no
+///   other receive waits for, appending them to `buffer` in one step (one wake-up; bounded: one
+///   return of their capacity). `limit` 0 yields 0 at once. If a value's move throws, the values
+///   before it stay appended, it stays in the channel (ahead of the others), the rest of the batch
+///   goes to the next receives, and the exception propagates.
 /// - Several receives may be in progress at once, from any copies, threads or coroutines. Each
 ///   receiver must outlive its own receives (their awaiters included).
 /// - A receive may wait for a value being constructed by another thread (spinning, then

@@ -273,6 +273,11 @@ std::pair<unbounded_sender<T>, unbounded_receiver<T>> unbounded() {
 /// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
 ///   channel into the result; if that move throws, the exception propagates and the value stays
 ///   in the channel, for the next receive.
+/// - recv_many(buffer, limit) (and try_recv_many, the blocking twins, recv_many_timeout) waits as
+///   recv() does, then appends up to `limit` of the values there to `buffer` in one step: one
+///   wake-up. It is a receive (one at a time, as above).
+///   `limit` 0 yields 0 at once. If a value's move throws, the values before it stay appended,
+///   it stays at the head, and the exception propagates (detail::receiving_end::recv_many).
 template <class T>
 class [[nodiscard]] unbounded_receiver : public detail::receiver_handle<detail::unbounded_state<T>, T> {
   // Every receive form comes from receiver_handle.
