@@ -95,16 +95,15 @@ void record(cv_probe& p, const int_mutex& m, result<guard_t>& r) {
   p.finish(r.status());
 }
 
-/// Locks `m`, waits on `cv` in form `f` (the stoppable forms with `stop`), records the outcome in
-/// `p`, and unlocks when it ends.
-task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, std::stop_token stop, cv_probe& p) {
+/// Locks with `co_await lock()`, waits on `cv` in form `f` (wait_while with `keep_waiting`, the
+/// stoppable forms with `stop`), hands the outcome to `record`, and unlocks when it ends. The
+/// waiter of every guard kind.
+template <class Probe, class Lock, class KeepWaiting, class Record>
+task<void> waiter_in_form(condvar& cv, Lock lock, wait_form f, std::stop_token stop, Probe& p,
+                          KeepWaiting keep_waiting, Record record) {
   ++p.started;
-  guard_t guard = co_await m.lock();
-  const auto keep_waiting = [&p](const int& v) {
-    ++p.checks;
-    return v < p.until;
-  };
-  result<guard_t> r = wait_status::closed;
+  auto guard = co_await lock();
+  result<decltype(guard)> r = wait_status::closed;
   switch (f) {
     case wait_form::wait:
       r = co_await cv.wait(std::move(guard));
@@ -119,12 +118,25 @@ task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, std::stop_token sto
       r = co_await cv.wait_while(std::move(guard), keep_waiting, std::move(stop));
       break;
   }
-  record(p, m, r);
+  record(r);
+}
+
+/// Locks `m`, waits on `cv` in form `f` (the stoppable forms with `stop`), records the outcome in
+/// `p`, and unlocks when it ends.
+task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, std::stop_token stop, cv_probe& p) {
+  return waiter_in_form(
+      cv, [&m] { return m.lock(); }, f, std::move(stop), p,
+      [&p](const int& v) {
+        ++p.checks;
+        return v < p.until;
+      },
+      [&p, &m](result<guard_t>& r) { record(p, m, r); });
 }
 
 /// The blocking twin of the form `f` on this thread; a plain form's guard is reported as ok.
-result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, std::stop_token stop, int until) {
-  const auto keep_waiting = [until](const int& v) { return v < until; };
+template <class Guard, class KeepWaiting>
+result<Guard> wait_blocking_in(wait_form f, condvar& cv, Guard guard, std::stop_token stop,
+                               KeepWaiting keep_waiting) {
   switch (f) {
     case wait_form::wait:
       return cv.wait_blocking(std::move(guard));
@@ -136,6 +148,10 @@ result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, std::s
       return cv.wait_while_blocking(std::move(guard), keep_waiting, std::move(stop));
   }
   return wait_status::closed;
+}
+result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, std::stop_token stop, int until) {
+  return wait_blocking_in(f, cv, std::move(guard), std::move(stop),
+                          [until](const int& v) { return v < until; });
 }
 
 /// The mutex now (it must be free).
@@ -1655,32 +1671,24 @@ void record_kind(kind_probe& p, const std::weak_ptr<gated_mutex>& m, result<Guar
   p.finish(r.status());
 }
 
-/// Takes a guard of kind K of the mutex (free now), sets `gate` to 1, and waits on `cv` in form
-/// `f`; records the outcome and drops the guard. Holds no reference to the mutex of its own: an
-/// owned guard's is the only one it keeps.
+/// A guard at hand, as an awaitable that never suspends (waiter_in_form's `lock`).
+template <class Guard>
+struct ready_guard {
+  Guard guard;
+  [[nodiscard]] static bool await_ready() noexcept { return true; }
+  static void await_suspend(std::coroutine_handle<> /*unused*/) noexcept {}
+  Guard await_resume() { return std::move(guard); }
+};
+
+/// Takes a guard of kind K of the mutex (free now) and waits on `cv` in form `f`; records the
+/// outcome and drops the guard. Holds no reference to the mutex of its own: an owned guard's is
+/// the only one it keeps.
 template <guard_kind K>
 task<void> kind_waiter(condvar& cv, std::weak_ptr<gated_mutex> m, wait_form f, std::stop_token stop,
                        kind_probe& p) {
-  ++p.started;
-  auto guard = guard_of<K>(m.lock());
-  using guard_type = decltype(guard);
-  const auto keep_waiting = [&p](auto& v) { return part_in(v) < p.until; };
-  result<guard_type> r = wait_status::closed;
-  switch (f) {
-    case wait_form::wait:
-      r = co_await cv.wait(std::move(guard));
-      break;
-    case wait_form::wait_stoppable:
-      r = co_await cv.wait(std::move(guard), std::move(stop));
-      break;
-    case wait_form::wait_while:
-      r = co_await cv.wait_while(std::move(guard), keep_waiting);
-      break;
-    case wait_form::wait_while_stoppable:
-      r = co_await cv.wait_while(std::move(guard), keep_waiting, std::move(stop));
-      break;
-  }
-  record_kind(p, m, r);
+  return waiter_in_form(
+      cv, [m] { return ready_guard<guard_of_t<K>>{guard_of<K>(m.lock())}; }, f, std::move(stop), p,
+      [&p](auto& v) { return part_in(v) < p.until; }, [&p, m](auto& r) { record_kind(p, m, r); });
 }
 
 /// Sets `part` (under the mutex, which must be free) and notifies one waiter.
@@ -1784,7 +1792,7 @@ void an_owned_wait_keeps_the_mutex_alive() {
       s.spawn(kind_waiter<K>(cv, m, wait_form::wait_stoppable, stop.get_token(), p));
       s.run();
       EXPECT_EQ(p.started, 1);
-    EXPECT_EQ(p.resumed, 0);
+      EXPECT_EQ(p.resumed, 0);
       m->try_lock().value()->part = 7;
     }
     EXPECT_FALSE(weak.expired()) << "the waiting wait holds the mutex";
@@ -1819,24 +1827,9 @@ void blocking_waits_give_back_the_same_guard() {
       std::atomic<bool> registered{false};
       waiting_thread waiter([&] {
         auto g = guard_of<K>(m, true);
-        using guard_type = decltype(g);
-        const auto keep_waiting = [](auto& v) { return part_in(v) < 1; };
         const thread_hook hook(test_point::before_arm, [&registered] { registered.store(true); });
-        result<guard_type> r = wait_status::closed;
-        switch (f) {
-          case wait_form::wait:
-            r = cv.wait_blocking(std::move(g));
-            break;
-          case wait_form::wait_stoppable:
-            r = cv.wait_blocking(std::move(g), src.get_token());
-            break;
-          case wait_form::wait_while:
-            r = cv.wait_while_blocking(std::move(g), keep_waiting);
-            break;
-          case wait_form::wait_while_stoppable:
-            r = cv.wait_while_blocking(std::move(g), keep_waiting, src.get_token());
-            break;
-        }
+        auto r =
+            wait_blocking_in(f, cv, std::move(g), src.get_token(), [](auto& v) { return part_in(v) < 1; });
         record_kind(p, m, r);
       });
       while (!registered.load()) std::this_thread::yield();  // registered: the mutex is free

@@ -38,6 +38,8 @@ template <class T>
 class bounded_state;
 template <class T>
 class unbounded_state;
+template <class State, class T>
+class value_takes;
 }  // namespace mpmc::detail
 namespace broadcast::detail {
 template <class T, bool Lossless>
@@ -103,6 +105,8 @@ class semaphore {
   friend class mpmc::detail::bounded_state;
   template <class T>
   friend class mpmc::detail::unbounded_state;
+  template <class State, class T>
+  friend class mpmc::detail::value_takes;  // a batch's units of the values' semaphore
   template <class T, bool Lossless>
   friend class broadcast::detail::ring;  // close()
   template <class T>

@@ -164,6 +164,29 @@ struct channel_kind {
   }
 };
 
+/// A channel of kind `Kind`, a test scheduler and a stop source: the scenarios whose batch
+/// receives wait. Members go in reverse: a coroutine still waiting leaves with the scheduler,
+/// before the channel.
+template <class Kind>
+struct batch_fixture {
+  decltype(Kind::template make<int>(1)) c;
+  test_scheduler s;
+  std::stop_source stop;
+
+  explicit batch_fixture(std::size_t room) : c(Kind::template make<int>(room)) {}
+
+  /// Starts `co_await rx.recv_many(p.buffer, limit)` on `rx` (the channel's receiver unless
+  /// given; with the stop token when `can_stop`) and runs until it waits or ends.
+  template <class Receiver>
+  void start(many_probe<int>& p, std::size_t limit, bool can_stop, Receiver& rx) {
+    s.spawn(receive_many(rx, limit, p, can_stop, stop.get_token()));
+    s.run();
+  }
+  void start(many_probe<int>& p, std::size_t limit, bool can_stop = plain) {
+    start(p, limit, can_stop, c.rx);
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // The scenarios
 
@@ -227,14 +250,13 @@ void a_limit_of_zero_yields_zero_at_once() {
 /// every value sent before it runs; the rest stays for the next receive.
 template <class Kind>
 void a_waiting_batch_receive_takes_the_values_sent_before_it_runs() {
-  auto c = Kind::template make<int>(8);
-  test_scheduler s;
+  batch_fixture<Kind> f(8);
+  auto& c = f.c;
   many_probe<int> p;
-  s.spawn(receive_many(c.rx, 3, p));
-  s.run();
+  f.start(p, 3);
   expect_waiting(p);
   for (int v = 1; v <= 4; ++v) Kind::put(c.tx, v);
-  EXPECT_EQ(s.run(), 1U) << "one resumption for the batch";
+  EXPECT_EQ(f.s.run(), 1U) << "one resumption for the batch";
   EXPECT_EQ(p.resumed, 1);
   EXPECT_EQ(p.status, wait_status::ok);
   EXPECT_EQ(p.count, 3U);
@@ -260,14 +282,12 @@ void batches_drain_a_closed_channel_then_end_closed() {
     EXPECT_TRUE(c.rx.try_recv_many(buffer, 5).disconnected());
     EXPECT_EQ(buffer, (std::vector<int>{1, 2, 3}));
   }
-  auto c = Kind::template make<int>(4);
-  test_scheduler s;
+  batch_fixture<Kind> f(4);
   many_probe<int> p;
-  s.spawn(receive_many(c.rx, 4, p));
-  s.run();
+  f.start(p, 4);
   expect_waiting(p);
-  drop(c.tx);
-  s.run();
+  drop(f.c.tx);
+  f.s.run();
   EXPECT_EQ(p.resumed, 1);
   EXPECT_EQ(p.status, wait_status::closed);
   EXPECT_TRUE(p.buffer.empty());
@@ -277,27 +297,26 @@ void batches_drain_a_closed_channel_then_end_closed() {
 /// waits takes nothing; the values sent later all go to the next receive.
 template <class Kind>
 void a_cancelled_or_destroyed_batch_receive_takes_nothing() {
-  auto c = Kind::template make<int>(4);
-  test_scheduler s;
-  std::stop_source stop;
+  batch_fixture<Kind> f(4);
+  auto& c = f.c;
   many_probe<int> cancelled;
-  s.spawn(receive_many(c.rx, 4, cancelled, stoppable, stop.get_token()));
-  s.run();
+  f.start(cancelled, 4, stoppable);
   expect_waiting(cancelled);
-  stop.request_stop();
-  s.run();
+  f.stop.request_stop();
+  f.s.run();
   EXPECT_EQ(cancelled.resumed, 1);
   EXPECT_EQ(cancelled.status, wait_status::cancelled);
   many_probe<int> doomed;
   {
     auto t = receive_many(c.rx, 4, doomed);
-    start_on(s, t);
-    s.run();
+    start_on(f.s, t);
+    f.s.run();
     expect_waiting(doomed);
   }  // destroyed while it waits: leaves the channel's queue
   Kind::put(c.tx, 1);
   Kind::put(c.tx, 2);
-  EXPECT_EQ(block_on(c.rx.recv_many(cancelled.buffer, 4, stop.get_token())).status(), wait_status::cancelled)
+  EXPECT_EQ(block_on(c.rx.recv_many(cancelled.buffer, 4, f.stop.get_token())).status(),
+            wait_status::cancelled)
       << "a stop already requested";
   EXPECT_TRUE(cancelled.buffer.empty());
   EXPECT_EQ(doomed.resumed, 0);
@@ -313,16 +332,14 @@ void a_cancelled_or_destroyed_batch_receive_takes_nothing() {
 /// receive ended.
 template <class Kind>
 wait_status a_batch_receive_woken_then_stopped() {
-  auto c = Kind::template make<int>(4);
-  test_scheduler s;
-  std::stop_source stop;
+  batch_fixture<Kind> f(4);
+  auto& c = f.c;
   many_probe<int> p;
-  s.spawn(receive_many(c.rx, 4, p, stoppable, stop.get_token()));
-  s.run();
+  f.start(p, 4, stoppable);
   Kind::put(c.tx, 1);  // claims the receive: its resumption is queued
   Kind::put(c.tx, 2);
-  stop.request_stop();
-  s.run();
+  f.stop.request_stop();
+  f.s.run();
   EXPECT_EQ(p.resumed, 1);
   std::vector<int> all = p.buffer;
   for (const int v : take_all(c.rx)) all.push_back(v);
@@ -502,11 +519,11 @@ void threads_receive_every_value_once_in_batches(int consumers, std::size_t limi
 /// channel always: `idle_try_throws`), and it then completes normally; and the other way round.
 template <class Kind>
 void a_batch_receive_is_one_receive_at_a_time(bool idle_try_throws) {
-  auto c = Kind::template make<int>(4);
-  test_scheduler s;
+  batch_fixture<Kind> f(4);
+  auto& c = f.c;
+  test_scheduler& s = f.s;
   many_probe<int> p;
-  s.spawn(receive_many(c.rx, 4, p));
-  s.run();
+  f.start(p, 4);
   expect_waiting(p);
   std::vector<int> other;
   EXPECT_THROW((void)c.rx.recv_many_blocking(other, 4), std::logic_error);
@@ -539,27 +556,26 @@ void a_batch_receive_is_one_receive_at_a_time(bool idle_try_throws) {
 /// value and then stopped passes it to the next waiting receive.
 template <class Kind>
 void batch_receives_keep_the_fifo_order_of_the_receives() {
-  auto c = Kind::template make<int>(8);
+  batch_fixture<Kind> f(8);
+  auto& c = f.c;
+  test_scheduler& s = f.s;
   auto copy = c.rx;
-  test_scheduler s;
   recv_probe<int> single;
   many_probe<int> batch;
   s.spawn(receive(c.rx, single));
-  s.spawn(receive_many(copy, 4, batch));
-  s.run();
+  f.start(batch, 4, plain, copy);
   for (int v = 1; v <= 3; ++v) Kind::put(c.tx, v);
   s.run();
   expect_got(single, 1);
   EXPECT_EQ(batch.buffer, (std::vector<int>{2, 3}));
 
-  std::stop_source stop;
   many_probe<int> stopped;
   recv_probe<int> next;
-  s.spawn(receive_many(copy, 4, stopped, stoppable, stop.get_token()));
+  f.start(stopped, 4, stoppable, copy);
   s.spawn(receive(c.rx, next));
   s.run();
   Kind::put(c.tx, 4);  // claims the batch receive
-  stop.request_stop();
+  f.stop.request_stop();
   s.run();
   EXPECT_EQ(stopped.status, wait_status::cancelled);
   EXPECT_TRUE(stopped.buffer.empty());

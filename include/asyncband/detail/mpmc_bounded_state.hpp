@@ -16,8 +16,8 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
-#include "mpmc_batch.hpp"
 #include "mpmc_handles.hpp"
+#include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 #include "value_ring.hpp"
@@ -127,7 +127,7 @@ class parked_places {
 /// waits for a receive to take it, and no receive for such a send. Only if that storage cannot
 /// be allocated does the value hold its cell until a receive takes it.
 template <class T>
-class bounded_state : public handle_counts<bounded_state<T>> {
+class bounded_state : public handle_counts<bounded_state<T>>, public value_takes<bounded_state<T>, T> {
  public:
   using value_type = T;
   static constexpr bool multi_consumer = true;
@@ -208,44 +208,6 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   // --- receiving ---------------------------------------------------------------------------------
   semaphore& items() noexcept { return items_; }
 
-  /// With a unit of `items_` (which this consumes): moves the value it stands for into
-  /// `Outcome`, built in place. If that move throws, the value is parked for the next receive,
-  /// a unit for it goes back to `items_`, and the exception propagates.
-  template <class Outcome>
-  Outcome take(semaphore_permit&& unit) {
-    static_cast<void>(unit.forget());  // the unit is the value's: it ends with the value's cell
-    const claimed_value c = claim_value();
-    try {
-      return asyncband::detail::take_into<Outcome>(*c.v.value, [this, &c]() noexcept {
-        release(c);
-        done_with_values(1);
-      });
-    } catch (...) {
-      park(c);
-      throw;
-    }
-  }
-  /// A batch receive's take (detail::take_batch): with the unit `first`, up to `limit` values
-  /// appended to `out`; their units of capacity go back in one give.
-  template <class Buffer>
-  std::size_t take_many(semaphore_permit&& first, Buffer& out, std::size_t limit) {
-    return take_batch(*this, std::move(first), out, limit);
-  }
-
-  /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
-  try_recv_result<T> try_take() {
-    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
-      return take<try_recv_result<T>>(std::move(*unit));
-    return drained() ? recv_status::disconnected : recv_status::empty;
-  }
-  /// Up to `limit` values now, appended to `out` (ok: how many), or empty, or disconnected.
-  template <class Buffer>
-  try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
-    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
-      return take_many(std::move(*unit), out, limit);
-    return drained() ? recv_status::disconnected : recv_status::empty;
-  }
-
   /// Values accepted and not yet received (including sends still being written, and the places
   /// of sends whose construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
@@ -254,9 +216,8 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   }
 
  private:
-  // --- take_batch's protocol (see detail::take_batch) ---------------------------------------------
-  template <class State, class Buffer>
-  friend std::size_t take_batch(State&, semaphore_permit&&, Buffer&, std::size_t);
+  // --- what value_takes needs (see there) --------------------------------------------------------
+  friend class value_takes<bounded_state<T>, T>;
 
   /// The value a unit of `items_` stands for, claimed: a parked one, or the one at its place
   /// (held in its cell: `in_cell`, at `p`).
@@ -264,12 +225,6 @@ class bounded_state : public handle_counts<bounded_state<T>> {
     parked_value<T> v;
     bool parked = false;
   };
-
-  std::size_t claim_units(semaphore_permit&& first, std::size_t limit) noexcept {
-    const std::size_t held = first.forget();  // the units are the values': each ends with its cell
-    return held + items_.try_take_some(std::min(limit, semaphore::max()) - held);
-  }
-  void units_back(std::size_t n) noexcept { items_.template give<false>(n); }
 
   /// A parked value first (ahead of newer places), else the next place's.
   claimed_value claim_value() noexcept {

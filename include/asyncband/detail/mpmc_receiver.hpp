@@ -34,7 +34,7 @@ class recv_wait : public asyncband::detail::semaphore_waiter {
 
 /// A batch receive (recv_many): an acquisition of one unit of `items_` as a receive's, then
 /// the take of up to `limit` values into a `Buffer` (std::vector<T, A>): the value of that unit
-/// and those of the units try-acquired with it (detail::take_batch); yields how many. Limit 0:
+/// and those of the units try-acquired with it (value_takes::take_many); yields how many. Limit 0:
 /// acquires nothing, ready at once, yields 0.
 template <class State, class Buffer>
 class recv_many_wait : public asyncband::detail::semaphore_waiter {

@@ -13,8 +13,8 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
-#include "mpmc_batch.hpp"
 #include "mpmc_handles.hpp"
+#include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 
@@ -56,7 +56,7 @@ struct message {
 /// before the receives end closed. When the channel is closed and nothing is pending, `items_`
 /// is closed: its count is 0 then, and every waiting and later receive ends closed.
 template <class T>
-class unbounded_state : public handle_counts<unbounded_state<T>> {
+class unbounded_state : public handle_counts<unbounded_state<T>>, public value_takes<unbounded_state<T>, T> {
   using message_type = message<T>;
 
  public:
@@ -128,60 +128,14 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   // --- receiving ---------------------------------------------------------------------------------
   semaphore& items() noexcept { return items_; }
 
-  /// With a unit of `items_` (which this consumes): moves the value it stands for into
-  /// `Outcome`, built in place. If that move throws, the message is parked for the next
-  /// receive, a unit for it goes back to `items_`, and the exception propagates.
-  template <class Outcome>
-  Outcome take(semaphore_permit&& unit) {
-    static_cast<void>(unit.forget());
-    message_type* const m = claim();
-    try {
-      return asyncband::detail::take_into<Outcome>(m->value(), [this, m]() noexcept {
-        release(m);
-        done_with_values(1);
-      });
-    } catch (...) {
-      park(m);
-      throw;
-    }
-  }
-  /// A batch receive's take (detail::take_batch): with the unit `first`, up to `limit` values
-  /// appended to `out`; the pending count drops once for them.
-  template <class Buffer>
-  std::size_t take_many(semaphore_permit&& first, Buffer& out, std::size_t limit) {
-    return take_batch(*this, std::move(first), out, limit);
-  }
-
-  /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
-  try_recv_result<T> try_take() {
-    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
-      return take<try_recv_result<T>>(std::move(*unit));
-    return drained() ? recv_status::disconnected : recv_status::empty;
-  }
-  /// Up to `limit` values now, appended to `out` (ok: how many), or empty, or disconnected.
-  template <class Buffer>
-  try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
-    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
-      return take_many(std::move(*unit), out, limit);
-    return drained() ? recv_status::disconnected : recv_status::empty;
-  }
-
   /// Values sent (or being sent) and not yet received.
   [[nodiscard]] std::size_t len() const noexcept { return pending_.load(std::memory_order_acquire); }
 
  private:
-  // --- take_batch's protocol (see detail::take_batch) ---------------------------------------------
-  template <class State, class Buffer>
-  friend std::size_t take_batch(State&, semaphore_permit&&, Buffer&, std::size_t);
+  // --- what value_takes needs (see there) --------------------------------------------------------
+  friend class value_takes<unbounded_state<T>, T>;
   using claimed_value = message_type*;
 
-  std::size_t claim_units(semaphore_permit&& first, std::size_t limit) noexcept {
-    const std::size_t held = first.forget();
-    return held + items_.try_take_some(std::min(limit, semaphore::max()) - held);
-  }
-  void units_back(std::size_t n) noexcept { items_.template give<false>(n); }
-  /// A parked message first, else the one after the head.
-  message_type* claim_value() noexcept { return claim(); }
   static T& value_of(message_type* m) noexcept { return m->value(); }
   /// Its value moved out: destroys what is left of it and drops the value's reference.
   static void release(message_type* m) noexcept {
@@ -195,7 +149,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   }
 
   /// The message a unit of `items_` stands for: a parked one first, else the one after the head.
-  message_type* claim() noexcept {
+  message_type* claim_value() noexcept {
     message_type* old_head = nullptr;
     message_type* m = nullptr;
     {
@@ -247,7 +201,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   /// Takes (and forgets) the unit of each value left, then destroys the value.
   void discard_received_by_nobody() noexcept {
     while (items_.try_take(1)) {
-      message_type* const m = claim();
+      message_type* const m = claim_value();
       release(m);
       done_with_values(1);
     }
