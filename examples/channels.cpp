@@ -183,7 +183,7 @@ rt::task<bool> run(rt::thread_pool& pool) {
   const int answered = std::get<0>(served);
 
   // 3. Drain the log. Every task's frame is gone with its log sender, so after the last event
-  //    try_recv reports disconnected, not empty. The server is one producer of the log: its
+  //    try_recv reports closed, not empty. The server is one producer of the log: its
   //    events come in the order it received the requests.
   std::array<int, kClients> next_answered{};  // per client: the seq expected next, from the server
   std::array<int, kClients> next_received{};  // ... and from the client itself
@@ -201,7 +201,7 @@ rt::task<bool> run(rt::thread_pool& pool) {
   // Client 0's `right` counts reply 0 too: the cancelled wait took nothing, a later recv() did.
   bool ok = accepted == static_cast<int>(kQueueCapacity) && held_seq == accepted &&
             first_wait == asyncband::wait_status::cancelled && answered == kTotal && events == 2 * kTotal &&
-            out_of_order == 0 && entry.disconnected();
+            out_of_order == 0 && entry.closed();
   for (std::size_t c = 0; c < clients.size(); ++c) {
     std::printf("client %zu: %d/%d replies right, served in order: %s\n", c, clients[c].right,
                 kRequestsPerClient, next_answered[c] == kRequestsPerClient ? "yes" : "no");
@@ -209,8 +209,7 @@ rt::task<bool> run(rt::thread_pool& pool) {
          next_received[c] == kRequestsPerClient;
   }
   std::printf("%d requests answered through a queue of %zu; %d log events, %d out of order, log %s\n",
-              answered, kQueueCapacity, events, out_of_order,
-              entry.disconnected() ? "disconnected" : "not drained");
+              answered, kQueueCapacity, events, out_of_order, entry.closed() ? "closed" : "not drained");
   co_return ok;
 }
 

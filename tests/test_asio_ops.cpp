@@ -117,23 +117,21 @@ TEST(asio_error, cancelled_is_asio_operation_aborted) {
 TEST(asio_error, the_other_codes_are_distinct_and_in_the_asyncband_category) {
   const error_code timeout = err::timeout;
   const error_code closed = err::closed;
-  const error_code disconnected = err::disconnected;
   const error_code lagged = err::lagged;
-  for (const error_code& ec : {timeout, closed, disconnected, lagged}) {
+  for (const error_code& ec : {timeout, closed, lagged}) {
     EXPECT_EQ(ec.category(), err::category());
     EXPECT_NE(ec, net::error::operation_aborted);
     EXPECT_FALSE(ec.message().empty());
   }
   EXPECT_NE(timeout, closed);
-  EXPECT_NE(closed, disconnected);
-  EXPECT_NE(disconnected, lagged);
+  EXPECT_NE(closed, lagged);
   EXPECT_STREQ(err::category().name(), "asyncband");
   EXPECT_TRUE(timeout == boost::system::errc::timed_out);
   EXPECT_FALSE(closed == boost::system::errc::operation_canceled);
   EXPECT_EQ(err::to_error_code(wait_status::ok), error_code());
   EXPECT_EQ(err::to_error_code(wait_status::closed), err::closed);
   EXPECT_EQ(err::to_error_code(wait_status::timeout), err::timeout);
-  EXPECT_EQ(err::to_error_code(ab::send_status::disconnected), err::disconnected);
+  EXPECT_EQ(err::to_error_code(ab::send_status::closed), err::closed);
   EXPECT_EQ(err::to_error_code(ab::broadcast::recv_status::lagged), err::lagged);
   EXPECT_EQ(err::to_error_code(ab::broadcast::recv_status::closed), err::closed);
 }
@@ -323,7 +321,7 @@ TEST_F(asio_ops, a_send_to_a_departed_receiver_hands_its_value_back) {
                        }));
   ioc.run();
   ASSERT_TRUE(seen.has_value());
-  EXPECT_EQ(seen->first, err::disconnected);
+  EXPECT_EQ(seen->first, err::closed);
   EXPECT_EQ(seen->second, std::optional<std::string>("payload"));
 }
 
@@ -345,13 +343,13 @@ TEST_F(asio_ops, use_awaitable_throws_the_error_code_and_as_tuple_or_redirect_er
         }
         auto [ec, back] =
             co_await ab::asio::async_send(tx, std::string("a"), net::as_tuple(net::use_awaitable));
-        EXPECT_EQ(ec, err::disconnected);
+        EXPECT_EQ(ec, err::closed);
         EXPECT_EQ(back, std::optional<std::string>("a"));
         ++checks;
         error_code ec2;
         std::optional<std::string> back2 =
             co_await ab::asio::async_send(tx, std::string("b"), net::redirect_error(net::use_awaitable, ec2));
-        EXPECT_EQ(ec2, err::disconnected);
+        EXPECT_EQ(ec2, err::closed);
         EXPECT_EQ(back2, std::optional<std::string>("b"));
         ++checks;
       },

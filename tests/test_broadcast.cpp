@@ -392,14 +392,14 @@ TYPED_TEST(BroadcastBoth, CloseWithUnreadMessagesLetsEveryReceiverDrainThenEndsC
   c.tx.close();
   EXPECT_TRUE(c.tx.is_closed());
   auto refused = send_now(c.tx, payload(4));
-  EXPECT_TRUE(refused.disconnected());
+  EXPECT_TRUE(refused.closed());
   EXPECT_EQ(refused.value().id(), 4) << "a send after close hands the value back";
   if constexpr (M == mode::bounded) {
     auto co = block_on(c.tx.send(payload(5)));
-    EXPECT_TRUE(co.disconnected());
+    EXPECT_TRUE(co.closed());
     EXPECT_EQ(co.value().id(), 5);
     auto blocking = c.tx.send_blocking(payload(6));
-    EXPECT_TRUE(blocking.disconnected());
+    EXPECT_TRUE(blocking.closed());
     EXPECT_EQ(blocking.value().id(), 6);
   }
   EXPECT_EQ(take_all(c.rx), range(1, 4));
@@ -482,18 +482,18 @@ TYPED_TEST(BroadcastBoth, ASendWithoutAReceiverHandsTheValueBack) {
   drop(c.rx);
   EXPECT_EQ(c.tx.receiver_count(), 0U);
   auto r = send_now(c.tx, payload(1));
-  EXPECT_TRUE(r.disconnected());
+  EXPECT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 1);
   if constexpr (M == mode::bounded) {
     for (int i = 0; i < 3; ++i) {  // more than the capacity: no unit is lost on the way
       auto co = block_on(c.tx.send(payload(2)));
-      EXPECT_TRUE(co.disconnected());
+      EXPECT_TRUE(co.closed());
       EXPECT_EQ(co.value().id(), 2);
       auto blocking = c.tx.send_blocking(payload(3), std::stop_token{});
-      EXPECT_TRUE(blocking.disconnected());
+      EXPECT_TRUE(blocking.closed());
       EXPECT_EQ(blocking.value().id(), 3);
       auto timed = c.tx.send_timeout(payload(4), 1h);
-      EXPECT_TRUE(timed.disconnected());
+      EXPECT_TRUE(timed.closed());
       EXPECT_EQ(timed.value().id(), 4);
     }
   }
@@ -1407,9 +1407,9 @@ TEST(BroadcastBounded, AllReceiversGoneWaitingSendsAndLaterSendsHandTheirValuesB
   for (const auto& p : probes) expect_waiting(p);  // rx2 still holds both units
   drop(rx2);
   s.run();
-  for (const auto& p : probes) expect_handed_back(p, send_status::disconnected);
+  for (const auto& p : probes) expect_handed_back(p, send_status::closed);
   auto r = c.tx.try_send(payload(5));
-  EXPECT_TRUE(r.disconnected());
+  EXPECT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 5);
   EXPECT_EQ(c.tx.len(), 0U);
   auto rx = c.tx.subscribe();  // every unit is back
@@ -1444,8 +1444,8 @@ TEST(BroadcastBounded, CloseWhileSendersWaitHandsTheirValuesBack) {
   c.tx.close();
   t.join();
   s.run();
-  for (const auto& p : probes) expect_handed_back(p, send_status::disconnected);
-  EXPECT_EQ(blocked, send_status::disconnected);
+  for (const auto& p : probes) expect_handed_back(p, send_status::closed);
+  EXPECT_EQ(blocked, send_status::closed);
   EXPECT_EQ(take(c.rx), 0);
   EXPECT_TRUE(c.rx.try_recv().closed());
 }
@@ -1684,7 +1684,7 @@ class round {
         delivered.store(++seq);
       } else if (r->value() != v) {
         violation();  // not its own value back
-      } else if (r->disconnected() && !tx.is_closed()) {
+      } else if (r->closed() && !tx.is_closed()) {
         violation();  // the witness is there: disconnected only once closed
       }
     }

@@ -857,9 +857,9 @@ void add_bounded_rows(std::vector<row>& rows) {
       [](S& w, stop_token) { return w.tx->reserve_owned(); }, try_recv));
   rows.push_back(coroutine_row<S, K>("bounded_owned_permit_destroyed_wakes_sender", "ok", full_by_permit,
                                      send, [](S*, K& k) { k.permit.reset(); }));
-  rows.push_back(coroutine_row<S, K>("bounded_receiver_destroyed_wakes_sender", "disconnected", full, send,
+  rows.push_back(coroutine_row<S, K>("bounded_receiver_destroyed_wakes_sender", "closed", full, send,
                                      [](S*, K& k) { k.rx.reset(); }));
-  rows.push_back(coroutine_row<S, K>("bounded_receiver_close_wakes_sender", "disconnected", full, send,
+  rows.push_back(coroutine_row<S, K>("bounded_receiver_close_wakes_sender", "closed", full, send,
                                      [](S*, K& k) { k.rx->close(); }));
   rows.push_back(coroutine_row<S, K>(
       "bounded_stop_sender", "cancelled", full, [](S& w, stop_token t) { return w.tx->send(2, t); },
@@ -883,7 +883,7 @@ void add_bounded_rows(std::vector<row>& rows) {
       },
       send_a, [](A* w, AK& k) { *w->permit = k.other.first.try_reserve_owned().value(); }));
   rows.push_back(coroutine_row<A, AK>(
-      "bounded_receiver_move_assigned_wakes_sender", "disconnected",
+      "bounded_receiver_move_assigned_wakes_sender", "closed",
       [](A& w, AK&) {
         auto [tx, rx] = asyncband::mpsc::bounded<int>(1);
         w.tx.emplace(std::move(tx));
@@ -986,9 +986,9 @@ void add_broadcast_sender_rows(std::vector<row>& rows) {
                                      [](S*, K& k) { (void)block_on(k.rx->recv()); }));
   rows.push_back(coroutine_row<S, K>("broadcast_bounded_recv_blocking_wakes_sender", "ok", full, send,
                                      [](S*, K& k) { (void)k.rx->recv_blocking(); }));
-  rows.push_back(coroutine_row<S, K>("broadcast_bounded_receiver_destroyed_wakes_sender", "disconnected",
-                                     full, send, [](S*, K& k) { k.rx.reset(); }));
-  rows.push_back(coroutine_row<S, K>("broadcast_bounded_close_wakes_sender", "disconnected", full, send,
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_receiver_destroyed_wakes_sender", "closed", full,
+                                     send, [](S*, K& k) { k.rx.reset(); }));
+  rows.push_back(coroutine_row<S, K>("broadcast_bounded_close_wakes_sender", "closed", full, send,
                                      [](S* w, K&) { w->tx->close(); }));
   rows.push_back(coroutine_row<S, K>("broadcast_bounded_stop_sender", "cancelled", full, send_cancellable,
                                      request_stop{}));

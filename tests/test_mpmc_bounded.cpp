@@ -279,7 +279,7 @@ TEST(MpmcBounded, SenderAndReceiverCountsFollowCopiesMovesAndDestruction) {
 TEST(MpmcBounded, ReceiverCopiesShareTheChannelWhichDisconnectsOnlyWithTheLastOne) {
   auto c = make_channel<counted>(3);
   receiver_copies_share_the_channel_which_disconnects_only_with_the_last_one<bounded_kind>(c);
-  EXPECT_TRUE(c.tx.try_reserve().disconnected());
+  EXPECT_TRUE(c.tx.try_reserve().closed());
 }
 
 TEST(MpmcBounded, MovedFromHandlesThrowLogicErrorAndReportNothing) {
@@ -335,7 +335,7 @@ TEST(MpmcBounded, MoveOnlyPayloadsAreDeliveredAndHandedBackIntact) {
   auto five = std::make_unique<int>(5);
   int* const five_address = five.get();
   auto refused = block_on(c.tx.send(std::move(five)));
-  ASSERT_TRUE(refused.disconnected());
+  ASSERT_TRUE(refused.closed());
   EXPECT_EQ(refused.value().get(), five_address);
 }
 
@@ -494,7 +494,7 @@ TEST(MpmcBoundedWrap, WaitingSendersAndReceiversAcrossTheWrap) {
     }
     expected.push_back(999);
     EXPECT_EQ(all, expected);
-    EXPECT_TRUE(c.rx.try_recv().disconnected());
+    EXPECT_TRUE(c.rx.try_recv().closed());
     if (HasFailure()) break;
   }
 }
@@ -640,7 +640,7 @@ TEST(MpmcBoundedRace, CloseWhileASendWritesItsValueWithReceivesWaiting) {
         f.c.tx.close();
       }
       EXPECT_TRUE(f.c.rx.is_closed());
-      EXPECT_TRUE(f.c.tx.try_send(counted(2)).disconnected());
+      EXPECT_TRUE(f.c.tx.try_send(counted(2)).closed());
       EXPECT_EQ(f.s.ready_count(), 0U) << "nothing is drained while the value is written";
     });
     put(f.c.tx, 1);
@@ -648,7 +648,7 @@ TEST(MpmcBoundedRace, CloseWhileASendWritesItsValueWithReceivesWaiting) {
     expect_got(a, 1);
     expect_ended(b, wait_status::closed);
     expect_ended(c, wait_status::closed);
-    EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+    EXPECT_TRUE(f.c.rx.try_recv().closed());
   }
 }
 
@@ -670,14 +670,14 @@ TEST(MpmcBoundedRace, CloseEndsWaitingSendsDisconnectedAndReceivesDrainWhatWasAc
   expect_waiting(r);
   f.c.rx.close();
   f.s.run();
-  expect_handed_back(s1, send_status::disconnected);
-  expect_handed_back(s2, send_status::disconnected);
+  expect_handed_back(s1, send_status::closed);
+  expect_handed_back(s2, send_status::closed);
   EXPECT_EQ(r.status, wait_status::closed);
   auto& a = f.recv(3, plain);
   auto& b = f.recv(4, plain);
   expect_got(a, 100);
   expect_ended(b, wait_status::closed);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 TEST(MpmcBoundedRace, CloseWhileAReceiveRegisters) {
@@ -696,8 +696,8 @@ TEST(MpmcBoundedRace, PermitsHeldAtCloseStillSendAndTheirValuesAreReceived) {
     auto spare = f.c.tx.try_reserve();
     ASSERT_TRUE(plain_permit.ok() && owned.ok() && many.ok() && spare.ok());
     f.c.tx.close();
-    EXPECT_TRUE(f.c.tx.try_send(9).disconnected());
-    EXPECT_TRUE(f.c.tx.try_reserve().disconnected());
+    EXPECT_TRUE(f.c.tx.try_send(9).closed());
+    EXPECT_TRUE(f.c.tx.try_reserve().closed());
     std::vector<recv_probe<int>*> r;
     for (int i = 1; i <= 5; ++i) r.push_back(&f.recv(i, i % 2 == 0));
     EXPECT_TRUE(plain_permit->send(1).ok());
@@ -718,7 +718,7 @@ TEST(MpmcBoundedRace, PermitsHeldAtCloseStillSendAndTheirValuesAreReceived) {
     } else {
       expect_got(*r[4], 5);
     }
-    EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+    EXPECT_TRUE(f.c.rx.try_recv().closed());
   }
 }
 
@@ -742,8 +742,8 @@ TEST(MpmcBoundedRace, TheLastReceiverGoingWakesWaitingSendsDisconnectedWithTheir
   drop(copy);  // the last one
   EXPECT_EQ(counts.values(), 2) << "the value received by nobody is destroyed now";
   f.s.run();
-  expect_handed_back(s1, send_status::disconnected);
-  expect_handed_back(s2, send_status::disconnected);
+  expect_handed_back(s1, send_status::closed);
+  expect_handed_back(s2, send_status::closed);
   EXPECT_EQ(r.status, wait_status::closed);
   EXPECT_FALSE(r.permit.has_value());
   EXPECT_TRUE(f.c.tx.is_closed());
@@ -769,7 +769,7 @@ TEST(MpmcBoundedRace, TheLastReceiverGoingWhileAGrantedSendIsAboutToResumeHandsI
       drop(f.c.rx);
     }
     f.s.run();
-    expect_handed_back(a, send_status::disconnected);
+    expect_handed_back(a, send_status::closed);
     EXPECT_EQ(counts.values(), 1);  // the value handed back
   }
 }
@@ -786,7 +786,7 @@ TEST(MpmcBoundedRace, TheLastReceiverGoingWhileASendRegistersEndsItDisconnected)
       auto& p = f.start_send(1, can_stop);
       EXPECT_EQ(f.s.run(), 1U);
       EXPECT_EQ(f.s.pending_actions(), 0U);
-      expect_handed_back(p, send_status::disconnected);
+      expect_handed_back(p, send_status::closed);
       EXPECT_EQ(counts.values(), 1);  // only the value handed back
     }
   }
@@ -894,7 +894,7 @@ TEST(MpmcBoundedRace, TheLastReceiverGoingInsideItsThreadsWriteOfAnEarlierPlaceD
   put(c.tx, 1);  // accepted: it was sent before the receiver went
   EXPECT_EQ(counts.values(), 2);
   auto back = c.tx.try_send(counted(3));
-  EXPECT_TRUE(back.disconnected());
+  EXPECT_TRUE(back.closed());
   drop(c.tx);                     // the last reference: 1 and 2 go with the channel
   EXPECT_EQ(counts.values(), 1);  // only `back`
 }
@@ -1030,7 +1030,7 @@ TEST(MpmcBoundedThrowing, AThrowingSendBetweenValuesKeepsTheOthers) {
   EXPECT_EQ(c.rx.len(), 0U);
   expect_free_capacity(c.tx, 4);
   drop(c.tx);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 // Receives wait across a throwing send: it wakes none of them, its unit is back, and the next
@@ -1068,7 +1068,7 @@ TEST(MpmcBoundedThrowing, AClosedChannelWhoseLastPermitsSendThrowsEndsItsReceive
   f.s.run();
   expect_ended(a, wait_status::closed);
   expect_ended(b, wait_status::closed);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 // As above, with a value accepted before the empty place: the receive of that value passes the
@@ -1421,9 +1421,9 @@ std::vector<lifetime::row> mpmc_lifetime_rows() {
       coroutine_row<S, K>("try_recv_wakes_send", "ok", full, send, [](S*, K& k) { (void)k.rx->try_recv(); }));
   rows.push_back(coroutine_row<S, K>("co_recv_wakes_send", "ok", full, send,
                                      [](S*, K& k) { (void)block_on(k.rx->recv()); }));
-  rows.push_back(coroutine_row<S, K>("last_receiver_gone_wakes_send", "disconnected", full, send,
+  rows.push_back(coroutine_row<S, K>("last_receiver_gone_wakes_send", "closed", full, send,
                                      [](S*, K& k) { k.rx.reset(); }));
-  rows.push_back(coroutine_row<S, K>("receiver_close_wakes_send", "disconnected", full, send,
+  rows.push_back(coroutine_row<S, K>("receiver_close_wakes_send", "closed", full, send,
                                      [](S*, K& k) { k.rx->close(); }));
   return rows;
 }
@@ -1621,7 +1621,7 @@ TEST(MpmcBoundedClosed, ClosedCompletesWhenTheLastReceiverGoesAndNotBefore) {
   EXPECT_EQ(done, 0);  // a receiver is left
   other.reset();
   EXPECT_EQ(done, 1);
-  EXPECT_TRUE(c.tx.try_send(2).disconnected());
+  EXPECT_TRUE(c.tx.try_send(2).closed());
 }
 
 TEST(MpmcBoundedClosed, ClosedOnAClosedChannelCompletesAtOnceInEveryForm) {

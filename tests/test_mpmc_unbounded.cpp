@@ -193,7 +193,7 @@ TEST(MpmcUnbounded, MoveOnlyPayloadsAreDeliveredAndHandedBackIntact) {
   auto three = std::make_unique<int>(3);
   int* const three_address = three.get();
   auto refused = c.tx.send(std::move(three));
-  ASSERT_TRUE(refused.disconnected());
+  ASSERT_TRUE(refused.closed());
   EXPECT_EQ(refused.value().get(), three_address);  // the very same object comes back
 }
 
@@ -217,13 +217,13 @@ TEST(MpmcUnbounded, CloseByEitherHalfRefusesLaterSendsAndDrainsWhatWasAccepted) 
     EXPECT_TRUE(c.rx.is_closed());
     EXPECT_EQ(c.rx.len(), 2U);
     auto refused = c.tx.send(counted(3));
-    EXPECT_TRUE(refused.disconnected());
+    EXPECT_TRUE(refused.closed());
     EXPECT_EQ(refused.value().id(), 3);
     EXPECT_EQ(c.rx.len(), 2U);
     EXPECT_EQ(take(other), 1);
     EXPECT_EQ(asyncband::block_on(c.rx.recv())->id(), 2);
     EXPECT_EQ(c.rx.len(), 0U);
-    EXPECT_TRUE(other.try_recv().disconnected());
+    EXPECT_TRUE(other.try_recv().closed());
     EXPECT_TRUE(c.rx.recv_blocking().closed());
     EXPECT_TRUE(asyncband::block_on(other.recv()).closed());
     EXPECT_EQ(c.tx.sender_count(), 1U);  // closing drops no handle
@@ -455,17 +455,17 @@ TEST(MpmcUnboundedRace, CloseWhileASendConstructsItsValueHandsItBackAndEndsTheWa
       EXPECT_TRUE(f.c.rx.is_closed());
       EXPECT_EQ(f.s.ready_count(), 3U) << "nothing is pending: the receives end now";
       auto refused = other.send(counted(2));
-      EXPECT_TRUE(refused.disconnected());
+      EXPECT_TRUE(refused.closed());
     });
     auto r = f.c.tx.send(counted(1));
-    ASSERT_TRUE(r.disconnected());
+    ASSERT_TRUE(r.closed());
     EXPECT_EQ(r.value().id(), 1);
     f.s.run();
     expect_ended(a, wait_status::closed);
     expect_ended(b, wait_status::closed);
     expect_ended(c, wait_status::closed);
     EXPECT_EQ(f.c.rx.len(), 0U);
-    EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+    EXPECT_TRUE(f.c.rx.try_recv().closed());
   }
 }
 
@@ -491,14 +491,14 @@ TEST(MpmcUnboundedRace, ReceivesWhileARefusedSendIsStillCountedEndClosedAtTheLat
     });
     {
       auto r = f.c.tx.send(counted(1));
-      ASSERT_TRUE(r.disconnected());
+      ASSERT_TRUE(r.closed());
       EXPECT_EQ(r.value().id(), 1);
     }
     f.s.run();
     expect_ended(f.recvs[0], wait_status::closed);
     expect_ended(f.recvs[1], wait_status::closed);
     EXPECT_EQ(f.c.rx.len(), 0U);
-    EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+    EXPECT_TRUE(f.c.rx.try_recv().closed());
   }
 }
 
@@ -525,7 +525,7 @@ TEST(MpmcUnboundedRace, TheEndWhileAReceiveMovesTheLastValueOutEndsTheOthersOnly
     f.s.run();
     expect_ended(f.recvs[0], wait_status::closed);
     expect_ended(f.recvs[1], wait_status::closed);
-    EXPECT_TRUE(taker.try_recv().disconnected());
+    EXPECT_TRUE(taker.try_recv().closed());
   }
 }
 
@@ -568,7 +568,7 @@ TEST(MpmcUnboundedRace, TheLastReceiverGoingDestroysTheQueuedValuesOnceAndLaterS
   EXPECT_TRUE(c.tx.is_closed());
   EXPECT_EQ(c.tx.receiver_count(), 0U);
   auto back = c.tx.send(counted(4));
-  EXPECT_TRUE(back.disconnected());
+  EXPECT_TRUE(back.closed());
   EXPECT_EQ(back.value().id(), 4);
 }
 
@@ -584,7 +584,7 @@ TEST(MpmcUnboundedRace, TheLastReceiverGoingWhileASendConstructsItsValueHandsItB
     EXPECT_EQ(counts.values(), 1) << "1 and 2 are destroyed; 3 is being moved";
   });
   auto r = c.tx.send(counted(3));
-  ASSERT_TRUE(r.disconnected());
+  ASSERT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 3);
   EXPECT_EQ(counts.values(), 1);  // only the value handed back
 }
@@ -682,7 +682,7 @@ TEST(MpmcUnboundedThrowing, AThrowingMoveInASendSendsNothingAndLosesNothing) {
   expect_ended(b, wait_status::closed);
   EXPECT_THROW((void)f.c.tx.send(counted(8, 1)), payload_error);
   EXPECT_EQ(f.c.rx.len(), 0U);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 // Close lands while a send constructs its value, and the move of the value back out (to hand it
@@ -702,7 +702,7 @@ TEST(MpmcUnboundedThrowing, AThrowingHandBackAfterACloseInFlightLeavesNothingCou
   f.s.run();
   expect_ended(a, wait_status::closed);
   expect_ended(f.recvs[1], wait_status::closed);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 TEST(MpmcUnboundedThrowing, AThrowingMoveInRecvLeavesTheValueForTheNextReceiveBeforeNewerOnes) {
@@ -867,7 +867,7 @@ TEST(MpmcUnboundedLifetime, AReceiveResumedInlineByARefusedSendsWithdrawalMayDes
     });
   });
   auto r = tx->send(counted(1));
-  EXPECT_TRUE(r.disconnected());
+  EXPECT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 1);
   EXPECT_EQ(status, wait_status::closed);
   EXPECT_EQ(rx, nullptr);
@@ -886,7 +886,7 @@ TEST(MpmcUnboundedClosed, ClosedWaitsUntilTheChannelIsClosedAndThenSendsHandThei
   EXPECT_FALSE(done);
   c.rx.close();
   EXPECT_TRUE(done);
-  EXPECT_TRUE(c.tx.send(2).disconnected());
+  EXPECT_TRUE(c.tx.send(2).closed());
   EXPECT_EQ(take(c.rx), 1);
   EXPECT_EQ(c.tx.closed_timeout(std::chrono::milliseconds(0)).status(), wait_status::ok);
 }

@@ -220,6 +220,34 @@ TEST(MpscBounded, TrySendAndTryRecvKeepTheOrderAndTheQueries) {
   EXPECT_TRUE(c.rx.try_recv().empty());
 }
 
+// Every form says "closed" for "the other side is gone"; the names of 0.1 still compile, with a
+// deprecation warning, and mean the same.
+TEST(MpscBounded, EveryFormNamesTheOtherSideGoneClosedAndTheOldNamesStillMeanIt) {
+  auto c = make_channel<int>(1);
+  put(c.tx, 1);
+  c.rx.close();
+  auto full_then_closed = c.tx.try_send(2);
+  EXPECT_TRUE(full_then_closed.closed());
+  EXPECT_EQ(full_then_closed.status(), asyncband::send_status::closed);
+  EXPECT_STREQ(asyncband::to_string(full_then_closed.status()), "closed");
+  EXPECT_TRUE(c.tx.try_reserve().closed());
+  EXPECT_EQ(take(c.rx), 1);
+  auto drained = c.rx.try_recv();
+  EXPECT_TRUE(drained.closed());
+  EXPECT_EQ(drained.status(), asyncband::recv_status::closed);
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+  EXPECT_TRUE(full_then_closed.disconnected());
+  EXPECT_TRUE(drained.disconnected());
+  EXPECT_EQ(asyncband::send_status::disconnected, asyncband::send_status::closed);
+  EXPECT_EQ(asyncband::recv_status::disconnected, asyncband::recv_status::closed);
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+}
+
 TEST(MpscBounded, EveryReceiveFormYieldsAValueThatIsThere) {
   auto c = make_channel<int>(8);
   for (int i = 1; i <= 7; ++i) put(c.tx, i);
@@ -391,7 +419,7 @@ TEST(MpscBounded, HandlesMoveAssignWithTheirChannel) {
   put(b.tx, 2);
   a.tx = std::move(b.tx);  // a's only sender goes: a disconnects
   EXPECT_EQ(take(a.rx), 1);
-  EXPECT_TRUE(a.rx.try_recv().disconnected());
+  EXPECT_TRUE(a.rx.try_recv().closed());
   put(a.tx, 3);  // now into b
   EXPECT_EQ(take_all(b.rx), (std::vector<int>{2, 3}));
   a.rx = std::move(b.rx);  // a's receiver goes
@@ -448,7 +476,7 @@ TEST(MpscBounded, CopyingAMovedFromSenderGivesAMovedFromSender) {
   EXPECT_TRUE(assigned.is_closed());
   EXPECT_THROW((void)assigned.try_send(1), std::logic_error);
   drop(kept);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());  // no producer was added by the copies
+  EXPECT_TRUE(c.rx.try_recv().closed());  // no producer was added by the copies
 }
 
 TEST(MpscBounded, MoveOnlyPayloadsAreDeliveredAndHandedBackIntact) {
@@ -481,7 +509,7 @@ TEST(MpscBounded, MoveOnlyPayloadsAreDeliveredAndHandedBackIntact) {
   auto five = std::make_unique<int>(5);
   int* const five_address = five.get();
   auto refused = block_on(c.tx.send(std::move(five)));
-  ASSERT_TRUE(refused.disconnected());
+  ASSERT_TRUE(refused.closed());
   EXPECT_EQ(refused.value().get(), five_address);
 }
 
@@ -497,7 +525,7 @@ TEST(MpscBoundedDisconnect, RecvDrainsThenReportsClosedOnceTheLastSenderIsGone) 
   EXPECT_EQ(take(c.rx), 1);
   EXPECT_EQ(*block_on(c.rx.recv()), 2);
   EXPECT_EQ(*c.rx.recv_blocking(), 3);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
   EXPECT_TRUE(block_on(c.rx.recv()).closed());
   EXPECT_TRUE(c.rx.recv_blocking().closed());
   EXPECT_TRUE(c.rx.recv_timeout(1h).closed());
@@ -519,7 +547,7 @@ TEST(MpscBoundedDisconnect, SenderCopiesAreProducers) {
   EXPECT_EQ(take(c.rx), 2);
   EXPECT_TRUE(c.rx.try_recv().empty());
   drop(assigned);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 TEST(MpscBoundedDisconnect, TheLastSenderLeavingWakesASleepingRecvWithClosedAfterTheValues) {
@@ -595,7 +623,7 @@ TEST(MpscBoundedDisconnect, OwnedPermitsKeepTheChannelConnectedAfterEverySenderI
   second.reset();  // the last producer
   s.run();
   EXPECT_EQ(end.status, wait_status::closed);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 TEST(MpscBoundedDisconnect, OwnedPermitsMoveWithTheirProducerCount) {
@@ -616,7 +644,7 @@ TEST(MpscBoundedDisconnect, OwnedPermitsMoveWithTheirProducerCount) {
   drop(*b);  // moved from: not producers any more
   EXPECT_TRUE(c.rx.try_recv().empty());
   drop(moved);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 TEST(MpscBoundedDisconnect, CloseRefusesNewSendsAndReservationsAndDrainsWhatWasAccepted) {
@@ -627,25 +655,25 @@ TEST(MpscBoundedDisconnect, CloseRefusesNewSendsAndReservationsAndDrainsWhatWasA
   c.rx.close();
   EXPECT_TRUE(c.tx.is_closed());
   auto refused = c.tx.try_send(counted(3));
-  EXPECT_TRUE(refused.disconnected());
+  EXPECT_TRUE(refused.closed());
   EXPECT_EQ(refused.value().id(), 3);
-  EXPECT_TRUE(c.tx.try_reserve().disconnected());
-  EXPECT_TRUE(c.tx.try_reserve_owned().disconnected());
+  EXPECT_TRUE(c.tx.try_reserve().closed());
+  EXPECT_TRUE(c.tx.try_reserve_owned().closed());
   EXPECT_TRUE(block_on(c.tx.reserve()).closed());
   EXPECT_TRUE(c.tx.reserve_blocking().closed());
   auto blocking = c.tx.send_blocking(counted(4));
-  EXPECT_TRUE(blocking.disconnected());
+  EXPECT_TRUE(blocking.closed());
   EXPECT_EQ(blocking.value().id(), 4);
   auto timed = c.tx.send_timeout(counted(5), 1h);
-  EXPECT_TRUE(timed.disconnected());
+  EXPECT_TRUE(timed.closed());
   EXPECT_EQ(timed.value().id(), 5);
   auto awaited = block_on(c.tx.send(counted(6)));
-  EXPECT_TRUE(awaited.disconnected());
+  EXPECT_TRUE(awaited.closed());
   EXPECT_EQ(awaited.value().id(), 6);
   c.rx.close();  // twice: nothing more
   EXPECT_EQ(take(c.rx), 1);
   EXPECT_EQ(take(c.rx), 2);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());  // the senders are alive, but nothing can come
+  EXPECT_TRUE(c.rx.try_recv().closed());  // the senders are alive, but nothing can come
   EXPECT_TRUE(block_on(c.rx.recv()).closed());
   EXPECT_TRUE(c.rx.recv_blocking().closed());
 }
@@ -660,12 +688,12 @@ TEST(MpscBoundedDisconnect, CloseWakesEveryWaitingSenderAndReserveWithTheValueBa
   f.c.rx.close();
   EXPECT_EQ(f.s.ready_count(), 3U);
   f.s.run();
-  expect_handed_back(a, send_status::disconnected);
-  expect_handed_back(b, send_status::disconnected);
+  expect_handed_back(a, send_status::closed);
+  expect_handed_back(b, send_status::closed);
   EXPECT_EQ(r.status, wait_status::closed);
   EXPECT_FALSE(r.permit.has_value());
   EXPECT_EQ(take(f.c.rx), 100);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -802,11 +830,11 @@ TEST(MpscBoundedPermit, APermitSendAfterTheReceiverIsGoneHandsTheValueBackAndKee
   EXPECT_TRUE(owned.full());
   drop(c.rx);
   auto back = permit->send(counted(1));
-  ASSERT_TRUE(back.disconnected());
+  ASSERT_TRUE(back.closed());
   EXPECT_EQ(back.value().id(), 1);
   EXPECT_EQ(permit->size(), 2U);  // the unit stays
   EXPECT_TRUE(c.tx.is_closed());
-  EXPECT_TRUE(c.tx.try_send(counted(2)).disconnected());
+  EXPECT_TRUE(c.tx.try_send(counted(2)).closed());
   EXPECT_EQ(counts.values(), 1);  // only `back`
 }
 
@@ -816,7 +844,7 @@ TEST(MpscBoundedPermit, APermitOfAClosedButAliveReceiverStillDelivers) {
   auto owned = c.tx.try_reserve_owned();
   ASSERT_TRUE(permit.ok() && owned.ok());
   c.rx.close();
-  EXPECT_TRUE(c.tx.try_send(1).disconnected());
+  EXPECT_TRUE(c.tx.try_send(1).closed());
   EXPECT_TRUE(permit->send(2).ok());
   EXPECT_TRUE(owned->send(3).ok());
   EXPECT_EQ(take(c.rx), 2);
@@ -824,7 +852,7 @@ TEST(MpscBoundedPermit, APermitOfAClosedButAliveReceiverStillDelivers) {
   EXPECT_TRUE(c.rx.try_recv().empty());  // the permit still holds a unit
   EXPECT_TRUE(permit->send(4).ok());
   EXPECT_EQ(take(c.rx), 4);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());  // every unit is back
+  EXPECT_TRUE(c.rx.try_recv().closed());  // every unit is back
 }
 
 TEST(MpscBoundedPermit, MoveAssigningAPermitReturnsItsOldUnits) {
@@ -921,7 +949,7 @@ TEST(MpscBoundedSenderClosed, ClosedWaitsForTheReceiversCloseAndASenderWaitingFo
   rx.close();
   EXPECT_TRUE(closed_done);
   ASSERT_TRUE(queued.has_value());
-  EXPECT_TRUE(queued->disconnected());
+  EXPECT_TRUE(queued->closed());
   EXPECT_EQ(rx.try_recv().value(), 1);  // what was accepted still drains
   EXPECT_TRUE(tx.closed_blocking(std::stop_token{}).ok());
 }
@@ -1001,7 +1029,7 @@ TEST(MpscBoundedClose, TryRecvIsEmptyWhileAPermitIsOutstandingAndDisconnectedOnc
   EXPECT_TRUE(c.rx.try_recv().empty());
   EXPECT_TRUE(c.rx.recv_timeout(0ms).timed_out());
   drop(*permit);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
   EXPECT_TRUE(c.rx.recv_blocking().closed());
 }
 
@@ -1013,7 +1041,7 @@ TEST(MpscBoundedClose, TryRecvIsEmptyWhileAPermitIsOutstandingAndDisconnectedOnc
   EXPECT_TRUE(c.rx.try_recv().empty());
   EXPECT_TRUE(permit->send(1).ok());
   EXPECT_EQ(take(c.rx), 1);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 TEST(MpscBoundedClose, ASleepingRecvOnAClosedEmptyChannelWakesClosedWhenTheLastPermitIsDropped) {
@@ -1102,7 +1130,7 @@ TEST(MpscBoundedClose, CloseWhileARecvIsPendingOnAnEmptyChannelEndsItClosed) {
   s.run();
   expect_waiting(p);
   c.rx.close();  // nothing accepted, no permit, no send in flight: nothing can come any more
-  EXPECT_TRUE(c.tx.try_send(1).disconnected());
+  EXPECT_TRUE(c.tx.try_send(1).closed());
   s.run();
   EXPECT_EQ(p.resumed, 1) << "the pending receive sleeps on after the close";
   EXPECT_EQ(p.status, wait_status::closed);
@@ -1117,23 +1145,23 @@ TEST(MpscBoundedReceiverGone, SendsAndReservationsReportDisconnectedWithTheValue
   drop(c.rx);
   EXPECT_TRUE(c.tx.is_closed());
   auto a = c.tx.try_send(counted(1));
-  EXPECT_TRUE(a.disconnected());
+  EXPECT_TRUE(a.closed());
   EXPECT_EQ(a.value().id(), 1);
   auto b = c.tx.send_blocking(counted(2));
-  EXPECT_TRUE(b.disconnected());
+  EXPECT_TRUE(b.closed());
   EXPECT_EQ(b.value().id(), 2);
   auto d = c.tx.send_timeout(counted(3), 1h);
-  EXPECT_TRUE(d.disconnected());
+  EXPECT_TRUE(d.closed());
   EXPECT_EQ(d.value().id(), 3);
   auto e = block_on(c.tx.send(counted(4)));
-  EXPECT_TRUE(e.disconnected());
+  EXPECT_TRUE(e.closed());
   EXPECT_EQ(e.value().id(), 4);
   std::stop_source never;
   auto f = block_on(c.tx.send(counted(5), never.get_token()));
-  EXPECT_TRUE(f.disconnected());
+  EXPECT_TRUE(f.closed());
   EXPECT_EQ(f.value().id(), 5);
-  EXPECT_TRUE(c.tx.try_reserve().disconnected());
-  EXPECT_TRUE(c.tx.try_reserve_owned().disconnected());
+  EXPECT_TRUE(c.tx.try_reserve().closed());
+  EXPECT_TRUE(c.tx.try_reserve_owned().closed());
   EXPECT_TRUE(block_on(c.tx.reserve()).closed());
   EXPECT_TRUE(block_on(c.tx.reserve_owned()).closed());
   EXPECT_TRUE(c.tx.reserve_blocking().closed());
@@ -1152,11 +1180,11 @@ TEST(MpscBoundedReceiverGone, WaitingSendersAndReservesAreWokenDisconnected) {
   thread_sender.join();
   EXPECT_EQ(f.s.ready_count(), 3U);
   f.s.run();
-  expect_handed_back(a, send_status::disconnected);
-  expect_handed_back(b, send_status::disconnected);
+  expect_handed_back(a, send_status::closed);
+  expect_handed_back(b, send_status::closed);
   EXPECT_EQ(r.status, wait_status::closed);
   ASSERT_TRUE(blocked.has_value());
-  EXPECT_TRUE(blocked->disconnected());
+  EXPECT_TRUE(blocked->closed());
   EXPECT_EQ(blocked->value().id(), 4);
 }
 
@@ -1195,7 +1223,7 @@ TEST(MpscBoundedReceiverGone, AnOwnedPermitOutlivingEverythingHandsItsValueBack)
   }  // the sender and the receiver are gone; the value 1 with the receiver
   EXPECT_EQ(counts.values(), 0);
   auto back = owned->send(counted(2));
-  ASSERT_TRUE(back.disconnected());
+  ASSERT_TRUE(back.closed());
   EXPECT_EQ(back.value().id(), 2);
   owned.reset();  // the last reference: the channel goes
 }
@@ -1752,7 +1780,7 @@ TEST(MpscBoundedRace, TheLastPermitGoingBeforeTheRecvSuspendsEndsIt) {
       } else {
         EXPECT_EQ(p.status, wait_status::closed);
       }
-      EXPECT_TRUE(c.rx.try_recv().disconnected());
+      EXPECT_TRUE(c.rx.try_recv().closed());
     }
   }
 }
@@ -1787,7 +1815,7 @@ TEST(MpscBoundedRace, TheLastUnitOrSenderGoingWhileAPublicationHoldsTheRecvClaim
       EXPECT_TRUE(c.rx.try_recv().empty());  // the owned permit is a producer
       drop(*permit);
     }
-    EXPECT_TRUE(c.rx.try_recv().disconnected());
+    EXPECT_TRUE(c.rx.try_recv().closed());
   }
 }
 
@@ -1858,13 +1886,13 @@ TEST(MpscBoundedRace, CloseOrReceiverGoneBeforeASendSuspendsEndsItDisconnected) 
           } else {
             auto& p = f.start(1, can_stop);
             EXPECT_EQ(f.s.run(), 1U);
-            expect_handed_back(p, send_status::disconnected);
+            expect_handed_back(p, send_status::closed);
             EXPECT_EQ(counts.values(), receiver_goes ? 1 : 2);  // handed back, and 100 if still queued
           }
           EXPECT_EQ(f.s.pending_actions(), 0U);
           if (!receiver_goes) {
             EXPECT_EQ(take(f.c.rx), 100);
-            EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+            EXPECT_TRUE(f.c.rx.try_recv().closed());
           }
         }
       }
@@ -1935,9 +1963,9 @@ TEST(MpscBoundedRace, CloseWhileTheStopHoldsASenderClaimed) {
   f.stop(0).request_stop();
   f.s.run();
   expect_handed_back(a, send_status::cancelled);
-  expect_handed_back(b, send_status::disconnected);
+  expect_handed_back(b, send_status::closed);
   EXPECT_EQ(take(f.c.rx), 100);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 // Close claims the waiting send; a stop before it is resolved is too late: disconnected.
@@ -1947,7 +1975,7 @@ TEST(MpscBoundedRace, AStopWhileTheCloseHoldsTheSenderClaimedIsTooLate) {
   f.s.at(test_point::claimed_for_wake, [&f] { f.stop(0).request_stop(); });
   f.c.rx.close();
   f.s.run();
-  expect_handed_back(a, send_status::disconnected);
+  expect_handed_back(a, send_status::closed);
 }
 
 // A unit was granted to the waiting send (or reserve) before the close (a permit was returned
@@ -1976,7 +2004,7 @@ TEST(MpscBoundedRace, CloseWhileAGrantedSendIsAboutToResumeStillDeliversIt) {
       expect_sent(f.sends[0]);
     }
     EXPECT_EQ(take(f.c.rx), 1);
-    EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+    EXPECT_TRUE(f.c.rx.try_recv().closed());
   }
 }
 
@@ -2000,7 +2028,7 @@ TEST(MpscBoundedRace, ReceiverGoneWhileAGrantedSendIsAboutToResumeHandsItsValueB
       drop(f.c.rx);
     }
     f.s.run();
-    expect_handed_back(a, send_status::disconnected);
+    expect_handed_back(a, send_status::closed);
     EXPECT_EQ(counts.values(), 1);  // the value handed back
   }
 }
@@ -2011,9 +2039,9 @@ TEST(MpscBoundedRace, CloseWhileASendWritesItsValueStillDeliversIt) {
   auto c = make_channel<counted>(2);
   counted::at_move(1, [&c] { c.rx.close(); });
   put(c.tx, 1);
-  EXPECT_TRUE(c.tx.try_send(counted(2)).disconnected());
+  EXPECT_TRUE(c.tx.try_send(counted(2)).closed());
   EXPECT_EQ(take(c.rx), 1);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 // The receiver goes while a send writes its value: the send was accepted; the value (nobody
@@ -2029,7 +2057,7 @@ TEST(MpscBoundedRace, ReceiverGoneWhileASendWritesItsValueDestroysTheValueOnceWi
   put(c.tx, 2);
   EXPECT_EQ(counts.values(), 1);  // 2, in the channel
   auto back = c.tx.try_send(counted(3));
-  EXPECT_TRUE(back.disconnected());
+  EXPECT_TRUE(back.closed());
   EXPECT_EQ(back.value().id(), 3);
   drop(c.tx);                     // the last reference
   EXPECT_EQ(counts.values(), 1);  // only `back`
@@ -2193,7 +2221,7 @@ TEST(MpscBoundedRace, SeededInterleavingsDeliverEveryAcceptedValueExactlyOnce) {
 TEST(MpscBoundedLifetime, TheReceiverMayGoWhileTheLastSenderWakesIt) {
   waiter_destroys_while_the_waker_returns(
       [] { return std::make_unique<chan<int>>(make_channel<int>(2)); }, [](chan<int>& c) { drop(c.tx); },
-      [](chan<int>& c) { EXPECT_TRUE(c.rx.try_recv().disconnected()); }, waker_path::last_access);
+      [](chan<int>& c) { EXPECT_TRUE(c.rx.try_recv().closed()); }, waker_path::last_access);
 }
 
 TEST(MpscBoundedLifetime, ARecvResumedInlineByTheLastSenderMayDestroyTheReceiver) {
@@ -2240,7 +2268,7 @@ TEST(MpscBoundedLifetime, ARecvResumedInlineByAPublicationMayDestroyTheReceiver)
   }(rx, got);
   put(c.tx, 1);
   EXPECT_EQ(got, 1);
-  EXPECT_TRUE(c.tx.try_send(counted(2)).disconnected());
+  EXPECT_TRUE(c.tx.try_send(counted(2)).closed());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2340,7 +2368,7 @@ TEST(MpscBoundedThrowing, AThrowingSendBetweenValuesKeepsTheOrderOfTheOthers) {
   EXPECT_EQ(c.rx.len(), 0U);  // the trailing empty place was passed too
   EXPECT_TRUE(c.tx.try_reserve(4).ok());
   drop(c.tx);
-  EXPECT_TRUE(c.rx.try_recv().disconnected());
+  EXPECT_TRUE(c.rx.try_recv().closed());
 }
 
 // With values after it, a sleeping receive is woken by them and passes the empty place.
@@ -2451,7 +2479,7 @@ TEST(MpscBoundedThrowing, AThrowingMoveInRecvLeavesTheValueForTheNextReceive) {
     EXPECT_TRUE(c.rx.try_recv().empty());
     EXPECT_TRUE(c.tx.try_reserve(2).ok());  // both units are back
     drop(c.tx);
-    EXPECT_TRUE(c.rx.try_recv().disconnected());
+    EXPECT_TRUE(c.rx.try_recv().closed());
   }
 }
 
@@ -2516,7 +2544,7 @@ TEST(MpscBoundedWrap, PlacesSurviveEveryChangeOfTheContendedCapacityWord) {
     c.rx.close();  // the word becomes contended for good, with the place of 5 taken
     EXPECT_EQ(c.rx.len(), 1U);
     EXPECT_EQ(take(c.rx), 5);
-    EXPECT_TRUE(c.rx.try_recv().disconnected());
+    EXPECT_TRUE(c.rx.try_recv().closed());
   }
 }
 
@@ -2575,7 +2603,7 @@ TEST(MpscBoundedWrap, WaitingSendersPermitsAndARecvAcrossTheWrap) {
       }
       EXPECT_EQ(last, p * 100 + kPerProducer);
     }
-    EXPECT_TRUE(c.rx.try_recv().disconnected());
+    EXPECT_TRUE(c.rx.try_recv().closed());
   }
 }
 
@@ -3218,7 +3246,7 @@ void soak_receive(std::deque<soak_channel>& channels) {
             --n;
             continue;
           }
-          if (t.disconnected()) {
+          if (t.closed()) {
             more = false;
           } else {
             const int id = t->id();
@@ -3488,7 +3516,7 @@ TEST(MpscBoundedMisuse, UnitsInTheRingOrBackAreNoPermitOutlivingItsChannel) {
     ASSERT_TRUE(p.ok());
     auto owned = std::move(*p);
     { const auto gone = std::move(c); }
-    EXPECT_TRUE(owned.send(1).disconnected());  // the owned permit kept the channel alive
+    EXPECT_TRUE(owned.send(1).closed());  // the owned permit kept the channel alive
   }
 }
 

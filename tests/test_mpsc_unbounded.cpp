@@ -185,7 +185,7 @@ TEST(Unbounded, TryRecvTakesValuesInOrderAndReportsEmptyWhenNothingIsQueued) {
   for (int i = 1; i <= 3; ++i) expect_try_recv(*h.rx, i);
   const auto none = h.rx->try_recv();
   EXPECT_TRUE(none.empty());
-  EXPECT_FALSE(none.disconnected());
+  EXPECT_FALSE(none.closed());
   EXPECT_EQ(h.rx->len(), 0U);
   EXPECT_FALSE(h.tx->is_closed());
 }
@@ -201,7 +201,7 @@ TEST(Unbounded, LenCountsValuesSentAndNotYetReceived) {
   EXPECT_EQ(h.rx->len(), 4U);
   h.rx->close();  // accepted values still count
   EXPECT_EQ(h.rx->len(), 4U);
-  EXPECT_TRUE(h.tx->send(9).disconnected());
+  EXPECT_TRUE(h.tx->send(9).closed());
   EXPECT_EQ(h.rx->len(), 4U);  // a refused send does not count
   for (int i = 1; i < 5; ++i) expect_try_recv(*h.rx, i);
   EXPECT_EQ(h.rx->len(), 0U);
@@ -395,7 +395,7 @@ TEST(Unbounded, MoveOnlyPayloadsGoThroughAndComeBack) {
   EXPECT_EQ(**second, 2);
   h.rx->close();
   auto refused = h.tx->send(std::make_unique<int>(3));
-  ASSERT_TRUE(refused.disconnected());
+  ASSERT_TRUE(refused.closed());
   ASSERT_NE(refused.value(), nullptr);
   EXPECT_EQ(*refused.value(), 3);
   std::unique_ptr<int> back = std::move(refused).value();
@@ -472,7 +472,7 @@ TEST(UnboundedHandles, EverySenderCopyIsAProducerAndAssignmentsMoveBetweenChanne
   EXPECT_TRUE(moved.send(1).ok());
   EXPECT_TRUE(switched.send(2).ok());
   b.tx.reset();  // b's last producer
-  EXPECT_TRUE(b.rx->try_recv().disconnected());
+  EXPECT_TRUE(b.rx->try_recv().closed());
   a.tx.reset();
   EXPECT_TRUE(a.rx->try_recv().ok());
   EXPECT_TRUE(a.rx->try_recv().ok());
@@ -483,7 +483,7 @@ TEST(UnboundedHandles, EverySenderCopyIsAProducerAndAssignmentsMoveBetweenChanne
   moved = unbounded_sender<int>(moved);  // a copy of itself, assigned: still one producer
   expect_try_recv(*a.rx, 3);
   { const unbounded_sender<int> gone = std::move(moved); }
-  EXPECT_TRUE(a.rx->try_recv().disconnected());
+  EXPECT_TRUE(a.rx->try_recv().closed());
 }
 
 TEST(UnboundedHandles, MovedFromHandlesRefuseToWorkAndLeaveTheChannelAlone) {
@@ -559,20 +559,20 @@ TEST(UnboundedClose, LaterSendsHandTheValueBackAndAcceptedValuesAreStillReceived
   EXPECT_TRUE(h.tx->is_closed());
   EXPECT_TRUE(copy.is_closed());
   auto refused = h.tx->send(3);
-  EXPECT_TRUE(refused.disconnected());
-  EXPECT_EQ(refused.status(), send_status::disconnected);
+  EXPECT_TRUE(refused.closed());
+  EXPECT_EQ(refused.status(), send_status::closed);
   EXPECT_EQ(refused.value(), 3);
-  EXPECT_TRUE(copy.send(4).disconnected());
+  EXPECT_TRUE(copy.send(4).closed());
   EXPECT_EQ(h.rx->len(), 2U);
   EXPECT_EQ(*h.rx->recv_blocking(), 1);
   expect_try_recv(*h.rx, 2);
   EXPECT_TRUE(h.rx->recv_blocking().closed());
   EXPECT_TRUE(block_on(h.rx->recv()).closed());
   const auto t = h.rx->try_recv();
-  EXPECT_TRUE(t.disconnected());
-  EXPECT_EQ(t.status(), recv_status::disconnected);
+  EXPECT_TRUE(t.closed());
+  EXPECT_EQ(t.status(), recv_status::closed);
   h.rx->close();  // again: nothing changes
-  EXPECT_TRUE(h.rx->try_recv().disconnected());
+  EXPECT_TRUE(h.rx->try_recv().closed());
   EXPECT_EQ(h.rx->len(), 0U);
 }
 
@@ -617,7 +617,7 @@ TEST(UnboundedDisconnect, TheReceiverSeesClosedOnlyOnceEveryCopyIsGoneAndAllIsDr
   EXPECT_EQ(h.rx->len(), 2U);
   EXPECT_EQ(*h.rx->recv_blocking(), 2);
   EXPECT_EQ(*block_on(h.rx->recv()), 3);
-  EXPECT_TRUE(h.rx->try_recv().disconnected());
+  EXPECT_TRUE(h.rx->try_recv().closed());
   EXPECT_TRUE(h.rx->recv_blocking().closed());
   EXPECT_TRUE(h.rx->recv_timeout(1h).closed());
   std::stop_source never;
@@ -684,12 +684,12 @@ TEST(UnboundedReceiverGone, QueuedValuesAreDestroyedOnceAndLaterSendsHandTheValu
   EXPECT_TRUE(copy->is_closed());
   {
     auto refused = h.tx->send(item(3, &book));
-    ASSERT_TRUE(refused.disconnected());
+    ASSERT_TRUE(refused.closed());
     EXPECT_EQ(refused.value().id, 3);
     EXPECT_EQ(refused.value().book, &book);  // it owns the value
     EXPECT_EQ(book.destructions(3), 0);
     auto also = copy->send(item(4, &book));
-    ASSERT_TRUE(also.disconnected());
+    ASSERT_TRUE(also.closed());
     EXPECT_EQ(also.value().id, 4);
   }
   EXPECT_EQ(book.destructions(3), 1);
@@ -724,7 +724,7 @@ TEST(UnboundedReceiverGone, MovingAReceiverOverAnotherDisconnectsTheOldChannel) 
   *a.rx = std::move(*b.rx);  // a's receiver goes: its value is destroyed
   EXPECT_EQ(book.destructions(0), 1);
   EXPECT_TRUE(a.tx->is_closed());
-  EXPECT_TRUE(a.tx->send(item(-1)).disconnected());
+  EXPECT_TRUE(a.tx->send(item(-1)).closed());
   EXPECT_FALSE(b.tx->is_closed());
   expect_try_recv(*a.rx, 1);
 }
@@ -772,7 +772,7 @@ TEST(UnboundedThrowingPayload, AThrowOnAClosedChannelPropagatesAndChangesNothing
   EXPECT_THROW((void)h.tx->send(item(0, &book)), payload_error);
   EXPECT_EQ(book.destructions(0), 1);
   EXPECT_EQ(h.rx->len(), 0U);
-  EXPECT_TRUE(h.rx->try_recv().disconnected());
+  EXPECT_TRUE(h.rx->try_recv().closed());
 }
 
 // Regression: in unbounded_state::send, a send that has counted itself in `pending_` and then
@@ -792,7 +792,7 @@ TEST(UnboundedThrowingPayload, AHandBackThatThrowsAfterACloseInFlightLeavesNothi
   EXPECT_THROW((void)h.tx->send(item(0, &book)), payload_error);
   next_move_hook = nullptr;
   EXPECT_EQ(h.rx->len(), 0U);
-  EXPECT_TRUE(h.rx->try_recv().disconnected());
+  EXPECT_TRUE(h.rx->try_recv().closed());
   EXPECT_TRUE(h.rx->recv_timeout(50ms).closed());
   h.tx.reset();
   h.rx.reset();
@@ -958,7 +958,7 @@ TEST(UnboundedRace, ACloseWhileASendIsInFlightHandsTheValueBack) {
     next_move_hook = [&h] { h.rx->close(); };
     {
       auto sent = h.tx->send(item(0, &book));
-      EXPECT_TRUE(sent.disconnected());
+      EXPECT_TRUE(sent.closed());
       EXPECT_EQ(sent.value().id, 0);
       EXPECT_EQ(sent.value().book, &book);
       EXPECT_EQ(h.rx->len(), 0U);
@@ -969,7 +969,7 @@ TEST(UnboundedRace, ACloseWhileASendIsInFlightHandsTheValueBack) {
       EXPECT_EQ(r.resumed, 1);
       EXPECT_EQ(r.status, wait_status::closed);
     }
-    EXPECT_TRUE(h.rx->try_recv().disconnected());
+    EXPECT_TRUE(h.rx->try_recv().closed());
     EXPECT_TRUE(h.rx->recv_blocking().closed());
   }
 }
@@ -987,11 +987,11 @@ TEST(UnboundedRace, ACloseAfterASendLinkedItsValueStillDeliversIt) {
     s.at(test_point::claimed_for_wake, [&h] { h.rx->close(); });
     EXPECT_TRUE(h.tx->send(5).ok());
     EXPECT_EQ(s.pending_actions(), 0U);
-    EXPECT_TRUE(h.tx->send(6).disconnected());
+    EXPECT_TRUE(h.tx->send(6).closed());
     s.run();
     EXPECT_EQ(r.status, wait_status::ok);
     EXPECT_EQ(r.value, 5);
-    EXPECT_TRUE(h.rx->try_recv().disconnected());
+    EXPECT_TRUE(h.rx->try_recv().closed());
   }
 }
 
@@ -1053,7 +1053,7 @@ TEST(UnboundedRace, AReceiverLookingWhileARefusedSendIsStillCountedEndsClosed) {
     {
       auto sent = h.tx->send(item(0, &book));
       EXPECT_FALSE(next_move_hook);
-      ASSERT_TRUE(sent.disconnected());
+      ASSERT_TRUE(sent.closed());
       EXPECT_EQ(sent.value().id, 0);
     }
     EXPECT_EQ(book.destructions(0), 1);
@@ -1062,7 +1062,7 @@ TEST(UnboundedRace, AReceiverLookingWhileARefusedSendIsStillCountedEndsClosed) {
     EXPECT_EQ(r.resumed, 1) << "the receiver slept through the end of the channel";
     EXPECT_EQ(r.status, wait_status::closed);
     EXPECT_EQ(h.rx->len(), 0U);
-    EXPECT_TRUE(h.rx->try_recv().disconnected());
+    EXPECT_TRUE(h.rx->try_recv().closed());
   }
 }
 
@@ -1081,7 +1081,7 @@ TEST(UnboundedRace, TheReceiverGoingWhileASendIsInFlightHandsTheValueBack) {
   {
     auto sent = h.tx->send(item(2, &book));
     EXPECT_FALSE(next_move_hook);
-    ASSERT_TRUE(sent.disconnected());
+    ASSERT_TRUE(sent.closed());
     EXPECT_EQ(sent.value().id, 2);
     EXPECT_EQ(sent.value().book, &book);
     EXPECT_EQ(book.destructions(2), 0);
@@ -1276,7 +1276,7 @@ TEST(UnboundedRace, ACloseRacingASendOnAnotherThreadNeverLosesAnAcceptedValue) {
         EXPECT_EQ(*first, i);
       }
     } else {
-      EXPECT_EQ(status, send_status::disconnected);
+      EXPECT_EQ(status, send_status::closed);
       EXPECT_TRUE(first.closed()) << "round " << i << ": a value handed back was also received";
     }
     return !::testing::Test::HasFailure();
@@ -1308,7 +1308,7 @@ TEST(UnboundedRace, ACloseWhileProducersStreamKeepsEveryAcceptedValue) {
             for (int seq = 0; seq < kSpan; ++seq) {
               auto r = tx.send(p * kSpan + seq);
               if (!r.ok()) {
-                if (!r.disconnected() || r.value() != p * kSpan + seq) garbled.fetch_add(1);
+                if (!r.closed() || r.value() != p * kSpan + seq) garbled.fetch_add(1);
                 break;
               }
               accepted[static_cast<std::size_t>(p)].store(seq + 1, std::memory_order_relaxed);
@@ -1371,7 +1371,7 @@ TEST(UnboundedRace, TheReceiverGoingRacingASendDestroysOrHandsBackEachValueOnce)
     h.rx.reset();
     sender.join();
     EXPECT_EQ(book.destructions(0), 1) << "round " << i;
-    if (status == send_status::disconnected) {
+    if (status == send_status::closed) {
       EXPECT_EQ(handed_back, 1) << "round " << i;
       EXPECT_EQ(book.destructions(1), 1) << "round " << i;
     } else {
@@ -1399,8 +1399,7 @@ TEST(UnboundedLifetime, TheReceiverMayGoWhileTheLastSendersWakeUpIsStillInside) 
       [&last](unbounded_receiver<int>& /*unused*/) {
         const unbounded_sender<int> leaving = std::move(*last);  // goes on this thread
       },
-      [](unbounded_receiver<int>& rx) { EXPECT_TRUE(rx.try_recv().disconnected()); },
-      waker_path::last_access);
+      [](unbounded_receiver<int>& rx) { EXPECT_TRUE(rx.try_recv().closed()); }, waker_path::last_access);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1457,7 +1456,7 @@ struct soak_round {
       outcome[static_cast<std::size_t>(id)].store(accepted);
       return true;
     }
-    const bool intact = r.disconnected() && r.value().id == id && r.value().book == &book;
+    const bool intact = r.closed() && r.value().id == id && r.value().book == &book;
     outcome[static_cast<std::size_t>(id)].store(intact ? handed_back : garbled);
     return false;
   }
@@ -1543,7 +1542,7 @@ std::optional<item> soak_receive_here(soak_round& r, unbounded_receiver<item>& r
       case 1: {
         auto res = rx.try_recv();
         if (res.ok()) return std::move(*res);
-        if (res.disconnected()) return std::nullopt;
+        if (res.closed()) return std::nullopt;
         std::this_thread::yield();
         break;
       }
@@ -1702,7 +1701,7 @@ TEST(UnboundedSenderClosed, ClosedWaitsForTheReceiversCloseAndThenSendsHandTheir
   EXPECT_FALSE(done);
   rx.close();
   EXPECT_TRUE(done);
-  EXPECT_TRUE(tx.send(2).disconnected());
+  EXPECT_TRUE(tx.send(2).closed());
   EXPECT_EQ(rx.try_recv().value(), 1);
   EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(0)).status(), wait_status::ok);
 }

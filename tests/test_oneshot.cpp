@@ -257,7 +257,7 @@ template <class T>
 void expect_terminated(oneshot::receiver<T>& rx) {
   EXPECT_FALSE(rx.ready());
   EXPECT_TRUE(rx.is_terminated());
-  EXPECT_TRUE(rx.try_recv().disconnected());
+  EXPECT_TRUE(rx.try_recv().closed());
 }
 
 /// Neither a value nor the end: a receive would wait.
@@ -523,8 +523,8 @@ TEST(Oneshot, SendToAClosedReceiverHandsTheValueBackIntact) {
   int* const raw = p.get();
   auto r = c.tx.send(std::move(p));
   EXPECT_FALSE(r.ok());
-  EXPECT_TRUE(r.disconnected());
-  EXPECT_EQ(r.status(), send_status::disconnected);
+  EXPECT_TRUE(r.closed());
+  EXPECT_EQ(r.status(), send_status::closed);
   ASSERT_NE(r.value(), nullptr);
   EXPECT_EQ(r.value().get(), raw);  // the very same object
   EXPECT_EQ(*r.value(), 17);
@@ -542,7 +542,7 @@ TEST(Oneshot, SendToADestroyedReceiverHandsTheValueBack) {
   drop(c.rx);
   EXPECT_TRUE(c.tx.is_closed());
   auto r = c.tx.send(counted(5));
-  ASSERT_TRUE(r.disconnected());
+  ASSERT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 5);
   EXPECT_EQ(counts.values(), 1);  // only the one handed back
   EXPECT_FALSE(static_cast<bool>(c.tx));
@@ -570,7 +570,7 @@ TEST(Oneshot, ARecvPendingAcrossACloseEndsClosedOnceWhenTheSendFails) {
   s.run();
   EXPECT_LE(p.resumed, 1);
   auto r = c.tx.send(1);
-  EXPECT_TRUE(r.disconnected());
+  EXPECT_TRUE(r.closed());
   EXPECT_EQ(r.value(), 1);
   s.run();
   EXPECT_EQ(p.resumed, 1);
@@ -614,7 +614,7 @@ TEST(Oneshot, SendAfterSendThrowsLogicErrorAndChangesNothing) {
 
   auto d = make_channel<int>();
   d.rx.close();
-  EXPECT_TRUE(d.tx.send(1).disconnected());  // spent too
+  EXPECT_TRUE(d.tx.send(1).closed());  // spent too
   EXPECT_THROW(static_cast<void>(d.tx.send(2)), std::logic_error);
 
   auto e = make_channel<int>();
@@ -668,7 +668,7 @@ TEST(Oneshot, StatusQueriesAtEachStage) {
     c.rx.close();
     EXPECT_TRUE(c.tx.is_closed());
     EXPECT_FALSE(c.rx.ready());
-    EXPECT_TRUE(c.tx.send(1).disconnected());
+    EXPECT_TRUE(c.tx.send(1).closed());
     expect_terminated(c.rx);
   }
   {  // receiver gone
@@ -956,7 +956,7 @@ TEST(OneshotThrowing, AThrowingSendToAClosedReceiverLeavesTheSenderUnchanged) {
   EXPECT_TRUE(static_cast<bool>(c.tx));
   EXPECT_FALSE(c.rx.ready());  // nothing was stored
   auto r = c.tx.send(v);
-  ASSERT_TRUE(r.disconnected());
+  ASSERT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 3);
   expect_terminated(c.rx);
 }
@@ -976,7 +976,7 @@ TEST(OneshotThrowing, TheReceiverGoesWhileAThrowingStoreRuns) {
   EXPECT_TRUE(static_cast<bool>(c.tx));
   EXPECT_TRUE(c.tx.is_closed());
   auto r = c.tx.send(v);
-  ASSERT_TRUE(r.disconnected());
+  ASSERT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 4);
   EXPECT_EQ(counts.values(), 2);  // v and the one handed back
 }
@@ -1165,7 +1165,7 @@ TEST(OneshotRace, ReceiverDestroyedWhileTheSendStoresTheValueHandsItBack) {
   auto c = make_channel<counted>();
   counted::on_next_copy_or_move = [&c] { drop(c.rx); };
   auto r = c.tx.send(counted(17));
-  ASSERT_TRUE(r.disconnected());
+  ASSERT_TRUE(r.closed());
   EXPECT_EQ(r.value().id(), 17);
   EXPECT_EQ(counts.values(), 1);  // only the one handed back: the stored one went with it
   EXPECT_FALSE(static_cast<bool>(c.tx));
@@ -1264,7 +1264,7 @@ task<void> seeded_sender(test_scheduler& s, seeded_case& k, int mode, int id) {
   auto r = k.c.tx.send(counted(id));
   if (r.ok()) {
     k.outcome = seeded_case::sent::ok;
-  } else if (r.disconnected() && r.value().id() == id) {
+  } else if (r.closed() && r.value().id() == id) {
     k.outcome = seeded_case::sent::handed_back;
   } else {
     k.outcome = seeded_case::sent::bad;
@@ -1359,7 +1359,7 @@ TEST(OneshotBug, AHandBackWhoseMoveThrowsMustNotLeakTheValueOrTheChannel) {
     };
     try {
       auto r = c.tx.send(v);
-      EXPECT_TRUE(r.disconnected());
+      EXPECT_TRUE(r.closed());
     } catch (const payload_error&) {
       // Acceptable: the hand-back failed. The value must still not leak.
     }
@@ -1430,7 +1430,7 @@ void soak_send(soak_round& round) {
       if (r.ok()) {
         k.sent = sent_as::ok;
       } else {
-        k.sent = r.disconnected() && r.value().id() == k.id ? sent_as::handed_back : sent_as::bad;
+        k.sent = r.closed() && r.value().id() == k.id ? sent_as::handed_back : sent_as::bad;
       }
     }
     if (k.id % 4 == 0) round.epoch.cancel_current();  // races cancellations with the sends
@@ -1470,7 +1470,7 @@ got_as soak_receive_on_thread(soak_round& round, soak_case& k) {
       for (;;) {
         auto r = rx.try_recv();
         if (r.ok()) return r->id() == k.id ? got_as::value : got_as::bad;
-        if (r.disconnected()) return got_as::closed;
+        if (r.closed()) return got_as::closed;
         std::this_thread::yield();
       }
     default:

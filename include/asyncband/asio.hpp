@@ -46,7 +46,7 @@
 //   exactly on success), T value-initialized on failure; void(error_code, std::optional<T>) for
 //   a send of T: the value handed back, engaged exactly when the error_code is set. The codes
 //   (asio/error.hpp): cancellation is boost::asio::error::operation_aborted itself (equal to
-//   asio::error::cancelled); timeout, closed, disconnected and lagged are in the asyncband
+//   asio::error::cancelled); timeout, closed and lagged are in the asyncband
 //   category. With use_awaitable a failure throws boost::system::system_error, and the values
 //   of the completion go with it (a send's handed-back value too): use as_tuple,
 //   redirect_error or the value form to keep them.
@@ -140,6 +140,8 @@
 #include "asio/operation.hpp"
 #include "asyncband.hpp"
 
+/// The Boost.Asio bridge (asyncband/asio.hpp, optional): every asyncband waiting operation as an
+/// Asio asynchronous operation, for every completion token.
 namespace asyncband::asio {
 
 /// A primitive whose wait async_wait can drive: it names a node following the core's protocol
@@ -160,21 +162,28 @@ struct wait_traits {
   static void begin(P&) noexcept {}
 };
 
+/// A barrier wait arrives when it starts, and a cancelled one keeps its arrival: a side effect,
+/// so its cancellation is not "total".
 template <>
 struct wait_traits<barrier> {
   // A cancelled barrier wait keeps its arrival: a side effect, so not a "total" cancellation.
+  /// The cancellation types async_wait accepts: terminal and partial.
   static constexpr boost::asio::cancellation_type_t cancellation =
       boost::asio::cancellation_type::terminal | boost::asio::cancellation_type::partial;
+  /// Nothing to do at the call.
   static void begin(barrier&) noexcept {}
 };
 
+/// A wait_group's wait, whose every form gives up the handle's membership first.
 template <>
 struct wait_traits<wait_group> {
+  /// The cancellation types async_wait accepts: terminal, partial and total.
   static constexpr boost::asio::cancellation_type_t cancellation = boost::asio::cancellation_type::terminal |
                                                                    boost::asio::cancellation_type::partial |
                                                                    boost::asio::cancellation_type::total;
   // Every wait form of a wait_group gives up the handle's membership first: its wait node does,
   // when it is built (and completes at once, without the handle, if that departure was the last).
+  /// Nothing to do at the call: the wait node gives up the membership when it is built.
   static void begin(wait_group& /*unused*/) noexcept {}
 };
 

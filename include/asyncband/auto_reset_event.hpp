@@ -8,6 +8,7 @@
 #include <cassert>
 #include <cstdint>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -37,9 +38,12 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   class wait_node;
   friend class detail::queued_waiter<auto_reset_event>;
   friend class detail::wait_functions<auto_reset_event>;
+  friend struct asyncband::detail::debug_access;
 
  public:
+  /// An event holding no permit.
   auto_reset_event() noexcept = default;
+  /// An event holding a permit if `initially_set`.
   explicit auto_reset_event(bool initially_set) noexcept : state_(initially_set ? permit : 0U) {}
   auto_reset_event(const auto_reset_event&) = delete;
   auto_reset_event& operator=(const auto_reset_event&) = delete;
@@ -143,7 +147,8 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   static constexpr std::uint8_t permit = 1;
   static constexpr std::uint8_t waiting = 2;
   std::atomic<std::uint8_t> state_{0};
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
 };
 
 }  // namespace asyncband

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 
@@ -20,6 +21,7 @@ namespace asyncband {
 struct barrier_wait_result {
   /// Exactly one participant of each generation is the leader: the one whose arrival completed it.
   bool leader = false;
+  /// leader.
   [[nodiscard]] bool is_leader() const noexcept { return leader; }
 };
 
@@ -45,12 +47,15 @@ class barrier : public detail::wait_functions<barrier> {
   class wait_node;
   friend class detail::queued_waiter<barrier>;
   friend class detail::wait_functions<barrier>;
+  friend struct asyncband::detail::debug_access;
 
  public:
+  /// The largest participant count.
   [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept {
     return std::numeric_limits<std::ptrdiff_t>::max();
   }
 
+  /// A barrier for `participants` participants (at least 1; std::invalid_argument otherwise).
   explicit barrier(std::ptrdiff_t participants)
       : participants_(checked(participants)), remaining_(participants_) {}
   barrier(const barrier&) = delete;
@@ -58,6 +63,7 @@ class barrier : public detail::wait_functions<barrier> {
   /// Debug builds assert that no wait is pending.
   ~barrier() { assert(queue_.no_waiters_left() && "asyncband::barrier destroyed with waiters"); }
 
+  /// The participant count of every generation.
   [[nodiscard]] std::ptrdiff_t participants() const noexcept { return participants_; }
 
   /// Completed generations so far (a snapshot).

@@ -20,12 +20,15 @@
 #include <utility>
 
 #include "broadcast/recv_result.hpp"
+#include "detail/debug_access.hpp"
 #include "detail/fanout_ring.hpp"
 #include "detail/select_send.hpp"
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
 
+/// Fan-out channels: every receiver gets every message, in send order. overflow() (sends never
+/// wait; a receiver too far behind lags) and bounded() (lossless: sends wait for the slowest).
 namespace asyncband::broadcast {
 
 /// What a receiver that falls `capacity` behind does to senders.
@@ -66,7 +69,7 @@ std::pair<sender<T, M>, receiver<T, M>> make_channel(std::size_t capacity, posit
   return {std::move(tx), std::move(rx)};
 }
 
-/// The capacity acquisitions of a bounded channel: fallible (closed = disconnected).
+/// The capacity acquisitions of a bounded channel: fallible (ends closed).
 using capacity_forms = asyncband::detail::acquire_forms<asyncband::detail::permit_itself, true>;
 
 /// After the capacity wait: publishes with the unit, or hands the value back. The ring is looked
@@ -77,7 +80,7 @@ send_result<T> finish_send(ring<T, true>* r, result<semaphore_permit>&& unit,
                            std::type_identity_t<T>&& value) {
   if (!unit.ok()) {
     return {unit.cancelled() ? send_status::cancelled
-                             : (unit.timed_out() ? send_status::timeout : send_status::disconnected),
+                             : (unit.timed_out() ? send_status::timeout : send_status::closed),
             std::move(value)};
   }
   return r->send_with_unit(std::move(*unit), std::move(value));
@@ -152,7 +155,7 @@ std::pair<bounded_sender<T>, bounded_receiver<T>> bounded(std::size_t capacity) 
 ///   position's slot, overwriting the oldest message, and publishes it with one release store.
 ///   Before overwriting it waits, for the length of a copy, for receivers copying the old message
 ///   right then, and for a send of the same slot `capacity` positions earlier still writing. It
-///   hands the value back (disconnected) if the channel is closed or has no receiver.
+///   hands the value back (closed) if the channel is closed or has no receiver.
 /// - bounded: nothing is ever overwritten. A send takes one unit of capacity (`capacity` in all)
 ///   and the last receiver to read its message gives it back; a send waits while none is free,
 ///   that is while the slowest subscribed receiver is `capacity` messages behind. Waiting senders
@@ -160,13 +163,13 @@ std::pair<bounded_sender<T>, bounded_receiver<T>> bounded(std::size_t capacity) 
 ///   them. A receiver that goes (destroyed, or moved over) stops holding senders back at once.
 ///   Cancellation commits while the send waits; once a unit is granted the message is delivered
 ///   (a unit granted to a send cancelled at that instant goes to the next waiter). A send that
-///   does not deliver hands its value back: full (try_send), disconnected (closed, or no
+///   does not deliver hands its value back: full (try_send), closed (close(), or no
 ///   receiver), cancelled, timeout.
 /// - T must be copy-constructible (each receiver gets a copy) and nothrow-move-constructible (a
 ///   claimed position must be published; wrap other types in a std::shared_ptr). T's copy and
 ///   move constructors must not use the same channel (a send waits for the copies of the slot
 ///   it overwrites, and a receiver leaving waits for the writes in flight).
-/// - A bounded send woken because the last handle closed the channel ends disconnected without
+/// - A bounded send woken because the last handle closed the channel ends closed without
 ///   touching the channel, which may be gone by then.
 /// - Waiting senders resume on their own scheduler when their task type has one, else inline on
 ///   the thread of the receive that freed the capacity.
@@ -176,14 +179,18 @@ class sender {
   static constexpr bool lossless = M == mode::bounded;
 
  public:
+  /// Another sender of the same channel (a moved-from sender copies as moved-from).
   sender(const sender& other) noexcept : ring_(other.ring_) {
     if (ring_ != nullptr) ring_->add_sender();  // a copy of a moved-from sender is moved-from
   }
+  /// Takes over `other`'s place among the senders; `other` is left moved-from.
   sender(sender&& other) noexcept : ring_(std::exchange(other.ring_, nullptr)) {}
+  /// Leaves this sender's channel (as destruction does), then joins `other`'s.
   sender& operator=(const sender& other) noexcept {
     if (this != &other) *this = sender(other);
     return *this;
   }
+  /// Leaves this sender's channel (as destruction does), then takes over `other`'s place.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       const sender departing(std::move(*this));  // goes last: closing may wake receivers inline
@@ -196,14 +203,14 @@ class sender {
   }
 
   /// overflow: sends now, overwriting the oldest message if the ring is full: ok, or
-  /// disconnected (closed, or no receiver) with the value.
+  /// closed (close(), or no receiver) with the value.
   send_result<T> send(T value)
     requires(!lossless)
   {
     return live()->send_overwriting(std::move(value));
   }
 
-  /// bounded: `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
+  /// bounded: `co_await tx.send(v)` yields send_result<T>: ok, or closed with the value.
   auto send(T value)
     requires lossless
   {
@@ -222,14 +229,14 @@ class sender {
     return detail::send_awaiter<T, acquire>(r, std::move(value), std::move(stop), &r->units(), std::size_t{1},
                                             asyncband::detail::permit_itself{});
   }
-  /// bounded: sends now if the slowest receiver leaves room: ok, full or disconnected (with the value).
+  /// bounded: sends now if the slowest receiver leaves room: ok, full or closed (with the value).
   send_result<T> try_send(T value)
     requires lossless
   {
     ring_type& r = *live();
-    if (r.is_closed()) return {send_status::disconnected, std::move(value)};
+    if (r.is_closed()) return {send_status::closed, std::move(value)};
     std::optional<semaphore_permit> unit = r.units().try_acquire(1);
-    if (!unit) return {r.is_closed() ? send_status::disconnected : send_status::full, std::move(value)};
+    if (!unit) return {r.is_closed() ? send_status::closed : send_status::full, std::move(value)};
     return r.send_with_unit(std::move(*unit), std::move(value));
   }
   /// bounded: the blocking twins of send.
@@ -267,8 +274,8 @@ class sender {
   /// A new receiver that gets every message sent after this call.
   [[nodiscard]] receiver<T, M> subscribe() const { return receiver<T, M>(live(), live()->subscribe()); }
 
-  /// No more sends (they hand their value back, disconnected); receivers still get every
-  /// message sent before, then end closed. Waiting senders end disconnected with their values.
+  /// No more sends (they hand their value back, closed); receivers still get every
+  /// message sent before, then end closed. Waiting senders end closed with their values.
   void close() noexcept {
     if (ring_ != nullptr) ring_->close();
   }
@@ -329,7 +336,9 @@ class [[nodiscard]] receiver {
   using recv_forms = asyncband::detail::wait_forms<node_type>;
 
  public:
+  /// Takes over `other`'s subscription and position; `other` is left moved-from.
   receiver(receiver&& other) noexcept : rx_{std::exchange(other.rx_.ring, nullptr), other.rx_.at, {}} {}
+  /// Unsubscribes this receiver (as destruction does), then takes over `other`'s subscription.
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       const receiver departing(std::move(*this));  // unsubscribes last: it may resume senders inline
@@ -389,6 +398,7 @@ class [[nodiscard]] receiver {
 
  private:
   friend class sender<T, M>;
+  friend struct asyncband::detail::debug_access;
   receiver(ring_type* r, detail::cursor at) noexcept : rx_{r, at, {}} {}
 
   state_type* live() {

@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_operation.hpp"
 #include "detail/wait_queue.hpp"
 #include "mutex.hpp"
@@ -157,6 +158,7 @@ concept condvar_guard = is_mutex_guard<Guard>;
 class condvar {
   class notify_node;
   friend class detail::queued_waiter<condvar>;
+  friend struct asyncband::detail::debug_access;
   template <class Guard, bool Cancellable, class Predicate>
   class waiting;
   template <class Guard, bool Cancellable, class Predicate>
@@ -200,19 +202,25 @@ class condvar {
     return waiting<Guard, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
-  /// The blocking twins: the calling thread waits.
+  /// wait(guard) for a plain thread: unlocks, blocks until notified, relocks; yields the guard
+  /// (the same type). Precondition: guard.owns_lock().
   template <detail::condvar_guard Guard>
   Guard wait_blocking(Guard guard) {
     return block<false>(std::move(guard), detail::wait_once{}, {});
   }
+  /// As wait_blocking(guard), or until `stop` is requested: ok (mutex held), or cancelled (mutex
+  /// not held).
   template <detail::condvar_guard Guard>
   result<Guard> wait_blocking(Guard guard, std::stop_token stop) {
     return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
   }
+  /// wait_while(guard, keep_waiting) for a plain thread; yields the guard.
   template <detail::condvar_guard Guard, class Predicate>
   Guard wait_while_blocking(Guard guard, Predicate keep_waiting) {
     return block<false>(std::move(guard), std::move(keep_waiting), {});
   }
+  /// As wait_while_blocking(guard, keep_waiting), or until `stop` is requested: ok (mutex held,
+  /// keep_waiting false), or cancelled (mutex not held).
   template <detail::condvar_guard Guard, class Predicate>
   result<Guard> wait_while_blocking(Guard guard, Predicate keep_waiting, std::stop_token stop) {
     return block<true>(std::move(guard), std::move(keep_waiting), std::move(stop));
@@ -309,7 +317,8 @@ class condvar {
   template <bool Cancellable, class Guard, class Predicate>
   yield_t<Cancellable, Guard> block(Guard guard, Predicate predicate, std::stop_token stop);
 
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
   std::uint64_t registrations_ = 0;  // guarded by queue_.mutex(); 2^64 never wraps in practice
 };
 

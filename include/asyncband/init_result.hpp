@@ -37,7 +37,9 @@ class [[nodiscard]] init_result {
   using stored = std::conditional_t<holds_reference, std::remove_reference_t<T>*, T>;
 
  public:
+  /// The value's type (a reference for once_cell).
   using value_type = T;
+  /// The initialiser's error type.
   using error_type = E;
 
   /// A result holding a value (a reference: binds to it).
@@ -56,10 +58,13 @@ class [[nodiscard]] init_result {
     return init_result(std::in_place_index<1>, std::forward<G>(e));
   }
 
+  /// True if the result holds the value, false if it holds the caller's error.
   [[nodiscard]] bool has_value() const noexcept { return content_.index() == 0; }
+  /// has_value().
   explicit operator bool() const noexcept { return has_value(); }
 
-  /// Precondition: has_value().
+  /// @{
+  /// The value, as value(), `*r` or `r->`. Precondition: has_value().
   [[nodiscard]] decltype(auto) value() & noexcept { return checked(); }
   [[nodiscard]] decltype(auto) value() const& noexcept { return const_cast<init_result*>(this)->checked(); }
   [[nodiscard]] decltype(auto) value() && noexcept {
@@ -74,11 +79,14 @@ class [[nodiscard]] init_result {
     return const_cast<init_result*>(this)->checked();
   }
   [[nodiscard]] auto* operator->() noexcept { return std::addressof(checked()); }
+  /// @}
 
-  /// Precondition: !has_value().
+  /// @{
+  /// The error the caller's initialiser failed with. Precondition: !has_value().
   [[nodiscard]] E& error() & noexcept { return std::get<1>(content_); }
   [[nodiscard]] const E& error() const& noexcept { return std::get<1>(content_); }
   [[nodiscard]] E&& error() && noexcept { return std::move(std::get<1>(content_)); }
+  /// @}
 
  private:
   template <std::size_t I, class... Args>

@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -33,10 +34,14 @@ class latch : public detail::wait_functions<latch> {
   class wait_node;
   friend class detail::queued_waiter<latch>;
   friend class detail::wait_functions<latch>;
+  friend struct asyncband::detail::debug_access;
 
  public:
+  /// The largest count a latch starts from.
   [[nodiscard]] static constexpr std::ptrdiff_t max() noexcept { return waiters_flag - 1; }
 
+  /// A latch whose waits complete once count_down() has taken `count` to zero (0 to max();
+  /// std::invalid_argument otherwise; 0: already complete).
   explicit latch(std::ptrdiff_t count) : state_(checked_initial(count)) {}
   latch(const latch&) = delete;
   latch& operator=(const latch&) = delete;
@@ -120,7 +125,8 @@ class latch : public detail::wait_functions<latch> {
   static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1}
                                                  << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
   std::atomic<std::ptrdiff_t> state_;
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
 };
 
 }  // namespace asyncband

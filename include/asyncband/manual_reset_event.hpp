@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cassert>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -31,8 +32,10 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   class wait_node;
   friend class detail::queued_waiter<manual_reset_event>;
   friend class detail::wait_functions<manual_reset_event>;
+  friend struct asyncband::detail::debug_access;
 
  public:
+  /// An event, set if `initially_set`.
   explicit manual_reset_event(bool initially_set = false) noexcept : state_(initially_set ? set_bit : 0U) {}
   manual_reset_event(const manual_reset_event&) = delete;
   manual_reset_event& operator=(const manual_reset_event&) = delete;
@@ -107,7 +110,8 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   // the event is set. Changed outside the lock only from 0 to set (set's CAS) and from set to 0
   // (reset's CAS), never while anybody is marked as queued.
   std::atomic<unsigned> state_;
-  detail::wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const one
+  mutable detail::wait_queue queue_;
 };
 
 }  // namespace asyncband

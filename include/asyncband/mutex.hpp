@@ -36,15 +36,20 @@ class owned_mapped_mutex_guard;
 template <class U>
 class [[nodiscard]] mapped_mutex_guard {
  public:
+  /// Takes over `other`'s lock; `other` is left empty.
   mapped_mutex_guard(mapped_mutex_guard&&) noexcept = default;
+  /// Unlocks what this guard held, then takes over `other`'s lock.
   mapped_mutex_guard& operator=(mapped_mutex_guard&&) noexcept = default;
   mapped_mutex_guard(const mapped_mutex_guard&) = delete;
   mapped_mutex_guard& operator=(const mapped_mutex_guard&) = delete;
   ~mapped_mutex_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The part, as `*g` or `g->`. Precondition: owns_lock().
   U& operator*() const noexcept { return *value_; }
   U* operator->() const noexcept { return value_; }
+  /// @}
+  /// Whether the guard holds the lock (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
   /// Unlocks now; the guard gives no access afterwards.
   void unlock() noexcept { permit_.release(); }
@@ -87,8 +92,10 @@ class [[nodiscard]] mapped_mutex_guard {
 template <class T>
 class [[nodiscard]] mutex_guard {
  public:
+  /// Takes over `other`'s lock; `other` is left empty.
   mutex_guard(mutex_guard&& other) noexcept
       : permit_(std::move(other.permit_)), mutex_(std::exchange(other.mutex_, nullptr)) {}
+  /// Unlocks what this guard held, then takes over `other`'s lock.
   mutex_guard& operator=(mutex_guard&& other) noexcept {
     if (this != &other) {
       // What this guard held is unlocked last, from a local: the unlock may resume a waiter
@@ -103,9 +110,12 @@ class [[nodiscard]] mutex_guard {
   mutex_guard& operator=(const mutex_guard&) = delete;
   ~mutex_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The value, as `*g` or `g->`. Precondition: owns_lock().
   T& operator*() const noexcept { return mutex_->value_; }
   T* operator->() const noexcept { return &mutex_->value_; }
+  /// @}
+  /// Whether the guard holds the lock (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
   /// The mutex this guard locks (nullptr once moved from).
   [[nodiscard]] asyncband::mutex<T>* mutex() const noexcept { return mutex_; }
@@ -153,6 +163,7 @@ class [[nodiscard]] mutex_guard {
 template <class T>
 class [[nodiscard]] owned_mutex_guard {
  public:
+  /// Takes over `other`'s lock and reference; `other` is left empty.
   owned_mutex_guard(owned_mutex_guard&&) noexcept = default;
   /// What this guard held is unlocked before its reference goes (detail::owning_permit).
   owned_mutex_guard& operator=(owned_mutex_guard&&) noexcept = default;
@@ -160,9 +171,14 @@ class [[nodiscard]] owned_mutex_guard {
   owned_mutex_guard& operator=(const owned_mutex_guard&) = delete;
   ~owned_mutex_guard() = default;  // unlocks, then drops the reference (maybe the last one)
 
+  /// @{
+  /// The value, as `*g` or `g->`. Precondition: owns_lock().
   T& operator*() const noexcept { return held_.owner()->value_; }
   T* operator->() const noexcept { return &held_.owner()->value_; }
+  /// @}
+  /// Whether the guard holds the lock (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
+  /// The mutex this guard keeps alive (null once moved from).
   [[nodiscard]] const std::shared_ptr<asyncband::mutex<T>>& mutex() const noexcept { return held_.owner(); }
   /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
   void unlock() noexcept { held_.permit().release(); }
@@ -205,15 +221,20 @@ class [[nodiscard]] owned_mutex_guard {
 template <class U>
 class [[nodiscard]] owned_mapped_mutex_guard {
  public:
+  /// Takes over `other`'s lock and reference; `other` is left empty.
   owned_mapped_mutex_guard(owned_mapped_mutex_guard&&) noexcept = default;
+  /// Unlocks what this guard held, drops its reference, then takes over `other`'s.
   owned_mapped_mutex_guard& operator=(owned_mapped_mutex_guard&&) noexcept = default;
   owned_mapped_mutex_guard(const owned_mapped_mutex_guard&) = delete;
   owned_mapped_mutex_guard& operator=(const owned_mapped_mutex_guard&) = delete;
   ~owned_mapped_mutex_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The part, as `*g` or `g->`. Precondition: owns_lock().
   U& operator*() const noexcept { return *value_; }
   U* operator->() const noexcept { return value_; }
+  /// @}
+  /// Whether the guard holds the lock (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
   /// Unlocks now (the guard keeps its reference to the mutex until destroyed).
   void unlock() noexcept { held_.permit().release(); }
@@ -272,6 +293,7 @@ class mutex {
   friend class mutex_guard<T>;
   friend class owned_mutex_guard<T>;
   friend struct detail::mutex_access;
+  friend struct asyncband::detail::debug_access;
 
   struct make_guard {
     mutex* owner;
@@ -288,8 +310,11 @@ class mutex {
   };
 
  public:
+  /// A mutex protecting a value-initialized T.
   mutex() = default;
+  /// A mutex protecting `value`.
   explicit mutex(T value) noexcept(std::is_nothrow_move_constructible_v<T>) : value_(std::move(value)) {}
+  /// A mutex protecting a T constructed in place from `args`.
   template <class... Args>
   explicit mutex(std::in_place_t /*unused*/, Args&&... args) : value_(std::forward<Args>(args)...) {}
   mutex(const mutex&) = delete;
@@ -303,10 +328,13 @@ class mutex {
   auto lock(std::stop_token stop) noexcept {
     return lock_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_guard{this});
   }
+  /// lock() for a plain thread: blocks until the mutex is held.
   mutex_guard<T> lock_blocking() { return lock_forms::block(&semaphore_, std::size_t{1}, make_guard{this}); }
+  /// As lock_blocking(), or until `stop` is requested: the guard, or cancelled.
   result<mutex_guard<T>> lock_blocking(std::stop_token stop) {
     return lock_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_guard{this});
   }
+  /// As lock_blocking(), for at most `timeout`: the guard, or timeout.
   template <class Rep, class Period>
   result<mutex_guard<T>> lock_timeout(std::chrono::duration<Rep, Period> timeout) {
     return lock_forms::block_for(timeout, &semaphore_, std::size_t{1}, make_guard{this});
@@ -385,18 +413,21 @@ auto lock_owned(std::shared_ptr<mutex<T>> m, std::stop_token stop) noexcept {
   return detail::mutex_access::owned_forms<T>::await_until_stopped(
       std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
+/// lock_owned() for a plain thread: blocks until `*m` is held. Precondition: m is not null.
 template <class T>
 owned_mutex_guard<T> lock_owned_blocking(std::shared_ptr<mutex<T>> m) {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::block(s, std::size_t{1},
                                                      detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
+/// As lock_owned_blocking(m), or until `stop` is requested: the guard, or cancelled.
 template <class T>
 result<owned_mutex_guard<T>> lock_owned_blocking(std::shared_ptr<mutex<T>> m, std::stop_token stop) {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::block_until_stopped(
       std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
+/// An owned guard now, or nothing (also nothing while anybody waits), as mutex::try_lock.
 template <class T>
 [[nodiscard]] std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {
   return detail::mutex_access::try_lock_owned(std::move(m));

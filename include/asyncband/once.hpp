@@ -77,6 +77,7 @@ class once : public detail::wait_functions<once> {
   struct wait_node;
   friend class detail::wait_functions<once>;
   friend struct detail::once_ops;
+  friend struct asyncband::detail::debug_access;
   template <class F>
   using call_forms = detail::once_forms<detail::call_once_op<F>>;
 

@@ -167,6 +167,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   friend class detail::wait_functions<once_cell>;
   friend struct detail::cell_access;
   friend struct detail::once_ops;
+  friend struct asyncband::detail::debug_access;
   template <class F>
   using init_forms = detail::once_forms<detail::cell_init_op<detail::plain_cell_ref<T>, T&, F>>;
   template <class F>
@@ -179,6 +180,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
     T* value;
     /// The value handed back when it was not inserted.
     std::optional<T> rejected;
+    /// The value was inserted (nothing was handed back).
     [[nodiscard]] bool inserted() const noexcept { return !rejected.has_value(); }
   };
 

@@ -19,6 +19,7 @@
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
 
+/// A channel for one value, from one sender to one receiver: channel().
 namespace asyncband::oneshot {
 
 template <class T>
@@ -190,7 +191,7 @@ std::pair<sender<T>, receiver<T>> channel();
 /// Contract
 /// - send() commits when it finds the receiver open: the value is then delivered, unless the
 ///   receiver is destroyed before taking it, in which case send() hands it back
-///   (send_status::disconnected) if it was still storing it, or the receiver's destruction
+///   (send_status::closed) if it was still storing it, or the receiver's destruction
 ///   destroys it. A send that finds the receiver closed or gone hands the value back at once.
 /// - Synchronization: storing the value happens-before the receive that takes it.
 /// - send() resolves the receiver's pending wait after storing the value, outside any lock; a
@@ -198,7 +199,9 @@ std::pair<sender<T>, receiver<T>> channel();
 template <class T>
 class [[nodiscard]] sender {
  public:
+  /// Takes over `other`'s channel; `other` is left moved-from.
   sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Drops this sender's channel (as destruction does), then takes over `other`'s.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       const sender departing(std::move(*this));  // goes last: it may wake the receiver inline
@@ -228,7 +231,7 @@ class [[nodiscard]] sender {
     if (!state_->begin_send()) {
       T unsent(std::forward<U>(value));
       reset();
-      return {send_status::disconnected, std::move(unsent)};
+      return {send_status::closed, std::move(unsent)};
     }
     try {
       state_->store(std::forward<U>(value));
@@ -248,7 +251,7 @@ class [[nodiscard]] sender {
           s->release(st::sender_released, st::receiver_released);
         }
       } const done{s};
-      return {send_status::disconnected, std::move(s->slot())};
+      return {send_status::closed, std::move(s->slot())};
     }
     s->wake_receiver();
     s->release(st::sender_released, st::receiver_released);
@@ -295,7 +298,7 @@ class [[nodiscard]] receiver
  public:
   // recv() yields the value or closed; recv(stop), recv_blocking, recv_timeout: receiving_end.
 
-  /// Takes the value if it is there: ok, empty (it may still come) or disconnected (it never will).
+  /// Takes the value if it is there: ok, empty (it may still come) or closed (it never will).
   /// Throws std::logic_error if it would take the value while a receive is pending (one receive
   /// at a time: the value is the pending receive's).
   try_recv_result<T> try_recv() {
@@ -305,7 +308,7 @@ class [[nodiscard]] receiver
         this->state_->receiving().check();
         return this->state_->template take<try_recv_result<T>>();
       case st::availability::none:
-        return recv_status::disconnected;
+        return recv_status::closed;
       case st::availability::pending:
         break;
     }

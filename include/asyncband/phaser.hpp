@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "detail/broadcast_parking.hpp"
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -29,13 +30,17 @@ namespace asyncband {
 /// observe a *change* of phase, never a numeric target.
 class phase_id {
  public:
+  /// Phase 0, a phaser's first.
   constexpr phase_id() noexcept = default;
+  /// The phase whose counter is `value`.
   constexpr explicit phase_id(std::uint64_t value) noexcept : value_(value) {}
 
+  /// The counter.
   [[nodiscard]] constexpr std::uint64_t value() const noexcept { return value_; }
   /// The phase after this one (after the largest value: 0).
   [[nodiscard]] constexpr phase_id next() const noexcept { return phase_id(value_ + 1); }
 
+  /// Same phase (same counter).
   friend constexpr bool operator==(phase_id, phase_id) noexcept = default;
 
  private:
@@ -119,6 +124,7 @@ class phaser : public std::enable_shared_from_this<phaser> {
   [[nodiscard]] std::size_t participants() const;
   /// Participants yet to arrive in the current phase.
   [[nodiscard]] std::size_t unarrived() const;
+  /// True once close() was called.
   [[nodiscard]] bool is_closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
   /// Registers one participant in the current phase; closed once the phaser is closed.
@@ -132,9 +138,11 @@ class phaser : public std::enable_shared_from_this<phaser> {
   auto wait(phase_id observed) noexcept;
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
   auto wait(phase_id observed, std::stop_token stop) noexcept;
-  /// The blocking twins of wait(observed).
+  /// wait(observed) for a plain thread: blocks until the phase differs from `observed`.
   inline result<phase_id> wait_blocking(phase_id observed);
+  /// As wait_blocking(observed), or until `stop` is requested (then cancelled).
   inline result<phase_id> wait_blocking(phase_id observed, std::stop_token stop);
+  /// As wait_blocking(observed), for at most `timeout` (then timeout).
   template <class Rep, class Period>
   result<phase_id> wait_timeout(phase_id observed, std::chrono::duration<Rep, Period> timeout);
 
@@ -147,6 +155,7 @@ class phaser : public std::enable_shared_from_this<phaser> {
   friend class detail::phaser_participant_wait;
   friend class detail::phaser_observer_wait;
   friend class detail::queued_waiter<phaser>;
+  friend struct asyncband::detail::debug_access;
   using observer_forms = detail::wait_forms<detail::phaser_observer_wait>;
 
   /// What a locked step works with; `release_parked` tells the step's driver to release the parked
@@ -260,11 +269,14 @@ class [[nodiscard]] phaser_participant {
   /// The phaser (nullptr once deregistered or moved from).
   [[nodiscard]] const std::shared_ptr<asyncband::phaser>& phaser() const noexcept { return phaser_; }
 
+  /// Takes over `other`'s registration; `other` is left empty.
   phaser_participant(phaser_participant&& other) noexcept
       : phaser_(std::move(other.phaser_)),
         arrived_in_(other.arrived_in_),
         arrived_(other.arrived_),
         awaiting_(other.awaiting_) {}
+  /// Withdraws this participant's registration (as its destructor does), then takes over
+  /// `other`'s.
   phaser_participant& operator=(phaser_participant&& other) noexcept {
     if (this != &other) {
       // The old registration withdraws last, from a local: withdrawing may complete the phase
@@ -295,9 +307,11 @@ class [[nodiscard]] phaser_participant {
   auto wait();
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
   auto wait(std::stop_token stop);
-  /// The blocking twins of wait().
+  /// wait() for a plain thread: blocks until the phase completes.
   inline result<phase_id> wait_blocking();
+  /// As wait_blocking(), or until `stop` is requested (then cancelled).
   inline result<phase_id> wait_blocking(std::stop_token stop);
+  /// As wait_blocking(), for at most `timeout` (then timeout).
   template <class Rep, class Period>
   result<phase_id> wait_timeout(std::chrono::duration<Rep, Period> timeout);
 
@@ -310,6 +324,7 @@ class [[nodiscard]] phaser_participant {
   friend class asyncband::phaser;
   friend class phaser_batch;
   friend class detail::phaser_participant_wait;
+  friend struct asyncband::detail::debug_access;
   using wait_forms = detail::wait_forms<detail::phaser_participant_wait>;
 
   explicit phaser_participant(std::shared_ptr<asyncband::phaser> owner) noexcept
@@ -368,8 +383,10 @@ class [[nodiscard]] phaser_participant {
 /// one by one. Move-only; destroying it withdraws the registrations not taken.
 class [[nodiscard]] phaser_batch {
  public:
+  /// Takes over `other`'s registrations; `other` is left empty.
   phaser_batch(phaser_batch&& other) noexcept
       : phaser_(std::move(other.phaser_)), remaining_(std::exchange(other.remaining_, 0)) {}
+  /// Withdraws the registrations not taken, then takes over `other`'s.
   phaser_batch& operator=(phaser_batch&& other) noexcept {
     if (this != &other) {
       const phaser_batch departing(std::move(*this));  // withdraws last: see phaser_participant
@@ -384,6 +401,7 @@ class [[nodiscard]] phaser_batch {
 
   /// Registrations not yet taken.
   [[nodiscard]] std::size_t size() const noexcept { return remaining_; }
+  /// Every registration has been taken (size() == 0).
   [[nodiscard]] bool empty() const noexcept { return remaining_ == 0; }
 
   /// Hands out one registration as a participant; nullopt once all are taken.

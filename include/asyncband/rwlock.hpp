@@ -37,16 +37,22 @@ struct rwlock_access;
 template <class T>
 class [[nodiscard]] rwlock_read_guard {
  public:
+  /// Takes over `other`'s share; `other` is left empty.
   rwlock_read_guard(rwlock_read_guard&&) noexcept = default;
+  /// Releases what this guard held, then takes over `other`'s share.
   rwlock_read_guard& operator=(rwlock_read_guard&&) noexcept = default;
   rwlock_read_guard(const rwlock_read_guard&) = delete;
   rwlock_read_guard& operator=(const rwlock_read_guard&) = delete;
   ~rwlock_read_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The value (or part), read-only, as `*g` or `g->`. Precondition: owns_lock().
   const T& operator*() const noexcept { return *value_; }
   const T* operator->() const noexcept { return value_; }
+  /// @}
+  /// Whether the guard holds its share (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// Releases the share now; the guard gives no access afterwards.
   void unlock() noexcept { permit_.release(); }
 
   /// A read guard of part of the value: `f(const T&)` returns a reference into it. If f throws,
@@ -89,16 +95,22 @@ class [[nodiscard]] rwlock_read_guard {
 template <class T>
 class [[nodiscard]] rwlock_write_guard {
  public:
+  /// Takes over `other`'s lock; `other` is left empty.
   rwlock_write_guard(rwlock_write_guard&&) noexcept = default;
+  /// Releases what this guard held, then takes over `other`'s lock.
   rwlock_write_guard& operator=(rwlock_write_guard&&) noexcept = default;
   rwlock_write_guard(const rwlock_write_guard&) = delete;
   rwlock_write_guard& operator=(const rwlock_write_guard&) = delete;
   ~rwlock_write_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The value (or part), as `*g` or `g->`. Precondition: owns_lock().
   T& operator*() const noexcept { return *value_; }
   T* operator->() const noexcept { return value_; }
+  /// @}
+  /// Whether the guard holds the lock (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(permit_); }
+  /// Releases the lock now; the guard gives no access afterwards.
   void unlock() noexcept { permit_.release(); }
 
   /// A write guard of part of the value: `f(T&)` returns a reference into it. If f throws, this
@@ -149,15 +161,20 @@ class [[nodiscard]] rwlock_write_guard {
 template <class T>
 class [[nodiscard]] owned_rwlock_read_guard {
  public:
+  /// Takes over `other`'s share and reference; `other` is left empty.
   owned_rwlock_read_guard(owned_rwlock_read_guard&&) noexcept = default;
+  /// Releases what this guard held, drops its reference, then takes over `other`'s.
   owned_rwlock_read_guard& operator=(owned_rwlock_read_guard&&) noexcept = default;
   owned_rwlock_read_guard(const owned_rwlock_read_guard&) = delete;
   owned_rwlock_read_guard& operator=(const owned_rwlock_read_guard&) = delete;
   ~owned_rwlock_read_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The value (or part), read-only, as `*g` or `g->`. Precondition: owns_lock().
   const T& operator*() const noexcept { return *value_; }
   const T* operator->() const noexcept { return value_; }
+  /// @}
+  /// Whether the guard holds its share (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
   /// Releases the share now (the guard keeps its reference until destroyed).
   void unlock() noexcept { held_.permit().release(); }
@@ -198,15 +215,20 @@ class [[nodiscard]] owned_rwlock_read_guard {
 template <class T>
 class [[nodiscard]] owned_rwlock_write_guard {
  public:
+  /// Takes over `other`'s lock and reference; `other` is left empty.
   owned_rwlock_write_guard(owned_rwlock_write_guard&&) noexcept = default;
+  /// Releases what this guard held, drops its reference, then takes over `other`'s.
   owned_rwlock_write_guard& operator=(owned_rwlock_write_guard&&) noexcept = default;
   owned_rwlock_write_guard(const owned_rwlock_write_guard&) = delete;
   owned_rwlock_write_guard& operator=(const owned_rwlock_write_guard&) = delete;
   ~owned_rwlock_write_guard() = default;
 
-  /// Precondition: owns_lock().
+  /// @{
+  /// The value (or part), as `*g` or `g->`. Precondition: owns_lock().
   T& operator*() const noexcept { return *value_; }
   T* operator->() const noexcept { return value_; }
+  /// @}
+  /// Whether the guard holds the lock (false once unlocked or moved from).
   [[nodiscard]] bool owns_lock() const noexcept { return static_cast<bool>(held_.permit()); }
   /// Releases the lock now (the guard keeps its reference until destroyed).
   void unlock() noexcept { held_.permit().release(); }
@@ -269,6 +291,7 @@ class [[nodiscard]] owned_rwlock_write_guard {
 template <class T>
 class rwlock {
   friend struct detail::rwlock_access;
+  friend struct asyncband::detail::debug_access;
   template <class Guard, class Value>
   struct make_guard {
     Value* value;
@@ -298,7 +321,10 @@ class rwlock {
   /// The default maximum number of concurrent readers.
   static constexpr std::size_t default_max_readers = std::size_t{1} << 28;
 
+  /// An rwlock protecting a value-initialized T, for up to default_max_readers readers at once.
   rwlock() : rwlock(std::in_place, default_max_readers) {}
+  /// An rwlock protecting `value`, for up to `max_readers` readers at once (1 to
+  /// semaphore::max(); std::invalid_argument otherwise).
   explicit rwlock(T value, std::size_t max_readers = default_max_readers)
       : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::move(value)) {}
   /// Constructs the value in place from args (for values that cannot move, such as atomics).
@@ -310,6 +336,7 @@ class rwlock {
   /// Debug builds assert that no read or write lock is pending.
   ~rwlock() { assert(semaphore_.no_waiters_left() && "asyncband::rwlock destroyed with waiters"); }
 
+  /// The most readers that can hold the lock at once.
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 
   /// A snapshot: true while a writer holds the lock, readers hold shares, or anybody waits.
@@ -335,12 +362,15 @@ class rwlock {
   auto read(std::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
+  /// read() for a plain thread: blocks until a read share is held.
   rwlock_read_guard<T> read_blocking() {
     return read_forms::block(&semaphore_, std::size_t{1}, make_read{&value_});
   }
+  /// As read_blocking(), or until `stop` is requested: the guard, or cancelled.
   result<rwlock_read_guard<T>> read_blocking(std::stop_token stop) {
     return read_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
+  /// As read_blocking(), for at most `timeout`: the guard, or timeout.
   template <class Rep, class Period>
   result<rwlock_read_guard<T>> read_timeout(std::chrono::duration<Rep, Period> timeout) {
     return read_forms::block_for(timeout, &semaphore_, std::size_t{1}, make_read{&value_});
@@ -354,12 +384,15 @@ class rwlock {
   auto write(std::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
+  /// write() for a plain thread: blocks until the write lock is held.
   rwlock_write_guard<T> write_blocking() {
     return write_forms::block(&semaphore_, max_readers_, make_write{&value_});
   }
+  /// As write_blocking(), or until `stop` is requested: the guard, or cancelled.
   result<rwlock_write_guard<T>> write_blocking(std::stop_token stop) {
     return write_forms::block_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
+  /// As write_blocking(), for at most `timeout`: the guard, or timeout.
   template <class Rep, class Period>
   result<rwlock_write_guard<T>> write_timeout(std::chrono::duration<Rep, Period> timeout) {
     return write_forms::block_for(timeout, &semaphore_, max_readers_, make_write{&value_});
@@ -464,10 +497,13 @@ template <class T>
 auto read_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
   return detail::rwlock_access::await<false>(std::move(l), std::move(stop));
 }
+/// read_owned() for a plain thread: blocks until a share of `*l` is held. Precondition: l is
+/// not null.
 template <class T>
 owned_rwlock_read_guard<T> read_owned_blocking(std::shared_ptr<rwlock<T>> l) {
   return detail::rwlock_access::block<false>(std::move(l));
 }
+/// As read_owned_blocking(l), or until `stop` is requested: the guard, or cancelled.
 template <class T>
 result<owned_rwlock_read_guard<T>> read_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
   return detail::rwlock_access::block<false>(std::move(l), std::move(stop));
@@ -489,10 +525,13 @@ template <class T>
 auto write_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
   return detail::rwlock_access::await<true>(std::move(l), std::move(stop));
 }
+/// write_owned() for a plain thread: blocks until `*l` is write-locked. Precondition: l is
+/// not null.
 template <class T>
 owned_rwlock_write_guard<T> write_owned_blocking(std::shared_ptr<rwlock<T>> l) {
   return detail::rwlock_access::block<true>(std::move(l));
 }
+/// As write_owned_blocking(l), or until `stop` is requested: the guard, or cancelled.
 template <class T>
 result<owned_rwlock_write_guard<T>> write_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
   return detail::rwlock_access::block<true>(std::move(l), std::move(stop));

@@ -37,6 +37,7 @@ class scheduler_ref {
  public:
   constexpr scheduler_ref() noexcept = default;
 
+  /// A reference to `s`, which must outlive every use of it.
   template <scheduler S>
     requires(!std::same_as<S, scheduler_ref>)
   static scheduler_ref of(S& s) noexcept {
@@ -45,7 +46,9 @@ class scheduler_ref {
     });
   }
 
+  /// True for no scheduler (resume inline).
   [[nodiscard]] constexpr bool empty() const noexcept { return post_ == nullptr; }
+  /// !empty().
   explicit constexpr operator bool() const noexcept { return !empty(); }
 
   /// Posts h to the scheduler; precondition: !empty().
@@ -60,6 +63,7 @@ class scheduler_ref {
     }
   }
 
+  /// The same scheduler (or both empty).
   friend constexpr bool operator==(const scheduler_ref& a, const scheduler_ref& b) noexcept {
     return a.self_ == b.self_ && a.post_ == b.post_;
   }

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/semaphore_permit.hpp"
 #include "detail/semaphore_word.hpp"
 #include "detail/wait_functions.hpp"
@@ -113,6 +114,7 @@ class semaphore {
   friend class mutex;  // their destructors' debug check
   template <class T>
   friend class rwlock;
+  friend struct asyncband::detail::debug_access;  // debug.hpp's snapshot
 
   using acquire_forms = detail::acquire_forms<detail::permit_itself>;
 
@@ -120,6 +122,7 @@ class semaphore {
   /// The largest count of permits a semaphore holds, or a single request asks for: 2^31 - 1.
   [[nodiscard]] static constexpr std::size_t max() noexcept { return detail::semaphore_word::max; }
 
+  /// A semaphore holding `permits` permits. Throws std::invalid_argument if permits > max().
   explicit semaphore(std::size_t permits) : word_(checked(permits)) {}
   /// For a count that is rarely all available: no guessed first CAS (see semaphore_word).
   /// `first_ticket`: the channel's first place (tests of wrap-around start near 2^32).
@@ -141,8 +144,11 @@ class semaphore {
   auto acquire(std::size_t n = 1);
   /// Yields result<semaphore_permit>: ok, or cancelled.
   auto acquire(std::size_t n, std::stop_token stop);
+  /// acquire(n) for a plain thread: blocks until n permits are held.
   semaphore_permit acquire_blocking(std::size_t n = 1);
+  /// As acquire_blocking(n), or until `stop` is requested: the permit, or cancelled.
   result<semaphore_permit> acquire_blocking(std::size_t n, std::stop_token stop);
+  /// As acquire_blocking(n), for at most `timeout`: the permit, or timeout.
   template <class Rep, class Period>
   result<semaphore_permit> acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout);
 

@@ -12,6 +12,7 @@
 #include <stop_token>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
@@ -123,6 +124,7 @@ class shutdown_observer {
   std::shared_ptr<shutdown_state> state_;
 
  private:
+  friend struct debug_access;
   using forms = wait_forms<shutdown_wait>;
 };
 
@@ -233,6 +235,7 @@ class sender {
 
  private:
   friend std::pair<sender, receiver> make_pair();
+  friend struct asyncband::detail::debug_access;
 
   sender(std::shared_ptr<detail::shutdown_state> state, wait_group done) noexcept
       : state_(std::move(state)), done_(std::move(done)) {}

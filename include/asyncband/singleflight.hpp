@@ -14,6 +14,7 @@
 #include "detail/keyed_cells.hpp"
 #include "once_cell.hpp"
 
+/// Coalescing of concurrent calls per key into one run, nothing cached: group.
 namespace asyncband::singleflight {
 
 /// Coalesces concurrent calls for the same key into one execution whose result they all get

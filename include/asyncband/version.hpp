@@ -2,12 +2,14 @@
 // asyncband/version.hpp: the library's version, and the check that the compiler is in C++20
 // mode. Every public header includes it first, so a build without C++20 stops here with one
 // message instead of hundreds of lines about coroutines.
+/// \file
+/// The library's version, as macros for `#if` and as asyncband::version.
 #pragma once
 
 /// The major version: a change of it may break source compatibility.
 #define ASYNCBAND_VERSION_MAJOR 0
 /// The minor version: additions; within 0.x, also changes that break.
-#define ASYNCBAND_VERSION_MINOR 1
+#define ASYNCBAND_VERSION_MINOR 2
 /// The patch version: fixes only.
 #define ASYNCBAND_VERSION_PATCH 0
 /// The version as one number, MAJOR * 10000 + MINOR * 100 + PATCH, for `#if` comparisons.
@@ -33,6 +35,9 @@
 
 #undef ASYNCBAND_DETAIL_CPLUSPLUS
 
+/// asyncband: async coordination primitives for C++20 coroutines, each in its header
+/// (asyncband/asyncband.hpp includes them all), with their result types. The Boost.Asio bridge
+/// (asyncband::asio) and the optional runtime (asyncband::runtime) have namespaces of their own.
 namespace asyncband {
 
 /// The version this header declares, as the three numbers of ASYNCBAND_VERSION_*.

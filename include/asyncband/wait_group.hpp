@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 
@@ -53,8 +54,10 @@ class wait_group : public detail::wait_functions<wait_group> {
   struct state;
   friend class detail::wait_functions<wait_group>;
   friend struct detail::wait_group_test_access;
+  friend struct asyncband::detail::debug_access;
 
  public:
+  /// The most members a group has at once (a copy beyond throws std::overflow_error).
   [[nodiscard]] static constexpr std::size_t max() noexcept {
     return std::numeric_limits<std::size_t>::max() / 2;
   }
@@ -69,10 +72,12 @@ class wait_group : public detail::wait_functions<wait_group> {
   wait_group(wait_group&& other) noexcept
       : state_(std::move(other.state_)), member_(std::exchange(other.member_, false)) {}
 
+  /// Leaves this handle's group (as destruction does), then joins `other`'s as a new member.
   wait_group& operator=(const wait_group& other) {
     if (this != &other) *this = wait_group(other);
     return *this;
   }
+  /// Leaves this handle's group (as destruction does), then takes over `other`'s membership.
   wait_group& operator=(wait_group&& other) noexcept {
     if (this != &other) {
       // The old membership leaves last, when `old` goes: its departure may resume a waiter

@@ -23,10 +23,12 @@
 #include <utility>
 
 #include "detail/broadcast_parking.hpp"
+#include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
 
+/// One latest value with a version, from one sender to many receivers: channel().
 namespace asyncband::watch {
 
 template <class T>
@@ -368,16 +370,20 @@ class wait_for_awaiter;
 template <class T>
 class [[nodiscard]] borrowed {
  public:
+  /// Another guard on the same version (one atomic increment).
   borrowed(const borrowed& other) noexcept : cell_(other.cell_), changed_(other.changed_) {
     if (cell_ != nullptr) cell_->acquire();
   }
+  /// Takes over `other`'s version; `other` is left empty.
   borrowed(borrowed&& other) noexcept
       : cell_(std::exchange(other.cell_, nullptr)), changed_(other.changed_) {}
+  /// Shows `other`'s version instead (its own reference goes).
   borrowed& operator=(const borrowed& other) noexcept {
     borrowed copy(other);
     swap(copy);
     return *this;
   }
+  /// Takes over `other`'s version (its own reference goes); `other` is left empty.
   borrowed& operator=(borrowed&& other) noexcept {
     borrowed taken(std::move(other));
     swap(taken);
@@ -411,6 +417,7 @@ class [[nodiscard]] borrowed {
   friend class receiver<T>;
   template <class, class, bool>
   friend class detail::wait_for_awaiter;
+  friend struct asyncband::detail::debug_access;
   borrowed(detail::value_cell<T>* cell, bool changed) noexcept : cell_(cell), changed_(changed) {}
 
   detail::value_cell<T>* cell_;
@@ -456,7 +463,9 @@ std::pair<sender<T>, receiver<T>> channel(Args&&... args);
 template <class T>
 class [[nodiscard]] sender {
  public:
+  /// Takes over `other`'s channel; `other` is left moved-from.
   sender(sender&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Closes this sender's channel (as destruction does), then takes over `other`'s.
   sender& operator=(sender&& other) noexcept {
     if (this != &other) {
       const sender departing(std::move(*this));  // goes last: it may wake receivers inline
@@ -472,12 +481,12 @@ class [[nodiscard]] sender {
   }
 
   /// Publishes `value` as a new version, if any receiver exists; otherwise stores nothing and
-  /// hands the value back (send_status::disconnected), as tokio's send does.
+  /// hands the value back (send_status::closed), as tokio's send does.
   template <class U = T>
     requires std::constructible_from<T, U&&>
   send_result<T> send(U&& value) {
     detail::state<T>* const s = live();
-    if (s->receiver_count() == 0) return {send_status::disconnected, T(std::forward<U>(value))};
+    if (s->receiver_count() == 0) return {send_status::closed, T(std::forward<U>(value))};
     s->publish(s->make_cell(std::forward<U>(value)));
     return {};
   }
@@ -575,6 +584,7 @@ class [[nodiscard]] sender {
   using closed_forms = asyncband::detail::wait_forms<detail::closed_wait<T>>;
   template <class U, class... Args>
   friend std::pair<sender<U>, receiver<U>> channel(Args&&... args);
+  friend struct asyncband::detail::debug_access;
   explicit sender(detail::state<T>* s) noexcept : state_(s) {}
 
   [[nodiscard]] detail::state<T>* live() const {
@@ -623,10 +633,14 @@ class [[nodiscard]] sender {
 template <class T>
 class [[nodiscard]] receiver {
  public:
+  /// Another receiver of the same channel, which has seen what `other` has.
   receiver(const receiver& other) noexcept : state_(other.state_), seen_(other.seen_) {
     if (state_ != nullptr) state_->add_receiver();
   }
+  /// Takes over `other`'s place among the receivers; `other` is left moved-from.
   receiver(receiver&& other) noexcept : state_(std::exchange(other.state_, nullptr)), seen_(other.seen_) {}
+  /// Leaves this receiver's channel (as destruction does), then joins `other`'s, seeing what it
+  /// has seen.
   receiver& operator=(const receiver& other) noexcept {
     if (this != &other) {
       const receiver departing(std::move(*this));  // goes last: it may complete closed() inline
@@ -636,6 +650,7 @@ class [[nodiscard]] receiver {
     }
     return *this;
   }
+  /// Leaves this receiver's channel (as destruction does), then takes over `other`'s place.
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       const receiver departing(std::move(*this));
@@ -727,6 +742,7 @@ class [[nodiscard]] receiver {
   friend class sender<T>;
   template <class U, class... Args>
   friend std::pair<sender<U>, receiver<U>> channel(Args&&... args);
+  friend struct asyncband::detail::debug_access;
   receiver(detail::state<T>* s, std::uint64_t seen) noexcept : state_(s), seen_(seen) {}
 
   [[nodiscard]] detail::state<T>* live() const {

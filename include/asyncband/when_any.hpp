@@ -347,6 +347,7 @@ class select_loop {
   /// The awaiter of one round; lives in the awaiting frame.
   class [[nodiscard("co_await it: nothing waits until it is awaited")]] round {
    public:
+    /// A round of `loop` (next() makes it).
     round(select_loop& loop, std::stop_token stop) noexcept : loop_(&loop), stop_(std::move(stop)) {}
     round(const round&) = delete;
     round& operator=(const round&) = delete;

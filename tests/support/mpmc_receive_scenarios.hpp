@@ -147,7 +147,7 @@ void receiver_copies_share_the_channel_which_disconnects_only_with_the_last_one(
   EXPECT_TRUE(c.tx.is_closed());
   EXPECT_EQ(c.tx.receiver_count(), 0U);
   auto back = Kind::offer(c.tx, 5);
-  EXPECT_TRUE(back.disconnected());
+  EXPECT_TRUE(back.closed());
   EXPECT_EQ(back.value().id(), 5);
 }
 
@@ -198,7 +198,7 @@ void handles_move_and_copy_assign_with_their_channel() {
   Kind::put(b.tx, 2);
   a.tx = std::move(b.tx);  // a's only sender goes: a is closed, drains
   EXPECT_EQ(take(a.rx), 1);
-  EXPECT_TRUE(a.rx.try_recv().disconnected());
+  EXPECT_TRUE(a.rx.try_recv().closed());
   Kind::put(a.tx, 3);  // now into b
   EXPECT_EQ(take_all(b.rx), (std::vector<int>{2, 3}));
   a.rx = b.rx;  // copy-assigned: a's receiver goes, both now receive from b
@@ -720,7 +720,7 @@ void the_end_while_a_receive_registers(End end) {
         expect_ended(p, wait_status::closed);
       }
       EXPECT_TRUE(block_on(f.c.rx.recv()).closed());
-      EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+      EXPECT_TRUE(f.c.rx.try_recv().closed());
     }
   }
 }
@@ -747,7 +747,7 @@ void the_last_sender_going_lets_receives_drain_then_ends_them_closed() {
   expect_ended(c, wait_status::closed);
   auto& d = f.recv(4, plain);
   expect_ended(d, wait_status::closed);
-  EXPECT_TRUE(f.c.rx.try_recv().disconnected());
+  EXPECT_TRUE(f.c.rx.try_recv().closed());
 }
 
 template <class Kind>
@@ -935,7 +935,7 @@ void a_throwing_move_in_recv_leaves_the_value_for_the_next_receive_before_newer_
     EXPECT_TRUE(c.rx.try_recv().empty());
     Kind::expect_exact(c.tx, c.rx);
     drop(c.tx);
-    EXPECT_TRUE(other.try_recv().disconnected());
+    EXPECT_TRUE(other.try_recv().closed());
   }
 }
 
@@ -1068,7 +1068,7 @@ void a_receive_resumed_inline_by_the_publication_may_destroy_the_last_receiver()
   Kind::put(c.tx, 1);
   EXPECT_EQ(got, 1);
   EXPECT_EQ(rx, nullptr);
-  EXPECT_TRUE(Kind::offer(c.tx, 2).disconnected());
+  EXPECT_TRUE(Kind::offer(c.tx, 2).closed());
 }
 
 template <class Kind>

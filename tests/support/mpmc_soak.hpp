@@ -179,7 +179,7 @@ task<void> soak_consume(test_scheduler& s, Receiver rx, soak_world& w, int index
           co_await yield_to{s};
           continue;
         }
-        if (t.disconnected()) {
+        if (t.closed()) {
           me.saw_closed = true;
           break;
         }
@@ -426,7 +426,7 @@ void stress_receive(Receiver rx, stop_epoch& epoch, int style, int close_after, 
           std::this_thread::yield();
           continue;
         }
-        if (t.disconnected()) {
+        if (t.closed()) {
           log.saw_closed = true;
           return;
         }

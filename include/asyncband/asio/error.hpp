@@ -6,9 +6,9 @@
 //
 //   cancelled (a stop token, an Asio cancellation)  boost::asio::error::operation_aborted itself
 //   timeout                                          asyncband::asio::error::timeout
-//   closed (a channel drained and closed, a closed   asyncband::asio::error::closed
-//     phaser, semaphore or watch)
-//   disconnected (a send whose receiver is gone)     asyncband::asio::error::disconnected
+//   closed (a channel drained and closed, a send     asyncband::asio::error::closed
+//     whose receivers are gone, a closed phaser,
+//     semaphore or watch)
 //   lagged (a broadcast overflow receiver)           asyncband::asio::error::lagged
 //
 // Cancellation is reported with Asio's own code, not one of ours, because Boost.System compares
@@ -32,6 +32,7 @@
 #include "../broadcast/recv_result.hpp"
 #include "../result.hpp"
 
+/// The errors of operations completed through Asio, and their boost::system::error_code.
 namespace asyncband::asio::error {
 
 /// What an asyncband operation completed through Asio can fail with (a plain enum in a
@@ -40,14 +41,15 @@ enum errors : int {
   /// Cancelled; make_error_code() turns it into boost::asio::error::operation_aborted.
   cancelled = 1,
   /// A deadline passed first.
-  timeout,
-  /// The primitive was closed: a channel with nothing left to receive, a closed phaser, watch or
-  /// channel capacity.
-  closed,
-  /// A send whose receiver is gone or closed the channel: the value comes back.
-  disconnected,
+  timeout = 2,
+  /// The primitive was closed: a channel with nothing left to receive, a send whose receivers
+  /// are gone or closed the channel (the value comes back), a closed phaser, watch or semaphore.
+  closed = 3,
+  // 4 was `disconnected` before 0.2; it is not reused.
   /// A broadcast overflow receiver missed messages (the value form says how many).
-  lagged,
+  lagged = 5,
+  /// The name before 0.2: a send whose receiver is gone is `closed` now, as every other form.
+  disconnected [[deprecated("renamed closed")]] = closed,
 };
 
 namespace detail {
@@ -67,8 +69,6 @@ class category_impl final : public boost::system::error_category {
         return "operation timed out";
       case closed:
         return "closed";
-      case disconnected:
-        return "disconnected: the receiver is gone";
       case lagged:
         return "lagged: the receiver missed messages";
       default:
@@ -127,11 +127,11 @@ inline boost::system::error_code to_error_code(send_status s) noexcept {
       return make_error_code(cancelled);
     case send_status::timeout:
       return make_error_code(timeout);
-    case send_status::disconnected:
+    case send_status::closed:
     case send_status::full:
-      return make_error_code(disconnected);
+      return make_error_code(closed);
   }
-  return make_error_code(disconnected);
+  return make_error_code(closed);
 }
 
 /// The error_code of a broadcast receive's status: success for ok.

@@ -107,6 +107,7 @@ inline constexpr boost::asio::cancellation_type_t keeps_side_effect =
 /// A barrier wait arrives when it starts, and a cancelled one keeps its arrival.
 template <bool Cancellable>
 struct operation_traits<asyncband::detail::wait_awaiter<bridge_detail::node_of_t<barrier>, Cancellable>> {
+  /// The cancellation types the operation accepts: terminal and partial.
   static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
 };
 
@@ -114,6 +115,7 @@ struct operation_traits<asyncband::detail::wait_awaiter<bridge_detail::node_of_t
 template <bool Cancellable>
 struct operation_traits<
     asyncband::detail::wait_awaiter<asyncband::detail::phaser_participant_wait, Cancellable>> {
+  /// The cancellation types the operation accepts: terminal and partial.
   static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
 };
 
@@ -121,6 +123,7 @@ struct operation_traits<
 /// unlocked, versions marked seen): not "total".
 template <asyncband::detail::staged_awaiter Awaiter>
 struct operation_traits<Awaiter> {
+  /// The cancellation types the operation accepts: terminal and partial.
   static constexpr boost::asio::cancellation_type_t cancellation = bridge_detail::keeps_side_effect;
 };
 

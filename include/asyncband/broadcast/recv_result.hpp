@@ -24,6 +24,7 @@ enum class recv_status : unsigned char {
   timeout,    ///< A blocking receive's deadline passed before a message arrived.
 };
 
+/// The status's name: "ok", "empty", "lagged", "closed", "cancelled" or "timeout".
 [[nodiscard]] constexpr const char* to_string(recv_status s) noexcept {
   switch (s) {
     case recv_status::ok:
@@ -47,6 +48,7 @@ enum class recv_status : unsigned char {
 template <class T>
 class [[nodiscard]] recv_result {
  public:
+  /// The message's type.
   using value_type = T;
 
   /// A message, constructed in place (a receive copies or moves it straight from the ring).
@@ -70,25 +72,35 @@ class [[nodiscard]] recv_result {
     return r;
   }
 
+  /// How the receive ended.
   [[nodiscard]] recv_status status() const noexcept { return status_; }
+  /// A message was received.
   [[nodiscard]] bool ok() const noexcept { return status_ == recv_status::ok; }
+  /// try_recv only: no message now; senders remain.
   [[nodiscard]] bool empty() const noexcept { return status_ == recv_status::empty; }
+  /// The receiver fell behind and lost missed() messages (overflow channel).
   [[nodiscard]] bool lagged() const noexcept { return status_ == recv_status::lagged; }
+  /// Every sender is gone (or one closed the channel) and the receiver has drained.
   [[nodiscard]] bool closed() const noexcept { return status_ == recv_status::closed; }
+  /// A stop request ended the receive first.
   [[nodiscard]] bool cancelled() const noexcept { return status_ == recv_status::cancelled; }
+  /// A blocking receive's deadline passed first.
   [[nodiscard]] bool timed_out() const noexcept { return status_ == recv_status::timeout; }
+  /// ok().
   explicit operator bool() const noexcept { return ok(); }
 
   /// How many messages a lagged receive skipped (0 unless lagged()).
   [[nodiscard]] std::uint64_t missed() const noexcept { return missed_; }
 
-  /// Precondition: ok().
+  /// @{
+  /// The message, as value(), `*r` or `r->`. Precondition: ok().
   [[nodiscard]] T& value() & noexcept { return checked(); }
   [[nodiscard]] const T& value() const& noexcept { return const_cast<recv_result*>(this)->checked(); }
   [[nodiscard]] T&& value() && noexcept { return std::move(checked()); }
   [[nodiscard]] T& operator*() & noexcept { return checked(); }
   [[nodiscard]] T&& operator*() && noexcept { return std::move(checked()); }
   [[nodiscard]] T* operator->() noexcept { return &checked(); }
+  /// @}
 
  private:
   static recv_status from_wait(wait_status s) noexcept {

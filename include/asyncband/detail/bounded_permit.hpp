@@ -32,7 +32,9 @@ class [[nodiscard]] bounded_permit {
   using T = typename State::value_type;
 
  public:
+  /// Takes over `other`'s units; `other` is left empty.
   bounded_permit(bounded_permit&&) noexcept = default;
+  /// Returns this permit's units, then takes over `other`'s.
   bounded_permit& operator=(bounded_permit&&) noexcept = default;
   bounded_permit(const bounded_permit&) = delete;
   bounded_permit& operator=(const bounded_permit&) = delete;
@@ -43,15 +45,16 @@ class [[nodiscard]] bounded_permit {
 
   /// Units left.
   [[nodiscard]] std::size_t size() const noexcept { return units_.count(); }
+  /// size() > 0.
   explicit operator bool() const noexcept { return static_cast<bool>(units_); }
 
-  /// Sends with one unit: ok, or disconnected with the value if the receiver is gone (the unit
+  /// Sends with one unit: ok, or closed with the value if the receiver is gone (the unit
   /// stays). A receiver that only closed the channel still receives it.
   /// Precondition (std::logic_error): size() > 0.
   send_result<T> send(T value) {
     if (!units_) throw std::logic_error("asyncband: permit: no unit left");
     assert(!state_->producers_gone() && "asyncband: permit outlived its sender");
-    if (state_->receiver_gone()) return {send_status::disconnected, std::move(value)};
+    if (state_->receiver_gone()) return {send_status::closed, std::move(value)};
     state_->push(units_, std::move(value));
     return {};
   }
@@ -66,14 +69,16 @@ class [[nodiscard]] bounded_permit {
 };
 
 /// A permit that keeps the channel alive and counts as a producer: it may outlive every
-/// sender, and the receiver sees the channel disconnected only once it is gone too.
+/// sender, and the receiver sees the channel closed only once it is gone too.
 template <class State>
 class [[nodiscard]] bounded_owned_permit {
   using T = typename State::value_type;
 
  public:
+  /// Takes over `other`'s units and reference; `other` is left empty.
   bounded_owned_permit(bounded_owned_permit&& other) noexcept
       : permit_(std::move(other.permit_)), owner_(std::exchange(other.owner_, nullptr)) {}
+  /// Returns this permit's units and drops its reference, then takes over `other`'s.
   bounded_owned_permit& operator=(bounded_owned_permit&& other) noexcept {
     if (this != &other) {
       // The old units and reference go last, from a local: returning units may resume a sender
@@ -91,8 +96,11 @@ class [[nodiscard]] bounded_owned_permit {
     reset();
   }
 
+  /// Units left.
   [[nodiscard]] std::size_t size() const noexcept { return permit_.size(); }
+  /// size() > 0.
   explicit operator bool() const noexcept { return static_cast<bool>(permit_); }
+  /// Sends with one unit, as bounded_permit::send. Precondition (std::logic_error): size() > 0.
   send_result<T> send(T value) { return permit_.send(std::move(value)); }
 
  private:

@@ -14,7 +14,7 @@
 
 namespace asyncband::detail {
 
-/// The capacity acquisitions of a channel: fallible (closed = disconnected).
+/// The capacity acquisitions of a channel: fallible (ends closed).
 using capacity_forms = acquire_forms<permit_itself, true>;
 
 /// A send in a coroutine: takes a unit of capacity (awaiting it if the channel is full), then
@@ -76,10 +76,10 @@ send_result<typename State::value_type> finish_bounded_send(State& s, result<sem
                                                             typename State::value_type&& value) {
   if (!unit.ok()) {
     return {unit.cancelled() ? send_status::cancelled
-                             : (unit.timed_out() ? send_status::timeout : send_status::disconnected),
+                             : (unit.timed_out() ? send_status::timeout : send_status::closed),
             std::move(value)};
   }
-  if (s.receiver_gone()) return {send_status::disconnected, std::move(value)};
+  if (s.receiver_gone()) return {send_status::closed, std::move(value)};
   s.push(*unit, std::move(value));
   return {};
 }

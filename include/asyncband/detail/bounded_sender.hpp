@@ -31,7 +31,7 @@ namespace asyncband::detail {
 ///   they claimed their places (one atomic step each, once it has its unit of capacity).
 /// - Capacity waiters are served in FIFO order (the capacity is an asyncband::semaphore): a
 ///   send or reserve that waits is never overtaken by a later one or by a try_send.
-/// - A send that does not deliver hands its value back: full (try_send), disconnected (the
+/// - A send that does not deliver hands its value back: full (try_send), closed (the
 ///   channel was closed or the receivers are gone), cancelled, timeout. Cancellation commits while
 ///   the send waits for capacity; once a unit is granted the value is delivered (a unit granted
 ///   to a send cancelled at that moment goes to the next waiter).
@@ -49,7 +49,7 @@ class bounded_sender : public sender_handle<State> {
  public:
   using sender_handle<State>::sender_handle;
 
-  /// `co_await tx.send(v)` yields send_result<T>: ok, or disconnected with the value.
+  /// `co_await tx.send(v)` yields send_result<T>: ok, or closed with the value.
   auto send(T value) {
     state_type* const s = live();  // before any use of the state
     return bounded_send_awaiter<State, acquire_awaiter<permit_itself, true>>(
@@ -62,20 +62,21 @@ class bounded_sender : public sender_handle<State> {
     return bounded_send_awaiter<State, acquire>(s, std::move(value), std::move(stop), &s->capacity(),
                                                 std::size_t{1}, permit_itself{});
   }
-  /// Sends now if there is capacity: ok, full or disconnected (with the value).
+  /// Sends now if there is capacity: ok, full or closed (with the value).
   send_result<T> try_send(T value) {
     state_type& s = *live();
-    if (s.closed()) return {send_status::disconnected, std::move(value)};
+    if (s.closed()) return {send_status::closed, std::move(value)};
     if (s.try_push(value)) return {};
-    return {s.closed() ? send_status::disconnected : send_status::full, std::move(value)};
+    return {s.closed() ? send_status::closed : send_status::full, std::move(value)};
   }
-  /// The blocking twins of send.
+  /// send() for a plain thread: blocks until there is capacity; ok, or closed with the value.
   send_result<T> send_blocking(T value) {
     state_type& s = *live();
     if (!s.closed() && s.try_push(value)) return {};
     return finish_bounded_send(s, capacity_forms::block(&s.capacity(), std::size_t{1}, permit_itself{}),
                                std::move(value));
   }
+  /// As send_blocking(value), or until `stop` is requested (then cancelled, with the value).
   send_result<T> send_blocking(T value, std::stop_token stop) {
     state_type& s = *live();
     return finish_bounded_send(
@@ -83,6 +84,7 @@ class bounded_sender : public sender_handle<State> {
         capacity_forms::block_until_stopped(std::move(stop), &s.capacity(), std::size_t{1}, permit_itself{}),
         std::move(value));
   }
+  /// As send_blocking(value), for at most `timeout` (then timeout, with the value).
   template <class Rep, class Period>
   send_result<T> send_timeout(T value, std::chrono::duration<Rep, Period> timeout) {
     state_type& s = *live();
@@ -92,38 +94,44 @@ class bounded_sender : public sender_handle<State> {
   }
 
   /// `co_await tx.reserve()` yields result<bounded_permit<State>>: a unit of capacity held for a later
-  /// send, or closed (disconnected). The permit must not outlive this sender.
+  /// send, or closed. The permit must not outlive this sender.
   auto reserve() { return reserve_many(1); }
+  /// As reserve(); also ends cancelled when `stop` is requested first.
   auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
-  /// n units at once (n <= capacity()), for n later sends.
+  /// n units at once, for n later sends. Throws std::invalid_argument unless 1 <= n <= capacity().
   auto reserve_many(std::size_t n) {
     return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
   }
+  /// As reserve_many(n); also ends cancelled when `stop` is requested first.
   auto reserve_many(std::size_t n, std::stop_token stop) {
     return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                 checked(n), make_permit{state_});
   }
+  /// reserve_many(n) for a plain thread: blocks until n units are held; the permit, or closed.
   result<bounded_permit<State>> reserve_blocking(std::size_t n = 1) {
     return capacity_forms_for<make_permit>::block(&live()->capacity(), checked(n), make_permit{state_});
   }
-  /// A permit now, or full / disconnected.
+  /// A permit now, or full / closed.
   try_reserve_result<bounded_permit<State>> try_reserve(std::size_t n = 1) {
     state_type& s = *live();
-    if (s.closed()) return send_status::disconnected;
+    if (s.closed()) return send_status::closed;
     std::optional<semaphore_permit> units = s.capacity().try_acquire(checked(n));
-    if (!units) return s.closed() ? send_status::disconnected : send_status::full;
+    if (!units) return s.closed() ? send_status::closed : send_status::full;
     return bounded_permit<State>(&s, std::move(*units));
   }
 
-  /// As reserve(), but the permit keeps the channel alive and counts as a producer by itself.
+  /// As reserve_many(n), but the permit keeps the channel alive and counts as a producer by
+  /// itself: it may outlive every sender.
   auto reserve_owned(std::size_t n = 1) {
     return capacity_forms_for<make_owned_permit>::await(&live()->capacity(), checked(n),
                                                         make_owned_permit{state_});
   }
+  /// As reserve_owned(n); also ends cancelled when `stop` is requested first.
   auto reserve_owned(std::size_t n, std::stop_token stop) {
     return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                       checked(n), make_owned_permit{state_});
   }
+  /// An owned permit now, or full / closed (as try_reserve).
   try_reserve_result<bounded_owned_permit<State>> try_reserve_owned(std::size_t n = 1) {
     try_reserve_result<bounded_permit<State>> p = try_reserve(n);
     if (!p) return p.status();

@@ -223,13 +223,13 @@ class bounded_state : public channel_core<bounded_state<T>> {
     return taken;
   }
 
-  /// try_recv: a value, empty, or disconnected. Throws std::logic_error while a receive is
+  /// try_recv: a value, empty, or closed. Throws std::logic_error while a receive is
   /// pending: that receive's senders own the cursor while it sleeps (they pass empty cells).
   try_recv_result<T> try_pop() {
     return try_receive<try_recv_result<T>>([this] { return pop<try_recv_result<T>>(); });
   }
   /// try_recv_many: ok with how many values were appended (up to `limit`), empty, or
-  /// disconnected; throws as try_pop() does.
+  /// closed; throws as try_pop() does.
   template <class Buffer>
   try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
     return try_receive<try_recv_result<std::size_t>>([this, &out, limit] { return pop_many(out, limit); });
@@ -238,7 +238,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
 
   /// The receiver closes the channel (also when it goes): no new sends or reservations;
-  /// queued senders end disconnected. Permits already held may still send.
+  /// queued senders end closed. Permits already held may still send.
   /// A sender woken inline by the capacity's close may destroy every handle, the closing
   /// receiver's included: the state keeps a reference of its own until the end.
   void close() noexcept {
@@ -277,7 +277,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
   }
 
   /// A try form: `take()` if a value is at the head (past empty cells), else empty or
-  /// disconnected. Not while a receive is pending (std::logic_error).
+  /// closed. Not while a receive is pending (std::logic_error).
   template <class Outcome, class Take>
   Outcome try_receive(Take take) {
     receiving_.check();
@@ -286,7 +286,7 @@ class bounded_state : public channel_core<bounded_state<T>> {
     if (!finished()) return recv_status::empty;
     skip_empty();
     if (head_has_value()) return take();
-    return recv_status::disconnected;
+    return recv_status::closed;
   }
 
   /// The debug check of the destructor: every unit of capacity is back (the receiver's going

@@ -274,7 +274,7 @@ template <class State, class T>
 class receiver_handle
     : public asyncband::detail::receiving_end<State, recv_wait<State, T>, batch_of<State, T>::template wait> {
  public:
-  /// A value now: ok, empty, or disconnected.
+  /// A value now: ok, empty, or closed.
   /// Throws std::logic_error if it would take a value while a receive is pending (one receive
   /// at a time: that value is the pending receive's).
   try_recv_result<T> try_recv() { return this->live()->try_pop(); }
@@ -286,6 +286,7 @@ class receiver_handle
 
   /// Values accepted and not yet received (including sends still being written).
   [[nodiscard]] std::size_t len() const noexcept { return this->state_ == nullptr ? 0 : this->state_->len(); }
+  /// len() == 0.
   [[nodiscard]] bool empty() const noexcept { return len() == 0; }
 
  protected:

@@ -246,7 +246,7 @@ class ring {
 
   // --- closing ---------------------------------------------------------------------------------
   /// No more sends; receivers drain what was sent, then end closed. Waiting senders (lossless)
-  /// end disconnected with their values.
+  /// end closed with their values.
   /// The closer may be a handle that a sender or receiver woken here destroys at once: the
   /// ring keeps a reference of its own until the wake-ups are done.
   void close() noexcept {
@@ -267,7 +267,7 @@ class ring {
   /// Hands the value back if the channel is closed or has no receiver.
   send_result<T> send_overwriting(T&& value) noexcept {
     const std::optional<claim> c = claim_next();
-    if (!c) return {send_status::disconnected, std::move(value)};
+    if (!c) return {send_status::closed, std::move(value)};
     asyncband::detail::at_test_point(asyncband::detail::test_point::claimed_position);
     slot<T>& s = slots_[c->idx];
     take_for_overwriting(s, c->pos);
@@ -282,7 +282,7 @@ class ring {
   /// is closed or has no receiver (the unit goes back).
   send_result<T> send_with_unit(semaphore_permit&& unit, T&& value) noexcept {
     const std::optional<claim> c = claim_next();
-    if (!c) return {send_status::disconnected, std::move(value)};  // `unit` returns as it goes
+    if (!c) return {send_status::closed, std::move(value)};  // `unit` returns as it goes
     unit.forget();
     asyncband::detail::at_test_point(asyncband::detail::test_point::claimed_position);
     slot<T>& s = slots_[c->idx];

@@ -171,7 +171,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
 
   [[nodiscard]] bool closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
 
-  /// No new sends or reservations; queued senders end disconnected; permits held may still
+  /// No new sends or reservations; queued senders end closed; permits held may still
   /// send; what was accepted still drains to the receivers, and then every receive ends closed.
   /// A sender woken inline may destroy every handle, the caller's included: the state keeps a
   /// reference of its own until the end.

@@ -67,7 +67,7 @@ struct batch_of {
 
 /// The receiving half of an MPMC channel (mpmc::receiver, mpmc::unbounded_receiver). Copyable: every copy is
 /// a receiver, and each value goes to exactly one receive of one of them. When the last receiver goes, the
-/// channel is disconnected: later sends hand their value back, senders waiting for capacity end disconnected,
+/// channel is closed: later sends hand their value back, senders waiting for capacity end closed,
 /// and the values nobody received are destroyed.
 ///
 /// Contract
@@ -106,17 +106,20 @@ class receiver_base
   using T = typename State::value_type;
 
  public:
+  /// Takes over `other`'s place among the receivers; `other` is left moved-from.
   receiver_base(receiver_base&&) noexcept = default;
+  /// Leaves the channel this receiver received from, then takes over `other`'s place.
   receiver_base& operator=(receiver_base&&) noexcept = default;
   /// Another receiver of the same channel (a moved-from receiver copies as moved-from).
   receiver_base(const receiver_base& other) noexcept : base(adopt(other.state_)) {}
+  /// Leaves the channel this receiver received from, then joins `other`'s.
   receiver_base& operator=(const receiver_base& other) noexcept {
     if (this != &other) *this = receiver_base(other);
     return *this;
   }
   ~receiver_base() = default;
 
-  /// A value now: ok, empty, or disconnected (nothing left, and nothing can come).
+  /// A value now: ok, empty, or closed (nothing left, and nothing can come).
   try_recv_result<T> try_recv() { return this->live()->try_take(); }
   /// Closes the channel: no new sends; what was accepted still drains.
   void close() noexcept {
@@ -126,6 +129,7 @@ class receiver_base
   [[nodiscard]] bool is_closed() const noexcept { return this->state_ == nullptr || this->state_->closed(); }
   /// Values accepted and not yet received (including sends still being written).
   [[nodiscard]] std::size_t len() const noexcept { return this->state_ == nullptr ? 0 : this->state_->len(); }
+  /// len() == 0.
   [[nodiscard]] bool empty() const noexcept { return len() == 0; }
   /// The senders (and owned permits) of the channel now.
   [[nodiscard]] std::size_t sender_count() const noexcept {

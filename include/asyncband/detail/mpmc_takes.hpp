@@ -87,12 +87,12 @@ class value_takes {
     return taken;
   }
 
-  /// A value now (ok), or empty, or disconnected (closed, and nothing left to receive).
+  /// A value now (ok), or empty, or closed (and nothing left to receive).
   try_recv_result<T> try_take() {
     return try_with<try_recv_result<T>>(
         [this](semaphore_permit&& unit) { return take<try_recv_result<T>>(std::move(unit)); });
   }
-  /// Up to `limit` values now, appended to `out` (ok: how many), or empty, or disconnected.
+  /// Up to `limit` values now, appended to `out` (ok: how many), or empty, or closed.
   template <class Buffer>
   try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
     return try_with<try_recv_result<std::size_t>>(
@@ -107,11 +107,11 @@ class value_takes {
   State& state() noexcept { return static_cast<State&>(*this); }
 
   /// `take(unit)` with a unit of `items_` if one is there (nobody waiting for it), else empty or
-  /// disconnected.
+  /// closed.
   template <class Outcome, class Take>
   Outcome try_with(Take take) {
     if (std::optional<semaphore_permit> unit = state().items().try_acquire(1)) return take(std::move(*unit));
-    return state().drained() ? recv_status::disconnected : recv_status::empty;
+    return state().drained() ? recv_status::closed : recv_status::empty;
   }
 };
 

@@ -109,7 +109,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>>, public value_t
   // --- sending -----------------------------------------------------------------------------------
   template <class U>
   send_result<T> send(U&& value) {
-    if (closed()) return {send_status::disconnected, T(std::forward<U>(value))};
+    if (closed()) return {send_status::closed, T(std::forward<U>(value))};
     auto* m = new message_type(2);
     try {
       ::new (static_cast<void*>(m->storage)) T(std::forward<U>(value));
@@ -191,7 +191,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>>, public value_t
         self->done_with_values(1);
       }
     } const done{this, m};
-    return {send_status::disconnected, std::move(m->value())};
+    return {send_status::closed, std::move(m->value())};
   }
 
   /// Closed and nothing pending: waiting and later receives end closed.

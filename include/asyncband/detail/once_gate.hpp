@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "debug_access.hpp"
 #include "wait_queue.hpp"
 
 namespace asyncband::detail {
@@ -157,8 +158,11 @@ class once_gate {
     return false;
   }
 
+  friend struct debug_access;
+
   std::atomic<std::uint8_t> state_{idle};
-  wait_queue queue_;
+  // mutable: debug.hpp counts the waiters of a const owner
+  mutable wait_queue queue_;
 };
 
 /// Ownership of a gate's run: completes it (success) or, if still held when destroyed or told

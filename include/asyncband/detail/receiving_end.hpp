@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../result.hpp"
+#include "debug_access.hpp"
 #include "wait_functions.hpp"
 
 namespace asyncband::detail {
@@ -99,7 +100,10 @@ class receiving_end {
   static constexpr bool batches = !std::is_same_v<ManyWait<std::vector<T>>, no_batch_receive<std::vector<T>>>;
 
  public:
+  /// Takes over `other`'s channel; `other` is left moved-from (its receives throw).
   receiving_end(receiving_end&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Leaves the channel this handle received from (as destruction does), then takes over
+  /// `other`'s.
   receiving_end& operator=(receiving_end&& other) noexcept {
     if (this != &other) {
       // The old receiver leaves last: leaving may wake senders inline, and one of them may
@@ -118,11 +122,13 @@ class receiving_end {
   [[nodiscard]] auto recv(std::stop_token stop) {
     return recv_forms::await_until_stopped(std::move(stop), live());
   }
-  /// The blocking twins.
+  /// recv() for a plain thread: blocks until a value arrives, or closed.
   result<T> recv_blocking() { return recv_forms::block(live()); }
+  /// As recv_blocking(), or until `stop` is requested (then cancelled).
   result<T> recv_blocking(std::stop_token stop) {
     return recv_forms::block_until_stopped(std::move(stop), live());
   }
+  /// As recv_blocking(), for at most `timeout` (then timeout).
   template <class Rep, class Period>
   result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
     return recv_forms::block_for(timeout, live());
@@ -148,18 +154,21 @@ class receiving_end {
   [[nodiscard]] auto recv_many(std::vector<T, Alloc>& buffer, std::size_t limit, std::stop_token stop) {
     return many_forms<std::vector<T, Alloc>>::await_until_stopped(std::move(stop), live(), buffer, limit);
   }
-  /// The blocking twins of recv_many.
+  /// recv_many() for a plain thread: blocks until a value arrives (then takes the batch), or
+  /// closed.
   template <class Alloc>
     requires batches
   result<std::size_t> recv_many_blocking(std::vector<T, Alloc>& buffer, std::size_t limit) {
     return many_forms<std::vector<T, Alloc>>::block(live(), buffer, limit);
   }
+  /// As recv_many_blocking(buffer, limit), or until `stop` is requested (then cancelled).
   template <class Alloc>
     requires batches
   result<std::size_t> recv_many_blocking(std::vector<T, Alloc>& buffer, std::size_t limit,
                                          std::stop_token stop) {
     return many_forms<std::vector<T, Alloc>>::block_until_stopped(std::move(stop), live(), buffer, limit);
   }
+  /// As recv_many_blocking(buffer, limit), for at most `timeout` (then timeout).
   template <class Alloc, class Rep, class Period>
     requires batches
   result<std::size_t> recv_many_timeout(std::vector<T, Alloc>& buffer, std::size_t limit,
@@ -167,7 +176,7 @@ class receiving_end {
     return many_forms<std::vector<T, Alloc>>::block_for(timeout, live(), buffer, limit);
   }
   /// recv_many without waiting: appends up to `limit` values that are there now and yields ok
-  /// with how many (at least one), or empty, or disconnected (nothing appended). `limit` 0:
+  /// with how many (at least one), or empty, or closed (nothing appended). `limit` 0:
   /// ok with 0 at once. Throws as recv_many does, and wherever try_recv() throws.
   template <class Alloc>
     requires batches
@@ -178,6 +187,7 @@ class receiving_end {
   }
 
  protected:
+  friend struct debug_access;
   explicit receiving_end(State* s) noexcept : state_(s) {}
   ~receiving_end() { reset(); }
 

@@ -25,9 +25,12 @@ class source_awaiter;
 /// outlive the scope that acquired it, but not its semaphore.
 class [[nodiscard]] semaphore_permit {
  public:
+  /// An empty permit: holds nothing.
   semaphore_permit() noexcept = default;
+  /// Takes over `other`'s permits; `other` is left empty.
   semaphore_permit(semaphore_permit&& other) noexcept
       : semaphore_(std::exchange(other.semaphore_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  /// Returns the permits held, then takes over `other`'s.
   semaphore_permit& operator=(semaphore_permit&& other) noexcept {
     if (this != &other) {
       // The old permits are released last, from a local: the release may resume a waiter inline
@@ -50,6 +53,7 @@ class [[nodiscard]] semaphore_permit {
   [[nodiscard]] std::size_t count() const noexcept { return count_; }
   /// The semaphore the permits came from (nullptr for a permit that never held any).
   [[nodiscard]] asyncband::semaphore* semaphore() const noexcept { return semaphore_; }
+  /// count() > 0.
   explicit operator bool() const noexcept { return count_ != 0; }
 
   /// Returns the permits to the semaphore now (the destructor then has nothing to do).

@@ -351,6 +351,7 @@ struct make_owned_semaphore_permit;
 /// (moved-from, forgotten, released) returns nothing.
 class [[nodiscard]] owned_semaphore_permit {
  public:
+  /// An empty permit: holds nothing and keeps nothing alive.
   owned_semaphore_permit() noexcept = default;
 
   /// How many permits this holds.
@@ -359,6 +360,7 @@ class [[nodiscard]] owned_semaphore_permit {
   [[nodiscard]] const std::shared_ptr<asyncband::semaphore>& semaphore() const noexcept {
     return held_.owner();
   }
+  /// count() > 0.
   explicit operator bool() const noexcept { return static_cast<bool>(held_.permit()); }
 
   /// Returns the permits now (the reference to the semaphore stays until destruction).
@@ -423,11 +425,14 @@ inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n, std::stop
                                                           detail::checked_owned_count(n),
                                                           detail::make_owned_semaphore_permit{std::move(s)});
 }
+/// acquire_owned() for a plain thread: blocks until n permits of `*s` are held. Precondition: s
+/// is not null.
 inline owned_semaphore_permit acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n = 1) {
   semaphore* raw = s.get();
   return detail::owned_acquire_forms::block(raw, detail::checked_owned_count(n),
                                             detail::make_owned_semaphore_permit{std::move(s)});
 }
+/// As acquire_owned_blocking(s, n), or until `stop` is requested: the permits, or cancelled.
 inline result<owned_semaphore_permit> acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n,
                                                              std::stop_token stop) {
   semaphore* raw = s.get();

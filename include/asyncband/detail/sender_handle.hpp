@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "../result.hpp"
+#include "debug_access.hpp"
 
 namespace asyncband::detail {
 
@@ -26,14 +27,18 @@ class sender_handle {
  public:
   /// Adopts a reference to `s` that its factory counted (internal).
   sender_handle(adopt_state_t /*unused*/, State* s) noexcept : state_(s) {}
+  /// Another sender of the same channel (a moved-from sender copies as moved-from).
   sender_handle(const sender_handle& other) noexcept : state_(other.state_) {
     if (state_ != nullptr) state_->add_producer();
   }
+  /// Takes over `other`'s place among the producers; `other` is left moved-from.
   sender_handle(sender_handle&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+  /// Leaves this sender's channel (as destruction does), then joins `other`'s.
   sender_handle& operator=(const sender_handle& other) noexcept {
     if (this != &other) *this = sender_handle(other);
     return *this;
   }
+  /// Leaves this sender's channel (as destruction does), then takes over `other`'s place.
   sender_handle& operator=(sender_handle&& other) noexcept {
     if (this != &other) {
       const sender_handle departing(std::move(*this));  // goes last: it may wake receivers inline
@@ -49,7 +54,7 @@ class sender_handle {
   [[nodiscard]] bool is_closed() const noexcept { return state_ == nullptr || state_->closed(); }
 
   /// Closes the channel (MPMC): no new sends (or reservations), senders waiting for capacity end
-  /// disconnected; what was accepted still drains to the receivers.
+  /// closed; what was accepted still drains to the receivers.
   void close() noexcept
     requires State::multi_consumer
   {
@@ -87,6 +92,7 @@ class sender_handle {
   }
 
  protected:
+  friend struct debug_access;
   /// The state; throws std::logic_error for a moved-from handle.
   State* live() const {
     if (state_ == nullptr) throw std::logic_error("asyncband sender: moved from");

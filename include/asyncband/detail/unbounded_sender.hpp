@@ -18,7 +18,7 @@ namespace asyncband::detail {
 ///
 /// Contract
 /// - send() never waits: it allocates the message (one allocation, outside any lock),
-///   constructs the value there and links it. It hands the value back (disconnected) if the
+///   constructs the value there and links it. It hands the value back (closed) if the
 ///   channel is closed or the receivers are gone; a send that reports ok is received, or
 ///   destroyed with the channel if the receivers go first.
 /// - Order: values from one sender are received in the order sent; sends from different
@@ -32,7 +32,7 @@ class unbounded_sender : public sender_handle<State> {
  public:
   using sender_handle<State>::sender_handle;
 
-  /// ok, or disconnected with the value.
+  /// ok, or closed with the value.
   send_result<T> send(T value) { return this->live()->send(std::move(value)); }
 };
 

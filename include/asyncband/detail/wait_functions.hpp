@@ -58,6 +58,9 @@ struct wait_forms {
   }
 };
 
+/// The wait of a primitive `Owner` (latch, barrier, the events, wait_group, once_cell...) in
+/// its five forms: co_await wait(), with a stop token or not, and the blocking twins
+/// wait_blocking() and wait_timeout(). What a wait yields is the primitive's.
 template <class Owner>
 class wait_functions {
  public:
@@ -69,6 +72,7 @@ class wait_functions {
   /// access check happens here, in a friend of Owner.
   template <class O = Owner>
   struct wait_node_of {
+    /// Owner's node type.
     using type = typename O::wait_node;
   };
 

@@ -21,6 +21,8 @@
 #include "../result.hpp"
 #include "../semaphore.hpp"
 
+/// Multi-producer, multi-consumer channels (work queues): copyable senders and receivers, each
+/// value to exactly one receive. bounded() and unbounded().
 namespace asyncband::mpmc {
 
 /// The sending half of a bounded MPMC channel; its contract: detail::bounded_sender. It can

@@ -22,6 +22,8 @@
 #include "../result.hpp"
 #include "../semaphore.hpp"
 
+/// Multi-producer, single-consumer channels: bounded() (exact capacity, FIFO capacity waiters,
+/// permits) and unbounded() (sends never wait).
 namespace asyncband::mpsc {
 
 /// The sending half of a bounded MPSC channel; its contract: detail::bounded_sender.
@@ -59,7 +61,7 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 ///   (every producer is gone, or the channel is closed and no permit or accepted send is
 ///   outstanding) and every accepted value has been received. It is cancel-safe: a cancelled
 ///   or destroyed receive takes nothing.
-/// - close(): no new sends or reservations (they report disconnected; senders waiting for
+/// - close(): no new sends or reservations (they report closed; senders waiting for
 ///   capacity are woken with it); values already accepted, and sends of permits held at the
 ///   time, are still received.
 /// - One receive at a time: a receive (a recv() awaiter, from its creation to its destruction,

@@ -68,7 +68,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
 
   template <class U>
   send_result<T> send(U&& value) {
-    if (this->closed()) return {send_status::disconnected, T(std::forward<U>(value))};
+    if (this->closed()) return {send_status::closed, T(std::forward<U>(value))};
     auto* n = new node<T>;
     try {
       ::new (static_cast<void*>(n->storage)) T(std::forward<U>(value));
@@ -89,7 +89,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
           self->withdraw();
         }
       } const done{this, n};
-      return {send_status::disconnected, std::move(n->value())};
+      return {send_status::closed, std::move(n->value())};
     }
     node<T>* const prev = tail_.exchange(n, std::memory_order_acq_rel);
     prev->next.store(n, std::memory_order_release);
@@ -162,7 +162,7 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     return try_receive<try_recv_result<T>>([this] { return checked_pop(); });
   }
   /// try_recv_many: ok with how many values were appended (up to `limit`), empty, or
-  /// disconnected. Throws std::logic_error if it would take a value while a receive is pending.
+  /// closed. Throws std::logic_error if it would take a value while a receive is pending.
   template <class Buffer>
   try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
     return try_receive<try_recv_result<std::size_t>>([this, &out, limit] {
@@ -200,13 +200,13 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     return pop<try_recv_result<T>>();
   }
 
-  /// A try form: `take()` if a value is at the head, else empty or disconnected.
+  /// A try form: `take()` if a value is at the head, else empty or closed.
   template <class Outcome, class Take>
   Outcome try_receive(Take take) {
     if (head_has_value()) return take();
     if (!finished()) return recv_status::empty;
     if (head_has_value()) return take();
-    return recv_status::disconnected;
+    return recv_status::closed;
   }
 
   [[nodiscard]] node<T>* next_of_head() const noexcept { return head_->next.load(std::memory_order_acquire); }

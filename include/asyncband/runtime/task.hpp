@@ -22,6 +22,8 @@
 #include "../manual_reset_event.hpp"
 #include "../scheduler.hpp"
 
+/// The optional runtime (the primitives do not need it): task, spawn() and join_handle,
+/// thread_pool, when_all(), and the deterministic test_scheduler for race tests.
 namespace asyncband::runtime {
 
 template <class T = void>
@@ -98,12 +100,18 @@ class task_promise<void> : public task_promise_base {
 template <class T>
 class [[nodiscard]] task {
  public:
+  /// The coroutine promise (what makes a function returning task<T> a coroutine).
   using promise_type = detail::task_promise<T>;
+  /// The coroutine handle the task owns.
   using handle_type = std::coroutine_handle<promise_type>;
 
+  /// Holds no coroutine (done()).
   task() noexcept = default;
+  /// Takes ownership of the coroutine `h` (the promise makes it).
   explicit task(handle_type h) noexcept : handle_(h) {}
+  /// Takes over `other`'s coroutine; `other` holds none.
   task(task&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+  /// Destroys the coroutine held (its frame), then takes over `other`'s.
   task& operator=(task&& other) noexcept {
     if (this != &other) {
       if (handle_) handle_.destroy();
@@ -117,11 +125,17 @@ class [[nodiscard]] task {
     if (handle_) handle_.destroy();
   }
 
+  /// True if the coroutine has finished, or there is none.
   [[nodiscard]] bool done() const noexcept { return !handle_ || handle_.done(); }
+  /// The coroutine, still owned by the task.
   [[nodiscard]] handle_type handle() const noexcept { return handle_; }
 
+  /// @{
+  /// `co_await t` starts the task (if not started) and yields its value, or rethrows its
+  /// exception; the awaiting coroutine continues on whichever thread the task finishes.
   auto operator co_await() && noexcept { return awaiter{handle_}; }
   auto operator co_await() & noexcept { return awaiter{handle_}; }
+  /// @}
 
  private:
   struct awaiter {
@@ -275,19 +289,23 @@ inline spawned<void> run_spawned(task<void> t) {
 /// Moves the awaiting coroutine onto `s` and, for asyncband tasks, makes `s` its scheduler.
 class schedule_on {
  public:
+  /// `co_await schedule_on(s)` continues on `s`.
   explicit schedule_on(scheduler_ref s) noexcept : schedule_on(s, s) {}
   /// Becomes scheduled by `s`, but makes the first hop through `first` (a pool's shared queue
   /// rather than the current worker's next slot).
   schedule_on(scheduler_ref s, scheduler_ref first) noexcept : scheduler_(s), first_(first) {
     assert(!s.empty() && !first.empty());
   }
+  /// Awaiter protocol: always suspends.
   bool await_ready() const noexcept { return false; }
+  /// Awaiter protocol: hands `h` to the scheduler (first through `first`).
   template <class Promise>
   void await_suspend(std::coroutine_handle<Promise> h) const noexcept {
     if constexpr (std::is_base_of_v<detail::task_promise_base, Promise>)
       h.promise().set_scheduler(scheduler_);
     first_.schedule(h);
   }
+  /// Awaiter protocol: nothing to yield.
   void await_resume() const noexcept {}
 
  private:
@@ -312,6 +330,7 @@ class join_handle {
   join_handle() noexcept = default;
   /// Adopts one owner's share of a spawned root (spawn makes it).
   explicit join_handle(handle_type root) noexcept : root_(root) {}
+  /// Takes over `other`'s task; `other` holds none.
   join_handle(join_handle&& other) noexcept : root_(std::exchange(other.root_, {})) {}
   /// Detaches the task this handle held.
   join_handle& operator=(join_handle&& other) noexcept {

@@ -24,6 +24,9 @@
 
 namespace asyncband::runtime {
 
+/// A deterministic, single-threaded scheduler for race tests: ready coroutines wait in a queue
+/// until the test steps them, one at a time, in FIFO order or in a seeded pseudo-random order
+/// (a failing seed replays the same run). Not thread-safe: one thread drives it.
 class test_scheduler {
  public:
   /// FIFO order without a seed; seeded pseudo-random choice among ready coroutines with one.
@@ -46,7 +49,10 @@ class test_scheduler {
   /// The scheduler concept: queue h; it runs when the test steps it.
   void schedule(std::coroutine_handle<> h) noexcept { ready_.push_back(h); }
 
+  /// This scheduler as a scheduler_ref.
   [[nodiscard]] scheduler_ref ref() noexcept { return scheduler_ref::of(*this); }
+  /// `co_await sched.schedule();` queues the awaiting coroutine here (and makes this the
+  /// scheduler of an asyncband task).
   [[nodiscard]] schedule_on schedule() noexcept { return schedule_on(ref()); }
 
   /// Queues a task to start on this scheduler; it first runs at a later step. Returns its
@@ -74,7 +80,9 @@ class test_scheduler {
     return n;
   }
 
+  /// Coroutines queued and not yet stepped.
   [[nodiscard]] std::size_t ready_count() const noexcept { return ready_.size(); }
+  /// Steps taken so far.
   [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
 
   /// Runs `action` once, the next time the waiter core reaches point `p` on this thread.

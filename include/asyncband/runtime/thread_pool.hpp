@@ -90,7 +90,9 @@ class thread_pool {
     return schedule_on(ref(), scheduler_ref::of(shared_fifo_));
   }
 
+  /// This pool as a scheduler_ref (a wake-up from a worker goes to that worker's next slot).
   [[nodiscard]] scheduler_ref ref() noexcept { return scheduler_ref::of(*this); }
+  /// The number of worker threads.
   [[nodiscard]] std::size_t thread_count() const noexcept { return workers_.size(); }
 
   /// True on one of this pool's worker threads.
