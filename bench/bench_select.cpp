@@ -6,7 +6,7 @@
 //   asyncband   co_await asyncband::when_any(rx0.recv(), rx1.recv()) on two asyncband::mpsc::bounded
 //   (the case select/ready_loop/asyncband is select/ready with asyncband::select_loop over the
 //   two receivers: the range form, its storage reused from round to round)
-//   hand_built  the pattern users write without a select: a std::stop_source per round and
+//   hand_built  the pattern users write without a select: an asyncband::stop_source per round and
 //               runtime::when_all of two child tasks, each `co_await rx.recv(token)` and requesting
 //               stop when it receives (a value received by the second child after the stop is
 //               lost: the pattern is not lossless, and the benchmark only sends one per round)
@@ -35,7 +35,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <stop_token>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -43,6 +42,7 @@
 #include "asyncband/mpsc/bounded.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "asyncband/stop_token.hpp"
 #include "asyncband/when_any.hpp"
 #include "bench_support.hpp"
 
@@ -73,14 +73,15 @@ struct two_channels {
 
 // --- the hand-built select, as a task yielding the value ---------------------------------------
 
-task<asyncband::result<u64>> receive_then_stop(asyncband::mpsc::receiver<u64>& rx, std::stop_source& stop) {
+task<asyncband::result<u64>> receive_then_stop(asyncband::mpsc::receiver<u64>& rx,
+                                               asyncband::stop_source& stop) {
   auto r = co_await rx.recv(stop.get_token());
   if (r) stop.request_stop();
   co_return r;
 }
 
 task<u64> select_hand_built(two_channels& c) {
-  std::stop_source stop;
+  asyncband::stop_source stop;
   auto [x, y] = co_await asyncband::runtime::when_all(receive_then_stop(c.a.second, stop),
                                                       receive_then_stop(c.b.second, stop));
   co_return x ? *x : *y;

@@ -20,7 +20,6 @@
 #include <array>
 #include <cstdio>
 #include <optional>
-#include <stop_token>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -29,6 +28,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/runtime/when_all.hpp>
+#include <asyncband/stop_token.hpp>
 
 namespace {
 
@@ -131,11 +131,11 @@ rt::task<int> server(mpsc::receiver<request>& rx, mpsc::unbounded_sender<event> 
 }
 
 /// Waits for a reply with a stop token; the other task gives up on it.
-rt::task<asyncband::wait_status> wait_for_reply(oneshot::receiver<long>& reply, std::stop_token stop) {
+rt::task<asyncband::wait_status> wait_for_reply(oneshot::receiver<long>& reply, asyncband::stop_token stop) {
   const asyncband::result<long> r = co_await reply.recv(std::move(stop));
   co_return r.status();
 }
-rt::task<asyncband::wait_status> give_up(std::stop_source& source) {
+rt::task<asyncband::wait_status> give_up(asyncband::stop_source& source) {
   source.request_stop();
   co_return asyncband::wait_status::cancelled;
 }
@@ -163,7 +163,7 @@ rt::task<bool> run(rt::thread_pool& pool) {
   }
   const int accepted = eager.next_seq;
   const int held_seq = eager.held->seq;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   const auto waited =
       co_await rt::when_all(wait_for_reply(eager.replies[0], stop.get_token()), give_up(stop));
   const asyncband::wait_status first_wait = std::get<0>(waited);

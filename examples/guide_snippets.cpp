@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <exception>
 #include <map>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -34,6 +33,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/stop_token.hpp>
 
 namespace {
 
@@ -45,17 +45,17 @@ bool check(bool ok, const char* what) {
   return ok;
 }
 
-// GCC 12.2 at -O2 may report a false -Wmaybe-uninitialized inside libstdc++'s std::stop_source
+// GCC 12.2 at -O2 may report a false -Wmaybe-uninitialized inside libstdc++'s stop source
 // constructor, depending on inlining (see examples/cancellation.cpp); made out of line.
-[[gnu::noinline]] std::stop_source new_stop_source() {
-  return std::stop_source();
+[[gnu::noinline]] asyncband::stop_source new_stop_source() {
+  return asyncband::stop_source();
 }
 
 // ---------------------------------------------------------------------------------------------
 // 1. A stop token ends a wait with a value, not an exception.
 
 rt::task<asyncband::wait_status> wait_until_ready(asyncband::manual_reset_event& ready,
-                                                  std::stop_token stop) {
+                                                  asyncband::stop_token stop) {
   // [guide:stop-token]
   asyncband::result<void> r = co_await ready.wait(stop);  // ok, or cancelled once stop is requested
   if (r.cancelled()) {
@@ -67,7 +67,7 @@ rt::task<asyncband::wait_status> wait_until_ready(asyncband::manual_reset_event&
 
 bool stop_token_part() {
   asyncband::manual_reset_event ready;
-  std::stop_source stop = new_stop_source();
+  asyncband::stop_source stop = new_stop_source();
   rt::test_scheduler sched;
   auto waiter = sched.spawn(wait_until_ready(ready, stop.get_token()));
   sched.run();  // the waiter suspends on the event
@@ -97,15 +97,14 @@ bool outcomes_part() {
   auto [otx, orx] = asyncband::oneshot::channel<std::string>();
   orx.close();  // no value will be taken
   asyncband::send_result<std::string> lost = otx.send("reply");
-  ok &= check(lost.closed() && lost.value() == "reply",
-              "2. send to a closed receiver: closed, value back");
+  ok &= check(lost.closed() && lost.value() == "reply", "2. send to a closed receiver: closed, value back");
   return ok;
 }
 
 // ---------------------------------------------------------------------------------------------
 // 3. A grant handed to a waiter whose stop came first passes on.
 
-rt::task<asyncband::wait_status> add_one(asyncband::mutex<int>& m, std::stop_token stop) {
+rt::task<asyncband::wait_status> add_one(asyncband::mutex<int>& m, asyncband::stop_token stop) {
   asyncband::result<asyncband::mutex_guard<int>> guard = co_await m.lock(std::move(stop));
   if (guard) ++**guard;
   co_return guard.status();
@@ -114,7 +113,7 @@ rt::task<asyncband::wait_status> add_one(asyncband::mutex<int>& m, std::stop_tok
 bool passes_on_part() {
   asyncband::mutex<int> m;
   rt::test_scheduler sched;
-  std::stop_source stop = new_stop_source();
+  asyncband::stop_source stop = new_stop_source();
   // [guide:passes-on]
   auto held = m.lock_blocking();                       // this thread holds the mutex
   auto a = sched.spawn(add_one(m, stop.get_token()));  // queues first, with a stop token
@@ -136,7 +135,7 @@ bool passes_on_part() {
 
 // [guide:when-any]
 rt::task<std::string> next_job(asyncband::mpsc::receiver<std::string>& jobs,
-                               asyncband::manual_reset_event& quit, std::stop_token stop) {
+                               asyncband::manual_reset_event& quit, asyncband::stop_token stop) {
   auto r = co_await asyncband::when_any(stop, jobs.recv(), quit.wait());
   if (r.cancelled()) co_return "stopped";  // the when_any's own token: no winner, nothing taken
   if (r.index() == 1) co_return "quit";    // quit won: a job the receive was woken for stays queued
@@ -161,7 +160,7 @@ bool when_any_part() {
   bool ok = true;
   auto [tx, rx] = asyncband::mpsc::bounded<std::string>(1);
   asyncband::manual_reset_event quit;
-  const std::stop_source none = new_stop_source();
+  const asyncband::stop_source none = new_stop_source();
 
   static_cast<void>(tx.try_send("job 1"));
   ok &= check(asyncband::block_on(next_job(rx, quit, none.get_token())) == "job 1",
@@ -173,7 +172,7 @@ bool when_any_part() {
               "4. when_any: a losing send hands its value back");
   quit.reset();
 
-  std::stop_source stop = new_stop_source();
+  asyncband::stop_source stop = new_stop_source();
   stop.request_stop();
   ok &= check(asyncband::block_on(next_job(rx, quit, stop.get_token())) == "stopped",
               "4. when_any(stop, ...): no winner");
@@ -265,7 +264,7 @@ bool blocking_part() {
   });
   asyncband::result<int> a = rx.recv_timeout(5s);  // ok (42), closed, or timeout
   // Any awaitable, from a plain thread; with a deadline, built from the token block_on stops:
-  asyncband::result<int> b = asyncband::block_on([&](std::stop_token t) { return rx.recv(t); }, 10ms);
+  asyncband::result<int> b = asyncband::block_on([&](asyncband::stop_token t) { return rx.recv(t); }, 10ms);
   producer.join();  // b timed out: nothing was taken
   // [guide:end]
   bool ok = check(a.ok() && *a == 42 && b.timed_out(), "6. recv_timeout: ok; block_on(make, 10ms): timeout");
@@ -287,7 +286,7 @@ rt::task<int> count_hit(asyncband::mutex<std::map<std::string, int>>& counts) {
 }
 
 rt::task<bool> take_when_nonempty(asyncband::mutex<std::vector<int>>& queue, asyncband::condvar& not_empty,
-                                  std::stop_token stop) {
+                                  asyncband::stop_token stop) {
   // [guide:from-std-condvar]
   // std: cv.wait(lock, stop, [&] { return !queue.empty(); });  -- the condition to go on
   auto guard = co_await queue.lock();
@@ -305,7 +304,7 @@ bool migration_part() {
 
   asyncband::mutex<std::vector<int>> queue;
   asyncband::condvar not_empty;
-  const std::stop_source live = new_stop_source();
+  const asyncband::stop_source live = new_stop_source();
   rt::test_scheduler sched;
   auto taker = sched.spawn(take_when_nonempty(queue, not_empty, live.get_token()));
   sched.run();  // waits: the queue is empty

@@ -13,7 +13,6 @@
 #include <atomic>
 #include <cstdio>
 #include <deque>
-#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/runtime/when_all.hpp>
+#include <asyncband/stop_token.hpp>
 
 namespace {
 
@@ -114,7 +114,7 @@ rt::task<int> produce_and_consume(rt::thread_pool& pool, work_queue& q, gpu& g) 
 
 /// A consumer waits for a job that never comes until its stop token fires.
 rt::task<asyncband::wait_status> idle_consumer_stopped(rt::thread_pool& pool, work_queue& q) {
-  std::stop_source stop;
+  asyncband::stop_source stop;
   auto wait_for_a_job = [&]() -> rt::task<asyncband::wait_status> {
     auto queue = co_await q.jobs.lock();
     auto r = co_await q.not_empty.wait_while(

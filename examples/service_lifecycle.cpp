@@ -8,7 +8,7 @@
 //     the backend, and all get its answer; nothing is cached, so a later lookup asks again.
 //   - shutdown pair: SIGTERM (here sent by the program to itself once its clients are done) makes
 //     a signal thread call shutdown(). The dispatcher's channel receive takes the receiver's
-//     std::stop_token, so shutdown cancels it with no glue: it drains what is queued and returns.
+//     asyncband::stop_token, so shutdown cancels it with no glue: it drains what is queued and returns.
 //     Every handler holds a copy of the receiver, so wait_done() returns once the dispatcher and
 //     every handler in flight are gone.
 //

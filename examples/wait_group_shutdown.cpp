@@ -17,11 +17,11 @@
 #include <deque>
 #include <mutex>
 #include <optional>
-#include <stop_token>
 
 #include <asyncband/asyncband.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/stop_token.hpp>
 
 namespace {
 
@@ -67,7 +67,7 @@ rt::task<> job([[maybe_unused]] asyncband::wait_group member, stats& s, int n) {
 }
 
 rt::task<> listener([[maybe_unused]] asyncband::wait_group member, message_queue& q, stats& s,
-                    std::stop_token stop) {
+                    asyncband::stop_token stop) {
   for (;;) {
     while (auto m = q.pop()) ++s.handled;  // drain
     const asyncband::result<void> r = co_await q.ready.wait(stop);
@@ -82,7 +82,7 @@ rt::task<> listener([[maybe_unused]] asyncband::wait_group member, message_queue
 int main() {
   message_queue queue;
   stats s;
-  std::stop_source shutdown;
+  asyncband::stop_source shutdown;
   asyncband::wait_group wg;  // main's handle: the group's first member
   rt::thread_pool pool(2);   // declared last: joined before everything above is destroyed
 

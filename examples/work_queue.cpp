@@ -17,7 +17,6 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
-#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/runtime/when_all.hpp>
+#include <asyncband/stop_token.hpp>
 
 namespace {
 
@@ -81,7 +81,7 @@ rt::task<int> worker(rt::thread_pool& pool, mpmc::receiver<job> rx, std::array<s
 /// A worker that gives up waiting: its cancelled receive takes nothing.
 rt::task<int> impatient_worker(rt::thread_pool& pool, mpmc::receiver<job> rx) {
   co_await pool.schedule();
-  std::stop_source stop;
+  asyncband::stop_source stop;
   stop.request_stop();  // stands for a deadline that has passed
   const asyncband::result<job> next = co_await rx.recv(stop.get_token());
   co_return next.cancelled() ? 0 : -1;

@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests of the Boost.Asio bridge (asyncband/asio.hpp): every primitive awaited from asio
 // coroutines (use_awaitable) on an io_context and on an asio::thread_pool, completion on the
-// handler's executor and never inside the waking call, both cancellation paths (std::stop_token
+// handler's executor and never inside the waking call, both cancellation paths (asyncband::stop_token
 // and asio's cancellation slots), other completion tokens, and the destruction of an io_context
 // with pending waits.
 #include <gtest/gtest.h>
 
 #include <asyncband/asio.hpp>
 #include <asyncband/runtime/task.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -16,7 +17,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -129,7 +129,7 @@ TEST(asio_bridge_pool, broadcast_to_awaitables_on_a_two_thread_pool) {
     net::co_spawn(
         pool,
         [&]() -> net::awaitable<void> {
-          auto [s, r] = co_await ab::asio::async_wait(bar, std::stop_token{}, net::use_awaitable);
+          auto [s, r] = co_await ab::asio::async_wait(bar, asyncband::stop_token{}, net::use_awaitable);
           EXPECT_EQ(s, wait_status::ok);
           if (r.is_leader()) ++leaders;
           if (!pool.get_executor().running_in_this_thread()) ++off_pool;
@@ -231,7 +231,7 @@ TEST_F(asio_bridge, completion_never_runs_inside_the_waking_call) {
 
 TEST_F(asio_bridge, stop_token_cancels_exactly_once) {
   ab::manual_reset_event ev;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   int calls = 0;
   wait_status seen = wait_status::ok;
   ab::asio::async_wait(ioc.get_executor(), ev, stop.get_token(), [&](wait_status s) {
@@ -252,7 +252,7 @@ TEST_F(asio_bridge, stop_token_cancels_exactly_once) {
 
 TEST_F(asio_bridge, stop_token_from_use_awaitable) {
   ab::latch lat(1);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> seen;
   net::co_spawn(
       ioc,
@@ -270,7 +270,7 @@ TEST_F(asio_bridge, stop_token_from_use_awaitable) {
 
 TEST_F(asio_bridge, already_stopped_token_does_not_touch_the_primitive) {
   ab::barrier bar(1);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   stop.request_stop();
   int calls = 0;
   ab::asio::async_wait(ioc.get_executor(), bar, stop.get_token(),
@@ -287,7 +287,7 @@ TEST_F(asio_bridge, already_stopped_token_does_not_touch_the_primitive) {
 
 TEST_F(asio_bridge, auto_reset_permit_of_a_cancelled_wait_is_passed_on) {
   ab::auto_reset_event ev;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::vector<std::pair<char, wait_status>> order;
   ab::asio::async_wait(ioc.get_executor(), ev, stop.get_token(),
                        [&](wait_status s) { order.emplace_back('a', s); });
@@ -455,7 +455,7 @@ TEST(asio_bridge_stress, auto_reset_event_with_concurrent_cancellation) {
   const auto deadline = std::chrono::steady_clock::now() + 2s;
   net::thread_pool pool(2);
   ab::auto_reset_event ev;
-  std::vector<std::stop_source> stops(ops);
+  std::vector<asyncband::stop_source> stops(ops);
   std::vector<std::atomic<int>> calls(ops);
   std::atomic<int> done{0};
   std::atomic<int> ok{0};

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <asyncband/asio.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -21,7 +22,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -56,7 +56,7 @@ struct lock_factory {
 };
 struct lock_stop_factory {
   ab::mutex<int>* m;
-  auto operator()() const { return m->lock(std::stop_token{}); }
+  auto operator()() const { return m->lock(asyncband::stop_token{}); }
 };
 struct event_factory {
   ab::manual_reset_event* ev;
@@ -1018,7 +1018,7 @@ TEST_F(asio_ops, cancelled_after_an_uncontended_start_gives_everything_back) {
 
 TEST_F(asio_ops, a_stop_token_of_the_awaiter_ends_it_cancelled) {
   ab::semaphore sem(0);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<error_code> seen;
   ab::asio::async_op(
       ex(), [&] { return sem.acquire(1, stop.get_token()); },
@@ -1382,11 +1382,11 @@ TEST(asio_ops_stress, or_with_timers_loses_no_permit_and_no_value) {
 struct cv_wait_factory {
   ab::condvar* cv;
   ab::mutex_guard<int>* guard;
-  auto operator()(std::stop_token stop) const { return cv->wait(std::move(*guard), std::move(stop)); }
+  auto operator()(asyncband::stop_token stop) const { return cv->wait(std::move(*guard), std::move(stop)); }
 };
 struct watch_wait_for_factory {
   ab::watch::receiver<int>* rx;
-  auto operator()(std::stop_token stop) const {
+  auto operator()(asyncband::stop_token stop) const {
     return rx->wait_for([](int v) { return v > 0; }, std::move(stop));
   }
 };
@@ -1454,7 +1454,7 @@ TEST_F(asio_condvar, the_generic_form_takes_a_factory_of_a_stop_token) {
   auto guard = m.try_lock();
   std::optional<ab::result<ab::mutex_guard<int>>> got;
   ab::asio::async_outcome(
-      ex(), [&](std::stop_token stop) { return cv.wait(std::move(*guard), std::move(stop)); },
+      ex(), [&](asyncband::stop_token stop) { return cv.wait(std::move(*guard), std::move(stop)); },
       [&](ab::result<ab::mutex_guard<int>> r) { got.emplace(std::move(r)); });
   ioc.poll();
   EXPECT_FALSE(got.has_value());

@@ -16,7 +16,6 @@
 #include <mutex>
 #include <optional>
 #include <semaphore>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
@@ -90,7 +90,7 @@ TEST(AutoResetEvent, NotifyAllWakesEveryCurrentWaiterAndStoresNothing) {
   EXPECT_FALSE(ev.is_set());
 
   std::array<probe, 3> probes;
-  std::stop_source src;
+  asyncband::stop_source src;
   spawn_alternating_waiters(s, ev, probes, src.get_token());
   s.run();
 
@@ -114,7 +114,7 @@ TEST(AutoResetEvent, NotifyOneWakesWaitersInFifoOrder) {
   auto_reset_event ev;
   std::vector<int> order;
   std::array<probe, 4> probes;
-  std::stop_source src;
+  asyncband::stop_source src;
   for (int i = 0; i < 4; ++i) {
     auto& p = probes[static_cast<std::size_t>(i)];
     p.id = i;
@@ -294,7 +294,7 @@ TEST(AutoResetEvent, NotifyOneAtClaimedForCancelIsStoredWhenNobodyElseWaits) {
 TEST(AutoResetEvent, DestroyingASuspendedWaiterUnlinksItAndNotifyOneGoesToTheNext) {
   test_scheduler s;
   auto_reset_event ev;
-  std::stop_source src;
+  asyncband::stop_source src;
   probe doomed;
   probe next;
   auto t = stoppable_waiter(ev, src.get_token(), doomed);
@@ -378,11 +378,11 @@ TEST(AutoResetEvent, WaitTimeoutCompletesWhenNotifiedByAnotherThread) {
 
 TEST(AutoResetEvent, WaitBlockingWithStopToken) {
   auto_reset_event ev(true);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(ev.wait_blocking(stopped.get_token()).cancelled());
   EXPECT_TRUE(ev.is_set());  // the stored permit was not touched
-  EXPECT_TRUE(ev.wait_blocking(std::stop_source{}.get_token()).ok());
+  EXPECT_TRUE(ev.wait_blocking(asyncband::stop_source{}.get_token()).ok());
   EXPECT_FALSE(ev.is_set());
 
   blocking_wait_is_cancelled_by_another_thread(ev);
@@ -393,7 +393,7 @@ TEST(AutoResetEvent, WaitBlockingWithStopToken) {
 
 TEST(AutoResetEvent, BlockOnWaits) {
   auto_reset_event ev;
-  std::stop_source src;
+  asyncband::stop_source src;
   src.request_stop();
   EXPECT_TRUE(block_on(ev.wait(src.get_token())).cancelled());
 
@@ -402,7 +402,7 @@ TEST(AutoResetEvent, BlockOnWaits) {
   EXPECT_FALSE(ev.is_set());
 
   std::optional<wait_status> status;
-  std::thread waiter([&] { status = block_on(ev.wait(std::stop_token{})).status(); });
+  std::thread waiter([&] { status = block_on(ev.wait(asyncband::stop_token{})).status(); });
   ev.notify_one();
   waiter.join();
   EXPECT_EQ(status, wait_status::ok);
@@ -430,8 +430,8 @@ TEST(AutoResetEvent, BlockOnWaitIsCancelledByAStopFromAnotherThread) {
 
 struct stress_state {
   auto_reset_event ev;
-  std::mutex mutex;        // guards epoch and done
-  std::stop_source epoch;  // consumers' current stop source; replaced when stopped
+  std::mutex mutex;              // guards epoch and done
+  asyncband::stop_source epoch;  // consumers' current stop source; replaced when stopped
   bool done = false;
   std::atomic<bool> stopping{false};  // set once every permit has been handed out and acked
   std::counting_semaphore<> acks{0};
@@ -446,17 +446,17 @@ struct stress_state {
   explicit stress_state(int consumers) : exited(consumers) {}
 
   // The consumer's token for its next wait, or nothing once the test is shutting down.
-  std::optional<std::stop_token> next_token() {
+  std::optional<asyncband::stop_token> next_token() {
     const std::lock_guard lock(mutex);
     if (done) return std::nullopt;
     return epoch.get_token();
   }
 
   void cancel_current_waits() {
-    std::stop_source old;
+    asyncband::stop_source old;
     {
       const std::lock_guard lock(mutex);
-      old = std::exchange(epoch, std::stop_source{});
+      old = std::exchange(epoch, asyncband::stop_source{});
     }
     old.request_stop();
   }

@@ -17,7 +17,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -69,7 +69,7 @@ task<void> participant(barrier& b, int rounds, participant_log& log) {
 struct cancellable_waiter_of_two {
   test_scheduler s;
   barrier b{2};
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome a;
   task<void> ta = stoppable_waiter(b, src.get_token(), a);
 
@@ -132,7 +132,7 @@ TEST(Barrier, MaxParticipantCountIsAccepted) {
 
 TEST(Barrier, SingleParticipantLeadsEveryGenerationWithEveryWaitForm) {
   barrier b(1);
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_TRUE(b.wait_blocking().is_leader());
   EXPECT_EQ(b.generation(), 1U);
   {
@@ -220,7 +220,7 @@ TEST(Barrier, PlainThreadsWithBlockingTwins) {
   constexpr int kRounds = 50;
   barrier b(3);
   std::atomic<int> leaders{0};
-  std::stop_source never;
+  asyncband::stop_source never;
   auto body = [&](int form) {
     for (int k = 0; k < kRounds; ++k) {
       bool led = false;
@@ -273,7 +273,7 @@ TEST(Barrier, TimedOutWaitKeepsItsArrival) {
 TEST(Barrier, AlreadyStoppedTokenDoesNotArrive) {
   test_scheduler s;
   barrier b(2);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
 
   EXPECT_TRUE(b.wait_blocking(stopped.get_token()).cancelled());
@@ -303,7 +303,7 @@ TEST(Barrier, AlreadyStoppedTokenDoesNotArrive) {
 TEST(Barrier, CancelledWhileSuspendedKeepsItsArrival) {
   test_scheduler s;
   barrier b(3);
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome a, w;
   auto ta = stoppable_waiter(b, src.get_token(), a);
   auto tw = plain_waiter(b, w);
@@ -333,7 +333,7 @@ TEST(Barrier, CancelledWhileSuspendedKeepsItsArrival) {
 
 TEST(Barrier, BlockingWaitCancelledKeepsItsArrival) {
   barrier b(2);
-  std::stop_source src;
+  asyncband::stop_source src;
   std::optional<asyncband::result<barrier_wait_result>> r;
   std::thread t([&] { r.emplace(b.wait_blocking(src.get_token())); });
   // Whether the stop lands before or after the thread arrives, the thread's wait ends cancelled;
@@ -348,7 +348,7 @@ TEST(Barrier, BlockingWaitCancelledKeepsItsArrival) {
 TEST(Barrier, CompletingArrivalLeadsEvenIfItsTokenIsStoppedAfterwards) {
   test_scheduler s;
   barrier b(2);
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome a, leader;
   auto ta = stoppable_waiter(b, src.get_token(), a);
   auto tl = stoppable_waiter(b, src.get_token(), leader);
@@ -411,7 +411,7 @@ TEST_P(BarrierLastArrivalAt, WaiterResumesOnceWithOk) {
   const auto [point, cancellable] = GetParam();
   test_scheduler s;
   barrier b(2);
-  std::stop_source src;  // never stopped
+  asyncband::stop_source src;  // never stopped
   outcome a, last;
   auto ta = cancellable ? stoppable_waiter(b, src.get_token(), a) : plain_waiter(b, a);
   auto tlast = plain_waiter(b, last);
@@ -518,7 +518,7 @@ TEST(Barrier, DelayedWaiterSurvivesACompleteLaterGeneration) {
 TEST(Barrier, DestroyingASuspendedWaiterUnlinksItsNode) {
   test_scheduler s;
   barrier b(2);
-  std::stop_source src;
+  asyncband::stop_source src;
   {
     outcome a, c;
     auto ta = plain_waiter(b, a);
@@ -631,7 +631,7 @@ class generation_checker {
 };
 
 void thread_participant(barrier& b, generation_checker& check, int id) {
-  std::stop_source never;
+  asyncband::stop_source never;
   for (int k = 0;; ++k) {
     check.before(id, k);
     bool led = false;
@@ -658,7 +658,7 @@ void thread_participant(barrier& b, generation_checker& check, int id) {
 
 task<void> pool_participant(thread_pool& pool, barrier& b, generation_checker& check, int id) {
   co_await pool.schedule();
-  std::stop_source never;
+  asyncband::stop_source never;
   for (int k = 0;; ++k) {
     check.before(id, k);
     bool led = false;
@@ -717,7 +717,7 @@ TEST(BarrierStress, PoolTasksAndPlainThreadsTogether) {
 // Whatever the interleaving: each wait resumes once; leaders == completed generations; a
 // non-leader that completed implies the other one led.
 
-task<void> pool_cancellable_wait(thread_pool& pool, barrier& b, std::stop_token token, outcome& out) {
+task<void> pool_cancellable_wait(thread_pool& pool, barrier& b, asyncband::stop_token token, outcome& out) {
   co_await pool.schedule();
   auto r = co_await b.wait(std::move(token));
   ++out.resumed;
@@ -742,7 +742,7 @@ TEST(BarrierStress, StopRacesArrivalOnPool) {
   int failures = 0;
   const int rounds = repeat_for(2000, kStressTime, [&](int /*round*/) {
     barrier b(2);
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome x, y;
     asyncband::block_on(asyncband::runtime::when_all(pool_cancellable_wait(pool, b, src.get_token(), x),
                                                      pool_cancellable_wait(pool, b, src.get_token(), y),
@@ -763,7 +763,7 @@ TEST(BarrierStress, StopRacesBlockingArrivalOnPlainThread) {
   int failures = 0;
   const int rounds = repeat_for(2000, kStressTime, [&](int round) {
     barrier b(2);
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome x, y;
     done.reset(2);
     asyncband::runtime::spawn(pool.ref(),

@@ -12,11 +12,11 @@
 #include <asyncband/mpsc/unbounded.hpp>
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
+#include <asyncband/stop_token.hpp>
 #include <chrono>
 #include <latch>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -39,10 +39,10 @@ std::chrono::steady_clock::time_point passed() {
 
 TEST(BlockOnDeadline, AWaitStillPendingAtTheDeadlineReportsTimeout) {
   ab::manual_reset_event ev;
-  const auto wait = [&ev](std::stop_token t) { return ev.wait(std::move(t)); };
+  const auto wait = [&ev](asyncband::stop_token t) { return ev.wait(std::move(t)); };
   EXPECT_EQ(ab::block_on(wait, 0ms).status(), wait_status::timeout);
   EXPECT_EQ(ab::block_on(wait, passed()).status(), wait_status::timeout);
-  EXPECT_EQ(ab::block_on(wait, std::stop_token{}, 0ms).status(), wait_status::timeout);
+  EXPECT_EQ(ab::block_on(wait, asyncband::stop_token{}, 0ms).status(), wait_status::timeout);
 }
 
 TEST(BlockOnDeadline, AWaitThatCompletesFirstYieldsItsValue) {
@@ -50,7 +50,7 @@ TEST(BlockOnDeadline, AWaitThatCompletesFirstYieldsItsValue) {
   auto& tx = tx_;  // named references: clang 14 does not capture structured bindings
   auto& rx = rx_;
   ASSERT_TRUE(tx.send("ready").ok());
-  auto r = ab::block_on([&rx](std::stop_token t) { return rx.recv(std::move(t)); }, passed());
+  auto r = ab::block_on([&rx](asyncband::stop_token t) { return rx.recv(std::move(t)); }, passed());
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, "ready");
 }
@@ -60,8 +60,8 @@ TEST(BlockOnDeadline, ATimeoutTooLargeForTheClockWaitsForTheWakeUp) {
   auto& tx = tx_;  // named references: clang 14 does not capture structured bindings
   auto& rx = rx_;
   std::thread sender([&tx] { (void)tx.send(7); });
-  auto r =
-      ab::block_on([&rx](std::stop_token t) { return rx.recv(std::move(t)); }, std::chrono::hours::max());
+  auto r = ab::block_on([&rx](asyncband::stop_token t) { return rx.recv(std::move(t)); },
+                        std::chrono::hours::max());
   sender.join();
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(*r, 7);
@@ -80,7 +80,7 @@ template <class Wake, class Make>
 auto block_on_claimed_before_the_deadline(Wake wake, Make make) {
   std::latch claimed(1);
   std::latch stop_seen(1);
-  std::optional<std::stop_callback<count_down_on_stop>> on_stop;
+  std::optional<asyncband::stop_callback<count_down_on_stop>> on_stop;
   std::thread waker;
   const thread_hook at_arm(test_point::before_arm, [&] {
     waker = std::thread([&] {
@@ -93,7 +93,7 @@ auto block_on_claimed_before_the_deadline(Wake wake, Make make) {
     claimed.wait();
   });
   auto r = ab::block_on(
-      [&](std::stop_token t) {
+      [&](asyncband::stop_token t) {
         on_stop.emplace(t, count_down_on_stop{&stop_seen});
         return make(std::move(t));
       },
@@ -108,8 +108,8 @@ TEST(BlockOnDeadline, AValueClaimedBeforeTheDeadlineIsReturnedNotDropped) {
   auto [tx_, rx_] = ab::mpsc::unbounded<int>();
   auto& tx = tx_;  // named references: clang 14 does not capture structured bindings
   auto& rx = rx_;
-  auto r = block_on_claimed_before_the_deadline([&tx] { (void)tx.send(42); },
-                                                [&rx](std::stop_token t) { return rx.recv(std::move(t)); });
+  auto r = block_on_claimed_before_the_deadline(
+      [&tx] { (void)tx.send(42); }, [&rx](asyncband::stop_token t) { return rx.recv(std::move(t)); });
   ASSERT_TRUE(r.ok()) << ab::to_string(r.status());
   EXPECT_EQ(*r, 42);
 }
@@ -119,7 +119,7 @@ TEST(BlockOnDeadline, APermitGrantedBeforeTheDeadlinePassesOnAndReportsTimeout) 
   // reports the timeout, and the permit is stored back, not lost.
   ab::auto_reset_event ev;
   const auto r = block_on_claimed_before_the_deadline(
-      [&ev] { ev.notify_one(); }, [&ev](std::stop_token t) { return ev.wait(std::move(t)); });
+      [&ev] { ev.notify_one(); }, [&ev](asyncband::stop_token t) { return ev.wait(std::move(t)); });
   EXPECT_EQ(r.status(), wait_status::timeout);
   EXPECT_TRUE(ev.try_wait()) << "the permit was passed on";
 }
@@ -128,42 +128,43 @@ TEST(BlockOnDeadline, ASendThatTimesOutHandsItsValueBack) {
   auto [tx_, rx] = ab::mpsc::bounded<std::string>(1);
   auto& tx = tx_;  // a named reference: clang 14 does not capture structured bindings
   ASSERT_TRUE(tx.try_send("first").ok());
-  auto r = ab::block_on([&tx](std::stop_token t) { return tx.send("second", std::move(t)); }, passed());
+  auto r = ab::block_on([&tx](asyncband::stop_token t) { return tx.send("second", std::move(t)); }, passed());
   ASSERT_TRUE(r.timed_out()) << ab::to_string(r.status());
   EXPECT_EQ(std::move(r).value(), "second");
 }
 
 TEST(BlockOnStop, AStopRequestedFromAnotherThreadCancels) {
   ab::manual_reset_event ev;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::thread stopper([&stop] { stop.request_stop(); });
-  const auto r = ab::block_on([&ev](std::stop_token t) { return ev.wait(std::move(t)); }, stop.get_token());
+  const auto r =
+      ab::block_on([&ev](asyncband::stop_token t) { return ev.wait(std::move(t)); }, stop.get_token());
   stopper.join();
   EXPECT_EQ(r.status(), wait_status::cancelled);
 }
 
 TEST(BlockOnStop, AStopBeforeTheDeadlineIsACancellationNotATimeout) {
   ab::manual_reset_event ev;
-  const auto wait = [&ev](std::stop_token t) { return ev.wait(std::move(t)); };
-  std::stop_source stopped;
+  const auto wait = [&ev](asyncband::stop_token t) { return ev.wait(std::move(t)); };
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_EQ(ab::block_on(wait, stopped.get_token(), passed()).status(), wait_status::cancelled);
 
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::thread stopper([&stop] { stop.request_stop(); });
   EXPECT_EQ(ab::block_on(wait, stop.get_token(), std::chrono::hours::max()).status(), wait_status::cancelled);
   stopper.join();
 }
 
-task<ab::result<void>> wait_in_task(ab::manual_reset_event& ev, std::stop_token t) {
+task<ab::result<void>> wait_in_task(ab::manual_reset_event& ev, asyncband::stop_token t) {
   co_return co_await ev.wait(std::move(t));
 }
 
-task<int> ignores_its_token(std::stop_token /*unused*/) {
+task<int> ignores_its_token(asyncband::stop_token /*unused*/) {
   co_return 3;
 }
 
-task<int> throws_after_waiting(ab::manual_reset_event& ev, std::stop_token t) {
+task<int> throws_after_waiting(ab::manual_reset_event& ev, asyncband::stop_token t) {
   (void)co_await ev.wait(std::move(t));
   throw std::runtime_error("after the wait");
   co_return 0;
@@ -171,16 +172,20 @@ task<int> throws_after_waiting(ab::manual_reset_event& ev, std::stop_token t) {
 
 TEST(BlockOnDeadline, ATaskEndsThroughItsOwnCancellation) {
   ab::manual_reset_event ev;
-  const auto r = ab::block_on([&ev](std::stop_token t) { return wait_in_task(ev, std::move(t)); }, passed());
+  const auto r =
+      ab::block_on([&ev](asyncband::stop_token t) { return wait_in_task(ev, std::move(t)); }, passed());
   EXPECT_EQ(r.status(), wait_status::timeout);
   EXPECT_EQ(ab::block_on(ignores_its_token, passed()), 3) << "an outcome without a status is returned as is";
-  EXPECT_THROW((void)ab::block_on([&ev](std::stop_token t) { return throws_after_waiting(ev, std::move(t)); },
-                                  passed()),
-               std::runtime_error);
+  EXPECT_THROW(
+      (void)ab::block_on([&ev](asyncband::stop_token t) { return throws_after_waiting(ev, std::move(t)); },
+                         passed()),
+      std::runtime_error);
 }
 
 TEST(BlockOnDeadline, AThrowingMakerStartsNothing) {
-  const auto make = [](std::stop_token /*unused*/) -> task<int> { throw std::invalid_argument("make"); };
+  const auto make = [](asyncband::stop_token /*unused*/) -> task<int> {
+    throw std::invalid_argument("make");
+  };
   EXPECT_THROW((void)ab::block_on(make, 0ms), std::invalid_argument);
 }
 
@@ -207,8 +212,8 @@ TEST(BlockOnDeadline, AReceivedValueMovesNoMoreThanThroughPlainBlockOn) {
   int timed = 0;
   ASSERT_TRUE(tx.send(counted(&timed)).ok());
   const int sent_timed = timed;
-  const auto b =
-      ab::block_on([&rx](std::stop_token t) { return rx.recv(std::move(t)); }, std::chrono::hours::max());
+  const auto b = ab::block_on([&rx](asyncband::stop_token t) { return rx.recv(std::move(t)); },
+                              std::chrono::hours::max());
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(timed - sent_timed, plain - sent_plain);
   EXPECT_EQ(plain - sent_plain, 1) << "one move, from the channel into the result";

@@ -29,7 +29,6 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -41,6 +40,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/count_scope.hpp"
 #include "support/probe.hpp"
@@ -253,7 +253,7 @@ void record(recv_probe<T>& p, recv_result<T>& r) {
 
 /// `co_await rx.recv()`, or `co_await rx.recv(*stop)` with a token, recorded in `p`.
 template <class T, mode M>
-task<void> receive(bc::receiver<T, M>& rx, recv_probe<T>& p, std::optional<std::stop_token> stop = {}) {
+task<void> receive(bc::receiver<T, M>& rx, recv_probe<T>& p, std::optional<asyncband::stop_token> stop = {}) {
   ++p.started;
   if (stop) {
     auto r = co_await rx.recv(*stop);
@@ -284,7 +284,7 @@ struct send_probe : probe {
 /// `co_await tx.send(make<T>(v))` (bounded), with `stop` if given, recorded in `p`.
 template <class T>
 task<void> send_value(bc::bounded_sender<T>& tx, int v, send_probe<T>& p,
-                      std::optional<std::stop_token> stop = {}) {
+                      std::optional<asyncband::stop_token> stop = {}) {
   ++p.started;
   if (stop) {
     auto r = co_await tx.send(make<T>(v), *stop);
@@ -424,7 +424,7 @@ TYPED_TEST(BroadcastBoth, CloseWakesSleepingReceiversClosedAfterTheyDrained) {
   recv_probe<int> a;
   recv_probe<int> b;
   s.spawn(receive(c.rx, a));
-  s.spawn(receive(rx2, b, std::stop_token{}));
+  s.spawn(receive(rx2, b, asyncband::stop_token{}));
   s.run();
   expect_waiting(a);
   expect_waiting(b);
@@ -489,7 +489,7 @@ TYPED_TEST(BroadcastBoth, ASendWithoutAReceiverHandsTheValueBack) {
       auto co = block_on(c.tx.send(payload(2)));
       EXPECT_TRUE(co.closed());
       EXPECT_EQ(co.value().id(), 2);
-      auto blocking = c.tx.send_blocking(payload(3), std::stop_token{});
+      auto blocking = c.tx.send_blocking(payload(3), asyncband::stop_token{});
       EXPECT_TRUE(blocking.closed());
       EXPECT_EQ(blocking.value().id(), 3);
       auto timed = c.tx.send_timeout(payload(4), 1h);
@@ -527,7 +527,7 @@ TYPED_TEST(BroadcastBoth, MovedFromHandlesThrowLogicErrorAndReportNothing) {
   } else {
     EXPECT_THROW((void)old_tx.try_send(1), std::logic_error);
     EXPECT_THROW((void)old_tx.send(1), std::logic_error);
-    EXPECT_THROW((void)old_tx.send(1, std::stop_token{}), std::logic_error);
+    EXPECT_THROW((void)old_tx.send(1, asyncband::stop_token{}), std::logic_error);
     EXPECT_THROW((void)old_tx.send_blocking(1), std::logic_error);
     EXPECT_THROW((void)old_tx.send_timeout(1, 1ms), std::logic_error);
   }
@@ -541,10 +541,10 @@ TYPED_TEST(BroadcastBoth, MovedFromHandlesThrowLogicErrorAndReportNothing) {
   EXPECT_TRUE(copy_of_moved.is_closed());
 
   EXPECT_THROW((void)old_rx.recv(), std::logic_error);
-  EXPECT_THROW((void)old_rx.recv(std::stop_token{}), std::logic_error);
+  EXPECT_THROW((void)old_rx.recv(asyncband::stop_token{}), std::logic_error);
   EXPECT_THROW((void)old_rx.try_recv(), std::logic_error);
   EXPECT_THROW((void)old_rx.recv_blocking(), std::logic_error);
-  EXPECT_THROW((void)old_rx.recv_blocking(std::stop_token{}), std::logic_error);
+  EXPECT_THROW((void)old_rx.recv_blocking(asyncband::stop_token{}), std::logic_error);
   EXPECT_THROW((void)old_rx.recv_timeout(1ms), std::logic_error);
   EXPECT_THROW((void)old_rx.resubscribe(), std::logic_error);
   EXPECT_EQ(old_rx.len(), 0U);
@@ -566,7 +566,7 @@ TYPED_TEST(BroadcastBoth, OneSendWakesEverySleepingReceiverEachOnItsOwnScheduler
   std::deque<bc::receiver<int, M>> receivers;
   std::array<test_scheduler, n> schedulers;
   std::array<recv_probe<int>, n> probes;
-  std::stop_source never;
+  asyncband::stop_source never;
   for (int i = 0; i < n; ++i) {
     auto& rx = i == 0 ? c.rx : receivers.emplace_back(c.tx.subscribe());
     auto& s = schedulers[static_cast<std::size_t>(i)];
@@ -614,7 +614,7 @@ TYPED_TEST(BroadcastBoth, ACancelledRecvTakesNothingAndTheNextRecvGetsTheMessage
   constexpr mode M = TypeParam::value;
   auto c = open<int, M>(2);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> cancelled;
   s.spawn(receive(c.rx, cancelled, stop.get_token()));
   s.run();
@@ -629,7 +629,7 @@ TYPED_TEST(BroadcastBoth, ACancelledRecvTakesNothingAndTheNextRecvGetsTheMessage
   s.spawn(receive(c.rx, next));
   s.run();
   EXPECT_EQ(next.got(), 5);
-  std::stop_source already;  // an already stopped token: cancelled at once, takes nothing
+  asyncband::stop_source already;  // an already stopped token: cancelled at once, takes nothing
   already.request_stop();
   put(c.tx, 6);
   EXPECT_TRUE(block_on(c.rx.recv(already.get_token())).cancelled());
@@ -646,7 +646,7 @@ TYPED_TEST(BroadcastBoth, AReceiveWokenThenCancelledReturnsTheMessage) {
                                : "stop once its resumption is queued");
     auto c = open<int, M>(2);
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<int> p;
     s.spawn(receive(c.rx, p, stop.get_token()));
     s.run();
@@ -673,7 +673,7 @@ TYPED_TEST(BroadcastBoth, AReceiveWokenThenDestroyedBeforeItResumedLeavesTheMess
   for (const bool can_stop : {false, true}) {
     SCOPED_TRACE(can_stop);
     auto c = open<int, M>(2);
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<int> doomed;
     auto t = can_stop ? receive(c.rx, doomed, stop.get_token()) : receive(c.rx, doomed);
     {
@@ -731,7 +731,7 @@ TYPED_TEST(BroadcastBoth, DestroyingSuspendedReceivesUnlinksThem) {
   auto c = open<int, M>(2);
   auto rx2 = c.tx.subscribe();
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> doomed;
   recv_probe<int> survivor;
   auto t = receive(c.rx, doomed, stop.get_token());
@@ -935,7 +935,7 @@ TYPED_TEST(BroadcastBoth, ASecondReceiveWhileOneIsPendingThrowsAndTheFirstComple
     auto second = [](bc::receiver<int, M>& rx, bool with_token, int& count) -> task<void> {
       try {
         if (with_token) {
-          (void)co_await rx.recv(std::stop_token{});
+          (void)co_await rx.recv(asyncband::stop_token{});
         } else {
           (void)co_await rx.recv();
         }
@@ -949,7 +949,7 @@ TYPED_TEST(BroadcastBoth, ASecondReceiveWhileOneIsPendingThrowsAndTheFirstComple
     ASSERT_EQ(refused, 2) << "a second receive in a coroutine was accepted";
     EXPECT_THROW((void)block_on(c.rx.recv()), std::logic_error);
     EXPECT_THROW((void)c.rx.recv_blocking(), std::logic_error);
-    EXPECT_THROW((void)c.rx.recv_blocking(std::stop_token{}), std::logic_error);
+    EXPECT_THROW((void)c.rx.recv_blocking(asyncband::stop_token{}), std::logic_error);
     EXPECT_THROW((void)c.rx.recv_timeout(0ms), std::logic_error);
     EXPECT_THROW((void)c.rx.try_recv(), std::logic_error);
   };
@@ -967,7 +967,7 @@ TYPED_TEST(BroadcastBoth, AwaitingAReceiveAgainThrowsLogicError) {
   constexpr mode M = TypeParam::value;
   auto c = open<int, M>(2);
   expect_awaiting_again_throws_logic_error([&] { return c.rx.recv(); }, [&] { put(c.tx, 1); });
-  std::stop_source never;
+  asyncband::stop_source never;
   expect_awaiting_again_throws_logic_error([&] { return c.rx.recv(never.get_token()); },
                                            [&] { put(c.tx, 2); });
 }
@@ -996,13 +996,13 @@ TYPED_TEST(BroadcastBoth, BlockingReceivesAcrossThreads) {
     EXPECT_EQ(b, 3);
   }
   {  // recv_blocking(stop) and block_on(recv(stop)) cancelled from another thread, taking nothing
-    std::stop_source stop;
+    asyncband::stop_source stop;
     std::optional<recv_status> st;
     std::thread t([&] { st = c.rx.recv_blocking(stop.get_token()).status(); });
     stop.request_stop();
     t.join();
     EXPECT_EQ(st, recv_status::cancelled);
-    std::stop_source stop2;
+    asyncband::stop_source stop2;
     std::thread t2([&] { st = block_on(c.rx.recv(stop2.get_token())).status(); });
     stop2.request_stop();
     t2.join();
@@ -1328,7 +1328,7 @@ TEST(BroadcastBounded, WaitingSendsAreFifoAndACancelledOneHandsItsValueBack) {
   test_scheduler s;
   std::vector<int> order;
   std::deque<send_probe<payload>> probes;
-  std::deque<std::stop_source> stops;
+  std::deque<asyncband::stop_source> stops;
   for (int v = 1; v <= 4; ++v) {
     auto& p = probes.emplace_back();
     p.id = v;
@@ -1362,7 +1362,7 @@ TEST(BroadcastBounded, AUnitGrantedToACancelledSendGoesToTheNextWaitingSend) {
   auto c = open<payload, mode::bounded>(1);
   put(c.tx, 0);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   send_probe<payload> first;
   send_probe<payload> second;
   first.id = 1;
@@ -1391,7 +1391,7 @@ TEST(BroadcastBounded, AllReceiversGoneWaitingSendsAndLaterSendsHandTheirValuesB
   put(c.tx, 1);
   test_scheduler s;
   std::deque<send_probe<payload>> probes;
-  std::stop_source never;
+  asyncband::stop_source never;
   for (int v = 2; v <= 4; ++v) {
     auto& p = probes.emplace_back();
     p.id = v;
@@ -1458,7 +1458,7 @@ TEST(BroadcastBounded, BlockingSendsWaitForCapacityTimeOutOrAreCancelledWithTheV
   EXPECT_TRUE(timed.timed_out());
   EXPECT_EQ(timed.value().id(), 1);
   {
-    std::stop_source stop;
+    asyncband::stop_source stop;
     std::optional<int> back;
     std::latch queued(1);
     std::thread t([&] {
@@ -1722,7 +1722,7 @@ class round {
 
   void churn_loop(bc::bounded_sender<value>& tx) {
     std::mt19937_64 rng(seed_ * 31 + 17);
-    std::stop_source stopped;
+    asyncband::stop_source stopped;
     stopped.request_stop();
     for (int i = 0; i < ops_; ++i, ops_done_.fetch_add(1)) {
       const int op = static_cast<int>(rng() % 16);
@@ -1783,7 +1783,7 @@ class round {
 
   void witness_loop() {
     std::mt19937_64 rng(seed_ * 31 + 23);
-    std::stop_source stopped;
+    asyncband::stop_source stopped;
     stopped.request_stop();
     for (;;) {
       const int op = static_cast<int>(rng() % 8);

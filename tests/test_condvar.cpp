@@ -28,7 +28,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -38,6 +37,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -99,7 +99,7 @@ void record(cv_probe& p, const int_mutex& m, result<guard_t>& r) {
 /// stoppable forms with `stop`), hands the outcome to `record`, and unlocks when it ends. The
 /// waiter of every guard kind.
 template <class Probe, class Lock, class KeepWaiting, class Record>
-task<void> waiter_in_form(condvar& cv, Lock lock, wait_form f, std::stop_token stop, Probe& p,
+task<void> waiter_in_form(condvar& cv, Lock lock, wait_form f, asyncband::stop_token stop, Probe& p,
                           KeepWaiting keep_waiting, Record record) {
   ++p.started;
   auto guard = co_await lock();
@@ -123,7 +123,7 @@ task<void> waiter_in_form(condvar& cv, Lock lock, wait_form f, std::stop_token s
 
 /// Locks `m`, waits on `cv` in form `f` (the stoppable forms with `stop`), records the outcome in
 /// `p`, and unlocks when it ends.
-task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, std::stop_token stop, cv_probe& p) {
+task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, asyncband::stop_token stop, cv_probe& p) {
   return waiter_in_form(
       cv, [&m] { return m.lock(); }, f, std::move(stop), p,
       [&p](const int& v) {
@@ -135,7 +135,7 @@ task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, std::stop_token sto
 
 /// The blocking twin of the form `f` on this thread; a plain form's guard is reported as ok.
 template <class Guard, class KeepWaiting>
-result<Guard> wait_blocking_in(wait_form f, condvar& cv, Guard guard, std::stop_token stop,
+result<Guard> wait_blocking_in(wait_form f, condvar& cv, Guard guard, asyncband::stop_token stop,
                                KeepWaiting keep_waiting) {
   switch (f) {
     case wait_form::wait:
@@ -149,7 +149,8 @@ result<Guard> wait_blocking_in(wait_form f, condvar& cv, Guard guard, std::stop_
   }
   return wait_status::closed;
 }
-result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, std::stop_token stop, int until) {
+result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, asyncband::stop_token stop,
+                                 int until) {
   return wait_blocking_in(f, cv, std::move(guard), std::move(stop),
                           [until](const int& v) { return v < until; });
 }
@@ -181,7 +182,7 @@ struct two_waiters {
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source stop_a;
+  asyncband::stop_source stop_a;
   cv_probe a;
   cv_probe b;
   task<void> ta;
@@ -189,7 +190,7 @@ struct two_waiters {
 
   explicit two_waiters(wait_form form_a)
       : ta(cv_waiter(cv, m, form_a, stop_a.get_token(), a)),
-        tb(cv_waiter(cv, m, wait_form::wait, std::stop_token(), b)) {
+        tb(cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), b)) {
     start_on(s, ta);
     start_on(s, tb);
     s.run();
@@ -282,7 +283,7 @@ void notify_one_wakes_holding_the_mutex(wait_form f, bool notifier_holds) {
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source src;
+  asyncband::stop_source src;
   cv_probe p;
   s.spawn(cv_waiter(cv, m, f, src.get_token(), p));
   s.run();
@@ -324,7 +325,7 @@ TEST(Condvar, ANotificationRightAfterRegistrationIsNotLost) {
       test_scheduler s;
       int_mutex m;
       condvar cv;
-      std::stop_source src;
+      asyncband::stop_source src;
       cv_probe p;
       bool locked_at_notify = false;
       s.at(point, [&] {
@@ -353,7 +354,7 @@ TEST(Condvar, ANotificationWithNobodyWaitingIsNotStored) {
   cv.notify_one();
   cv.notify_all();
   cv_probe p;
-  s.spawn(cv_waiter(cv, m, wait_form::wait, std::stop_token(), p));
+  s.spawn(cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), p));
   s.run();
   EXPECT_EQ(p.started, 1);
   EXPECT_EQ(p.resumed, 0) << "an earlier notification was stored";
@@ -365,7 +366,7 @@ TEST(Condvar, ANotificationWithNobodyWaitingIsNotStored) {
 /// Starts one waiter per form (in all_forms order, ids 0..3, appending to `order` when they
 /// resume) and runs them until they wait; then sets the value to 1.
 void start_one_waiter_per_form(test_scheduler& s, int_mutex& m, condvar& cv, std::array<cv_probe, 4>& probes,
-                               std::vector<int>& order, const std::stop_token& token) {
+                               std::vector<int>& order, const asyncband::stop_token& token) {
   for (std::size_t i = 0; i < probes.size(); ++i) {
     probes[i].id = static_cast<int>(i);
     probes[i].order = &order;
@@ -380,7 +381,7 @@ TEST(Condvar, NotifyOneWakesTheOldestWaiter) {
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source src;
+  asyncband::stop_source src;
   std::array<cv_probe, 4> probes;
   std::vector<int> order;
   start_one_waiter_per_form(s, m, cv, probes, order, src.get_token());
@@ -401,7 +402,7 @@ TEST(Condvar, NotifyAllWakesEveryWaiterEachHoldingTheMutexInTurn) {
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source src;
+  asyncband::stop_source src;
   std::array<cv_probe, 4> probes;
   std::vector<int> order;
   start_one_waiter_per_form(s, m, cv, probes, order, src.get_token());
@@ -417,7 +418,7 @@ TEST(Condvar, NotifyAllWakesEveryWaiterEachHoldingTheMutexInTurn) {
   EXPECT_FALSE(m.is_locked());
 
   cv_probe later;  // notify_all stored nothing
-  s.spawn(cv_waiter(cv, m, wait_form::wait, std::stop_token(), later));
+  s.spawn(cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), later));
   s.run();
   EXPECT_EQ(later.resumed, 0);
   cv.notify_all();
@@ -434,7 +435,7 @@ TEST(CondvarWaitWhile, ReturnsAtOnceWhenThePredicateIsFalse) {
     test_scheduler s;
     int_mutex m(1);
     condvar cv;
-    std::stop_source src;
+    asyncband::stop_source src;
     cv_probe p;
     s.spawn(cv_waiter(cv, m, f, src.get_token(), p));
     EXPECT_EQ(s.run(), 1U) << "suspended although the predicate was false";
@@ -453,7 +454,7 @@ TEST(CondvarWaitWhile, WaitsUntilThePredicateIsFalse) {
     test_scheduler s;
     int_mutex m;
     condvar cv;
-    std::stop_source src;
+    asyncband::stop_source src;
     cv_probe p;
     p.until = 3;
     s.spawn(cv_waiter(cv, m, f, src.get_token(), p));
@@ -492,7 +493,8 @@ task<void> throwing_predicate_waiter(condvar& cv, int_mutex& m, bool stoppable, 
   };
   try {
     if (stoppable) {
-      [[maybe_unused]] auto r = co_await cv.wait_while(std::move(guard), keep_waiting, std::stop_token());
+      [[maybe_unused]] auto r =
+          co_await cv.wait_while(std::move(guard), keep_waiting, asyncband::stop_token());
     } else {
       [[maybe_unused]] auto g = co_await cv.wait_while(std::move(guard), keep_waiting);
     }
@@ -538,7 +540,7 @@ TEST(CondvarCancellation, AStopAlreadyRequestedCancelsAtOnceWithoutTheMutex) {
     test_scheduler s;
     int_mutex m;
     condvar cv;
-    std::stop_source src;
+    asyncband::stop_source src;
     src.request_stop();
     cv_probe p;
     s.spawn(cv_waiter(cv, m, f, src.get_token(), p));
@@ -548,7 +550,7 @@ TEST(CondvarCancellation, AStopAlreadyRequestedCancelsAtOnceWithoutTheMutex) {
     EXPECT_FALSE(m.is_locked());
 
     cv_probe later;  // the cancelled wait never registered: notify_one reaches the next waiter
-    s.spawn(cv_waiter(cv, m, wait_form::wait, std::stop_token(), later));
+    s.spawn(cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), later));
     s.run();
     cv.notify_one();
     s.run();
@@ -740,9 +742,9 @@ TEST(CondvarDestroy, AWaiterResumedInlineMayDestroyALaterMemberOfTheSameNotifyAl
   int_mutex m;
   condvar cv;
   cv_probe killer, a, c;
-  auto ta = cv_waiter(cv, m, wait_form::wait, std::stop_token(), a);
+  auto ta = cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), a);
   auto tkiller = destroy_when_woken(cv, m, ta, killer);
-  auto tc = cv_waiter(cv, m, wait_form::wait, std::stop_token(), c);
+  auto tc = cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), c);
   tkiller.handle().resume();  // no scheduler: every wake-up resumes it inline
   start_on(s, ta);
   start_on(s, tc);
@@ -765,7 +767,7 @@ TEST(CondvarDestroy, AWaiterResumedInlineMayDestroyALaterMemberOfTheSameNotifyAl
 void blocking_wait_is_notified_from_another_thread(wait_form f) {
   int_mutex m;
   condvar cv;
-  std::stop_source never;
+  asyncband::stop_source never;
   std::optional<wait_status> status;
   bool held = false;
   int value = -1;
@@ -817,7 +819,7 @@ TEST(CondvarBlocking, AStopAlreadyRequestedCancelsWithoutTheMutex) {
     SCOPED_TRACE(name(f));
     int_mutex m;
     condvar cv;
-    std::stop_source src;
+    asyncband::stop_source src;
     src.request_stop();
     EXPECT_EQ(wait_blocking_in(f, cv, lock_now(m), src.get_token(), 1).status(), wait_status::cancelled);
     EXPECT_FALSE(m.is_locked());
@@ -829,7 +831,7 @@ TEST(CondvarBlocking, AStopFromAnotherThreadCancelsWithoutTheMutex) {
     SCOPED_TRACE(name(f));
     int_mutex m;
     condvar cv;
-    std::stop_source src;
+    asyncband::stop_source src;
     std::optional<wait_status> status;
     waiting_thread waiter([&] {
       guard_t g = m.lock_blocking();
@@ -861,7 +863,7 @@ TEST(CondvarBlocking, APredicateExceptionPropagatesWithTheMutexUnlocked) {
     guard_t g = m.lock_blocking();
     *g = 1;
     try {
-      (void)cv.wait_while_blocking(std::move(g), throws_at(2), std::stop_token());
+      (void)cv.wait_while_blocking(std::move(g), throws_at(2), asyncband::stop_token());
     } catch (const std::runtime_error&) {
       threw = true;
     }
@@ -879,9 +881,9 @@ TEST(CondvarBlocking, APredicateExceptionPropagatesWithTheMutexUnlocked) {
 TEST(CondvarBlocking, ACancelledReLockForwardsTheNotificationToAnotherThread) {
   int_mutex m;
   condvar cv;
-  std::stop_source stop_a;
+  asyncband::stop_source stop_a;
   std::latch a_relocking(1);
-  std::stop_source stop_b;  // only if `b` is never woken, to end the test
+  asyncband::stop_source stop_b;  // only if `b` is never woken, to end the test
   std::optional<wait_status> a_status;
   std::optional<wait_status> b_status;
   std::thread a([&] {
@@ -1133,7 +1135,7 @@ struct stress_round {
   condvar not_full;
   std::vector<std::atomic<int>> taken;  // per item: how many times it was taken
   std::mutex epoch_mutex;
-  std::stop_source epoch;  // the stoppable consumers' current stop source; replaced when stopped
+  asyncband::stop_source epoch;  // the stoppable consumers' current stop source; replaced when stopped
   wait_tally tally;
   const int final_item;             // pushed by the test once the produced items are taken
   std::atomic<bool> retire{false};  // set before the final item: a cancelled consumer retires
@@ -1149,16 +1151,16 @@ struct stress_round {
         producers_left(producers),
         consumers_left(consumers) {}
 
-  std::stop_token token() {
+  asyncband::stop_token token() {
     const std::lock_guard lock(epoch_mutex);
     return epoch.get_token();
   }
 
   void cancel_consumers() {
-    std::stop_source old;
+    asyncband::stop_source old;
     {
       const std::lock_guard lock(epoch_mutex);
-      old = std::exchange(epoch, std::stop_source{});
+      old = std::exchange(epoch, asyncband::stop_source{});
     }
     old.request_stop();
   }
@@ -1231,7 +1233,7 @@ void stress_thread_producer(stress_round& r, int first, int count) {
 task<void> stress_pool_consumer(stress_round& r, thread_pool& pool, bool stoppable) {
   co_await pool.schedule();
   for (int i = 0;; ++i) {
-    const std::stop_token token = r.token();
+    const asyncband::stop_token token = r.token();
     stress_guard g = co_await r.m.lock();
     std::optional<stress_guard> ready;
     if (i % 2 == 0) {
@@ -1265,7 +1267,7 @@ task<void> stress_pool_consumer(stress_round& r, thread_pool& pool, bool stoppab
 
 void stress_thread_consumer(stress_round& r, bool stoppable) {
   for (int i = 0;; ++i) {
-    const std::stop_token token = r.token();
+    const asyncband::stop_token token = r.token();
     stress_guard g = r.m.lock_blocking();
     std::optional<stress_guard> ready;
     switch (i % 3 + (stoppable ? 3 : 0)) {
@@ -1360,14 +1362,14 @@ cv_probe late_cancellation_passes_the_mutex_to_a_later_waiter(Notify notify) {
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source stop_a;
+  asyncband::stop_source stop_a;
   cv_probe a, b;
   auto ta = cv_waiter(cv, m, wait_form::wait_stoppable, stop_a.get_token(), a);
   start_on(s, ta);
   s.run();
   guard_t held = lock_now(m);
   notify(cv);  // wakes `a`, whose re-lock waits for `held`
-  auto tb = cv_waiter(cv, m, wait_form::wait, std::stop_token(), b);
+  auto tb = cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), b);
   tb.handle().resume();  // no scheduler: runs inline; now queued for the mutex behind `a`
   EXPECT_EQ(b.started, 1);
   s.at(test_point::claimed_for_wake, [&stop_a] { stop_a.request_stop(); });
@@ -1398,7 +1400,7 @@ TEST(Condvar, ALateCancellationForwardsNoNotificationToAWaiterRegisteredAfterIt)
 // holding the mutex. (The coroutine form checked the stop token first and the blocking twin the
 // predicate first: they disagreed.)
 TEST(Condvar, BlockingAndCoroutineWaitWhileAgreeOnAStopAlreadyRequested) {
-  std::stop_source src;
+  asyncband::stop_source src;
   src.request_stop();
   test_scheduler s;
   int_mutex m(1);  // the predicate (value < 1) is false
@@ -1504,11 +1506,11 @@ pass_on_outcome notify_one_passed_on_by_a_cancelled_waiter(bool with_early) {
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source stop_a;
+  asyncband::stop_source stop_a;
   pass_on_outcome o;
   auto ta = cv_waiter(cv, m, wait_form::wait_stoppable, stop_a.get_token(), o.a);
-  auto te = cv_waiter(cv, m, wait_form::wait, std::stop_token(), o.early);
-  auto tl = cv_waiter(cv, m, wait_form::wait, std::stop_token(), o.late);
+  auto te = cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), o.early);
+  auto tl = cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), o.late);
   start_on(s, ta);
   if (with_early) start_on(s, te);
   s.run();
@@ -1551,9 +1553,9 @@ TEST(CondvarPassOn, ABlockingWaiterPassesANotifyOneOnOnlyToWaitersRegisteredBefo
   test_scheduler s;
   int_mutex m;
   condvar cv;
-  std::stop_source stop_a;
+  asyncband::stop_source stop_a;
   cv_probe late;
-  auto tl = cv_waiter(cv, m, wait_form::wait, std::stop_token(), late);
+  auto tl = cv_waiter(cv, m, wait_form::wait, asyncband::stop_token(), late);
   std::atomic<bool> registered{false};
   std::thread blocked([&] {
     guard_t g = lock_now(m);
@@ -1623,7 +1625,7 @@ template <class G>
 constexpr bool yields_its_guard() {
   using P = never_wait;
   using std::declval;
-  using stop = std::stop_token;
+  using stop = asyncband::stop_token;
   return std::is_same_v<decltype(declval<condvar&>().wait(declval<G>()).await_resume()), G> &&
          std::is_same_v<decltype(declval<condvar&>().wait(declval<G>(), stop()).await_resume()), result<G>> &&
          std::is_same_v<decltype(declval<condvar&>().wait_while(declval<G>(), P()).await_resume()), G> &&
@@ -1684,7 +1686,7 @@ struct ready_guard {
 /// outcome and drops the guard. Holds no reference to the mutex of its own: an owned guard's is
 /// the only one it keeps.
 template <guard_kind K>
-task<void> kind_waiter(condvar& cv, std::weak_ptr<gated_mutex> m, wait_form f, std::stop_token stop,
+task<void> kind_waiter(condvar& cv, std::weak_ptr<gated_mutex> m, wait_form f, asyncband::stop_token stop,
                        kind_probe& p) {
   return waiter_in_form(
       cv, [m] { return ready_guard<guard_of_t<K>>{guard_of<K>(m.lock())}; }, f, std::move(stop), p,
@@ -1708,7 +1710,7 @@ void every_form_gives_back_the_same_guard_relocked() {
     auto m = std::make_shared<gated_mutex>();
     const int* const part = &m->try_lock().value()->part;
     condvar cv;
-    std::stop_source src;
+    asyncband::stop_source src;
     kind_probe p;
     p.until = 2;
     s.spawn(kind_waiter<K>(cv, m, f, src.get_token(), p));
@@ -1744,11 +1746,11 @@ void a_cancelled_wait_ends_without_the_mutex() {
       test_scheduler s;
       auto m = std::make_shared<gated_mutex>();
       condvar cv;
-      std::stop_source stop_a;
+      asyncband::stop_source stop_a;
       kind_probe a;
       kind_probe b;
       s.spawn(kind_waiter<K>(cv, m, f, stop_a.get_token(), a));
-      s.spawn(kind_waiter<guard_kind::plain>(cv, m, wait_form::wait, std::stop_token(), b));
+      s.spawn(kind_waiter<guard_kind::plain>(cv, m, wait_form::wait, asyncband::stop_token(), b));
       s.run();
       std::optional<asyncband::mutex_guard<gated>> held;
       if (relocking) {
@@ -1783,7 +1785,7 @@ void an_owned_wait_keeps_the_mutex_alive() {
     SCOPED_TRACE(cancelled ? "cancelled" : "notified");
     test_scheduler s;
     condvar cv;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     kind_probe p;
     std::weak_ptr<gated_mutex> weak;
     {
@@ -1822,7 +1824,7 @@ void blocking_waits_give_back_the_same_guard() {
       auto m = std::make_shared<gated_mutex>();
       const int* const part = &m->try_lock().value()->part;
       condvar cv;
-      std::stop_source src;
+      asyncband::stop_source src;
       kind_probe p;
       std::atomic<bool> registered{false};
       waiting_thread waiter([&] {

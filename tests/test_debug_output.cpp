@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <sstream>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -22,6 +21,7 @@
 
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/stress.hpp"
 
 namespace {
@@ -577,7 +577,7 @@ TEST(DebugOutput, WhenAnyResults) {
   EXPECT_EQ(str(block_on(when_any(never.wait(), rx.recv()))),
             "asyncband::any_result{index: 1, outcome: ok(42)}");
 
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_EQ(str(block_on(when_any(stopped.get_token(), never.wait()))), "asyncband::any_result{cancelled}");
 

@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
@@ -88,7 +88,7 @@ TEST(Latch, WaitersSuspendUntilTheCountReachesZero) {
   test_scheduler s;
   latch l(3);
   std::array<latch_probe, 3> probes;
-  std::stop_source src;
+  asyncband::stop_source src;
   spawn_alternating_waiters(s, l, probes, src.get_token());
   s.run();
 
@@ -265,7 +265,7 @@ TEST(Latch, WaitTimeoutCompletesWhenAnotherThreadArrives) {
 
 TEST(Latch, WaitBlockingWithStopToken) {
   latch open(0);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(open.wait_blocking(stopped.get_token()).cancelled());  // even though open
 
@@ -302,7 +302,7 @@ constexpr std::ptrdiff_t stress_count = 10;  // 1 + 2 + 3 + 4
 struct stress_round {
   latch l{stress_count};
   std::array<int, stress_arrivers> arrived{};  // written (non-atomically) before arriving
-  std::stop_source stop;
+  asyncband::stop_source stop;
   wait_tally waits;
   completion finished;
 

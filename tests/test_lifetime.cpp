@@ -12,10 +12,10 @@
 #include <algorithm>
 #include <asyncband/asyncband.hpp>
 #include <asyncband/runtime/task.hpp>
+#include <asyncband/stop_token.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,7 +28,7 @@ using namespace asyncband_test::lifetime;
 using namespace std::chrono_literals;
 using asyncband::block_on;
 using asyncband::phase_id;
-using std::stop_token;
+using asyncband::stop_token;
 
 struct no_waker : waker_base {};
 
@@ -73,7 +73,7 @@ void add_event_rows(std::vector<row>& rows) {
     rows.push_back(crowd_row<W, no_waker>(
         "manual_reset_event_set_crowd_" + std::to_string(n), n, "ok", no_setup{},
         [](W& w, stop_token) { return w.ev.wait(); }, [](W& w, stop_token) { return w.ev.wait(); },
-        [](W* w, no_waker&, std::stop_source&) { w->ev.set(); }));
+        [](W* w, no_waker&, asyncband::stop_source&) { w->ev.set(); }));
   }
   rows.push_back(thread_row<W, no_waker>(
       "manual_reset_event_set_blocked_thread", "ok", no_setup{},
@@ -103,7 +103,7 @@ void add_event_rows(std::vector<row>& rows) {
   rows.push_back(crowd_row<A, no_waker>(
       "auto_reset_event_notify_all_crowd", 3, "ok", no_setup{}, [](A& w, stop_token) { return w.ev.wait(); },
       [](A& w, stop_token) { return w.ev.wait(); },
-      [](A* w, no_waker&, std::stop_source&) { w->ev.notify_all(); }));
+      [](A* w, no_waker&, asyncband::stop_source&) { w->ev.notify_all(); }));
   rows.push_back(thread_row<A, no_waker>(
       "auto_reset_event_notify_one_blocked_thread", "ok", no_setup{},
       [](A& w, stop_token t) { return w.ev.wait_blocking(t); }, notify_one));
@@ -142,7 +142,7 @@ void add_event_rows(std::vector<row>& rows) {
       "barrier_last_co_wait_crowd", 2, "ok", no_setup{},
       [](barrier_of_four& w, stop_token) { return w.b.wait(); },
       [](barrier_of_four& w, stop_token) { return w.b.wait(); },
-      [](barrier_of_four* w, no_waker&, std::stop_source&) { (void)block_on(w->b.wait()); }));
+      [](barrier_of_four* w, no_waker&, asyncband::stop_source&) { (void)block_on(w->b.wait()); }));
   rows.push_back(coroutine_row<B, no_waker>(
       "barrier_stop", "cancelled", no_setup{}, [](B& w, stop_token t) { return w.b.wait(t); },
       request_stop{}));
@@ -208,7 +208,7 @@ void add_wait_group_rows(std::vector<row>& rows) {
   rows.push_back(crowd_row<W, no_waker>(
       "wait_group_leave_crowd", 3, "ok", no_setup{}, [](W& w, stop_token) { return w.mine.wait(); },
       [](W& w, stop_token) { return w.mine.wait(); },
-      [](W* w, no_waker&, std::stop_source&) { w->last.leave(); }));
+      [](W* w, no_waker&, asyncband::stop_source&) { w->last.leave(); }));
   rows.push_back(thread_row<W, no_waker>(
       "wait_group_leave_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.mine.wait_blocking(t); }, [](W* w, no_waker&) { w->last.leave(); }));
@@ -309,8 +309,9 @@ void add_phaser_rows(std::vector<row>& rows) {
       [](phaser_batch_observed&, phaser_waker& k) { k.batch = boxed(*k.elsewhere->enroll(1)); },
       [](phaser_batch_observed& w, stop_token) { return w.ph->wait(phase_id{}); },
       [](phaser_batch_observed* w, phaser_waker& k) { w->batch = std::move(*k.batch); }));
-  rows.push_back(crowd_row<O, no_waker>("phaser_observer_arrive_crowd", 3, "ok", no_setup{}, observe, observe,
-                                        [](O* w, no_waker&, std::stop_source&) { (void)w->other.arrive(); }));
+  rows.push_back(
+      crowd_row<O, no_waker>("phaser_observer_arrive_crowd", 3, "ok", no_setup{}, observe, observe,
+                             [](O* w, no_waker&, asyncband::stop_source&) { (void)w->other.arrive(); }));
   rows.push_back(coroutine_row<O, no_waker>("phaser_stop_observer", "cancelled", no_setup{},
                                             observe_cancellable, request_stop{}));
 
@@ -380,14 +381,14 @@ void add_semaphore_rows(std::vector<row>& rows) {
     rows.push_back(crowd_row<W, no_waker>(
         "semaphore_release_chain_" + std::to_string(n), n, "ok", no_setup{},
         [](W& w, stop_token) { return w.s.acquire(); }, [](W& w, stop_token) { return w.s.acquire(); },
-        [](W* w, no_waker&, std::stop_source&) { w->s.release(); }));
+        [](W* w, no_waker&, asyncband::stop_source&) { w->s.release(); }));
   }
   // A cancelled acquisition passes its partial grant on to the next waiter.
   rows.push_back(crowd_row<sem_one, no_waker>(
       "semaphore_stop_passes_partial_grant_on", 1, "cancelled", no_setup{},
       [](sem_one& w, stop_token t) { return w.s.acquire(2, t); },
       [](sem_one& w, stop_token) { return w.s.acquire(); },
-      [](sem_one*, no_waker&, std::stop_source& bystanders) { bystanders.request_stop(); }));
+      [](sem_one*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
   rows.push_back(thread_row<W, no_waker>(
       "semaphore_release_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));
@@ -464,7 +465,7 @@ void add_mutex_rows(std::vector<row>& rows) {
     rows.push_back(crowd_row<W, mutex_waker>(
         "mutex_unlock_chain_" + std::to_string(n), n, "ok", hold, [](W& w, stop_token) { return w.m.lock(); },
         [](W& w, stop_token) { return w.m.lock(); },
-        [](W*, mutex_waker& k, std::stop_source&) { k.guard->unlock(); }));
+        [](W*, mutex_waker& k, asyncband::stop_source&) { k.guard->unlock(); }));
   }
   rows.push_back(thread_row<W, mutex_waker>(
       "mutex_unlock_blocked_thread", "ok", hold, [](W& w, stop_token t) { return w.m.lock_blocking(t); },
@@ -585,17 +586,17 @@ void add_rwlock_rows(std::vector<row>& rows) {
   for (const int n : {3, 20}) {
     rows.push_back(crowd_row<W, rwlock_waker>(
         "rwlock_write_unlock_writer_chain_" + std::to_string(n), n, "ok", hold_write, write, write,
-        [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
+        [](W*, rwlock_waker& k, asyncband::stop_source&) { k.writer->unlock(); }));
   }
   rows.push_back(
       crowd_row<W, rwlock_waker>("rwlock_write_unlock_wakes_readers", 3, "ok", hold_write, read, read,
-                                 [](W*, rwlock_waker& k, std::stop_source&) { k.writer->unlock(); }));
+                                 [](W*, rwlock_waker& k, asyncband::stop_source&) { k.writer->unlock(); }));
   // A cancelled write passes the read shares it had gathered on to the reader queued behind it.
   rows.push_back(crowd_row<rwlock_read_held, no_waker>(
       "rwlock_stop_writer_lets_reader_in", 1, "cancelled", no_setup{},
       [](rwlock_read_held& w, stop_token t) { return w.rw.write(t); },
       [](rwlock_read_held& w, stop_token) { return w.rw.read(); },
-      [](rwlock_read_held*, no_waker&, std::stop_source& bystanders) { bystanders.request_stop(); }));
+      [](rwlock_read_held*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
   rows.push_back(thread_row<W, rwlock_waker>(
       "rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
       [](W& w, stop_token t) { return w.rw.read_blocking(t); },
@@ -660,8 +661,9 @@ void add_condvar_rows(std::vector<row>& rows) {
                                               w->cv.notify_one();
                                               guard->unlock();
                                             }));
-  rows.push_back(crowd_row<W, no_waker>("condvar_notify_all_crowd", 3, "ok", no_setup{}, wait, wait,
-                                        [](W* w, no_waker&, std::stop_source&) { w->cv.notify_all(); }));
+  rows.push_back(
+      crowd_row<W, no_waker>("condvar_notify_all_crowd", 3, "ok", no_setup{}, wait, wait,
+                             [](W* w, no_waker&, asyncband::stop_source&) { w->cv.notify_all(); }));
   // A waiter claimed by notify_one and cancelled before it resumes passes the notification on
   // (without relocking): the next waiter relocks and destroys the condvar and the mutex.
   rows.push_back(pass_on_row<W, no_waker>("condvar_notify_one_passed_on", no_setup{}, wait_cancellable, wait,

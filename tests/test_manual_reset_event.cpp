@@ -11,7 +11,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/probe.hpp"
@@ -62,7 +62,7 @@ TEST(ManualResetEvent, WaitOnASetEventCompletesWithoutSuspending) {
   probe a;
   probe b;
   s.spawn(plain_waiter(ev, a));
-  std::stop_source src;
+  asyncband::stop_source src;
   s.spawn(stoppable_waiter(ev, src.get_token(), b));
   EXPECT_EQ(s.run(), 2U);  // one step each: neither suspended
   EXPECT_EQ(a.resumed, 1);
@@ -75,7 +75,7 @@ TEST(ManualResetEvent, SetWakesEveryCurrentWaiterOnItsScheduler) {
   test_scheduler s;
   manual_reset_event ev;
   std::array<probe, 4> probes;
-  std::stop_source src;
+  asyncband::stop_source src;
   spawn_alternating_waiters(s, ev, probes, src.get_token());
   s.run();
   for (const auto& p : probes) {
@@ -140,7 +140,7 @@ TEST(ManualResetEvent, AfterTheLastQueuedWaiterIsCancelledSetAndResetStillWork) 
   test_scheduler s;
   manual_reset_event ev;
   probe cancelled;
-  std::stop_source src;
+  asyncband::stop_source src;
   s.spawn(stoppable_waiter(ev, src.get_token(), cancelled));
   s.run();
   src.request_stop();
@@ -261,7 +261,7 @@ TEST(ManualResetEvent, WaitTimeoutCompletesWhenSetByAnotherThread) {
 
 TEST(ManualResetEvent, WaitBlockingWithStopToken) {
   manual_reset_event ev(true);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(ev.wait_blocking(stopped.get_token()).cancelled());  // even though set
 
@@ -289,7 +289,7 @@ struct stress_round {
   manual_reset_event& ev;
   int round = 0;
   int payload = 0;  // written before set(); read (non-atomically) after an ok wait
-  std::stop_source stop;
+  asyncband::stop_source stop;
   wait_tally waits;
   completion finished;
 

@@ -21,7 +21,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -32,6 +31,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/semaphore.hpp"
+#include "asyncband/stop_token.hpp"
 #include "asyncband/when_any.hpp"
 #include "support/channel_probes.hpp"
 #include "support/counted.hpp"
@@ -231,7 +231,7 @@ TEST(MpmcBounded, EveryReceiveFormYieldsAValueThatIsThere) {
 TEST(MpmcBounded, EverySendFormDeliversInOrder) {
   auto c = make_channel<int>(16);
   mpmc::sender<int> other = c.tx;
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_TRUE(c.tx.try_send(1).ok());
   EXPECT_TRUE(block_on(other.send(2)).ok());
   EXPECT_TRUE(block_on(c.tx.send(3, never.get_token())).ok());
@@ -430,10 +430,10 @@ TEST(MpmcBoundedWrap, WaitingSendersAndReceiversAcrossTheWrap) {
     test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
     auto held = c.tx.try_reserve();
     ASSERT_TRUE(held.ok());
-    std::stop_source never;
+    asyncband::stop_source never;
     std::vector<std::vector<int>> received(kConsumers);
     for (int p = 0; p < 3; ++p) {
-      s.spawn([](mpmc::sender<int> tx, int producer, std::stop_token stop) -> task<void> {
+      s.spawn([](mpmc::sender<int> tx, int producer, asyncband::stop_token stop) -> task<void> {
         for (int i = 1; i <= kPerProducer; ++i) {
           const int v = producer * 100 + i;
           if (producer == 0) {
@@ -454,7 +454,7 @@ TEST(MpmcBoundedWrap, WaitingSendersAndReceiversAcrossTheWrap) {
     }
     for (int k = 0; k < kConsumers; ++k) {
       s.spawn([](mpmc::receiver<int> rx, std::vector<int>& out, bool can_stop,
-                 std::stop_token stop) -> task<void> {
+                 asyncband::stop_token stop) -> task<void> {
         for (;;) {
           std::optional<result<int>> r;
           if (can_stop) {
@@ -594,7 +594,7 @@ TEST(MpmcBoundedRace, AValueSentWhileTheOnlyReceiveRegistersCompletesItWithoutSu
 TEST(MpmcBoundedCancel, AnAlreadyStoppedTokenCancelsAtOnceAndTakesNothing) {
   const count_scope counts;
   auto c = make_channel<counted>(2);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   auto a = block_on(c.tx.send(counted(1), stopped.get_token()));  // capacity is there: still cancelled
   EXPECT_TRUE(a.cancelled());
@@ -838,7 +838,7 @@ TEST(MpmcBoundedRace, AReceiveWaitsForAPlaceAnotherThreadIsWriting) {
     std::latch receiver_waits(1);
     std::thread receiving;
     std::optional<int> got;
-    std::stop_source never;
+    asyncband::stop_source never;
     counted::at_move(1, [&] {  // this thread's write of place 0
       receiving = std::thread([&] {
         put(other_tx, 2);  // place 1: published, a unit of items for it
@@ -965,7 +965,7 @@ constexpr send_form all_send_forms[] = {
 /// Sends counted(id) with `form`; the move into the ring throws. Returns how it ended (an
 /// exception propagates).
 send_result<counted> send_throwing(send_form form, mpmc::sender<counted>& tx, int id) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (form) {
     case send_form::try_send:
       return tx.try_send(counted(id, 1));
@@ -1310,7 +1310,7 @@ TEST(MpmcBoundedBlocking, SendBlockingWithAStopTokenIsCancelledFromAnotherThread
   count_scope counts;
   auto c = make_channel<counted>(1);
   put(c.tx, 1);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::latch waiting(1);
   std::optional<send_status> status;
   int back = -1;
@@ -1406,7 +1406,7 @@ std::vector<lifetime::row> mpmc_lifetime_rows() {
   std::vector<row> rows;
   add_receive_lifetime_rows<bounded_kind>(rows, "try_send");
   rows.push_back(coroutine_row<W, K>(
-      "co_send_wakes_receive", "ok", no_setup{}, [](W& w, std::stop_token) { return w.ch.rx.recv(); },
+      "co_send_wakes_receive", "ok", no_setup{}, [](W& w, asyncband::stop_token) { return w.ch.rx.recv(); },
       [](W* w, K&) { (void)block_on(w->ch.tx.send(1)); }));
 
   using S = mpmc_sender_world;
@@ -1416,7 +1416,7 @@ std::vector<lifetime::row> mpmc_lifetime_rows() {
     k.rx.emplace(std::move(rx));
     (void)w.tx->try_send(0);
   };
-  const auto send = [](S& w, std::stop_token) { return w.tx->send(2); };
+  const auto send = [](S& w, asyncband::stop_token) { return w.tx->send(2); };
   rows.push_back(
       coroutine_row<S, K>("try_recv_wakes_send", "ok", full, send, [](S*, K& k) { (void)k.rx->try_recv(); }));
   rows.push_back(coroutine_row<S, K>("co_recv_wakes_send", "ok", full, send,
@@ -1587,7 +1587,7 @@ TEST(MpmcBoundedStress, ThreadsSendReceiveCancelAndCloseDeliverOrHandBackEveryVa
 /// A coroutine awaiting tx.closed() (with a stop token if `stop` is given); `done` counts its
 /// resumptions, `status` says how it ended.
 bare_coroutine await_closed(mpmc::sender<int>& tx, int& done, std::optional<wait_status>& status,
-                            std::stop_token* stop = nullptr) {
+                            asyncband::stop_token* stop = nullptr) {
   if (stop == nullptr) {
     co_await tx.closed();
     status = wait_status::ok;
@@ -1632,14 +1632,14 @@ TEST(MpmcBoundedClosed, ClosedOnAClosedChannelCompletesAtOnceInEveryForm) {
   await_closed(c.tx, done, status);
   EXPECT_EQ(done, 1);
   c.tx.closed_blocking();
-  EXPECT_TRUE(c.tx.closed_blocking(std::stop_token{}).ok());
+  EXPECT_TRUE(c.tx.closed_blocking(asyncband::stop_token{}).ok());
   EXPECT_TRUE(c.tx.closed_timeout(std::chrono::milliseconds(0)).ok());
 }
 
 TEST(MpmcBoundedClosed, AStoppedClosedWaitEndsCancelledOnceAndALaterCloseFindsNobody) {
   auto c = make_channel<int>(2);
-  std::stop_source source;
-  std::stop_token token = source.get_token();
+  asyncband::stop_source source;
+  asyncband::stop_token token = source.get_token();
   int done = 0;
   std::optional<wait_status> status;
   await_closed(c.tx, done, status, &token);

@@ -23,7 +23,6 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -33,6 +32,7 @@
 #include "asyncband/result.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/stop_token.hpp"
 #include "asyncband/when_any.hpp"
 #include "support/channel_probes.hpp"
 #include "support/counted.hpp"
@@ -389,7 +389,7 @@ TEST(MpmcUnboundedRace, AValueSentWhileTheOnlyReceiveRegistersCompletesItWithout
 TEST(MpmcUnboundedCancel, AnAlreadyStoppedTokenCancelsAtOnceAndTakesNothing) {
   const count_scope counts;
   auto c = make_channel<counted>();
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   receives_with_a_stopped_token_take_nothing<unbounded_kind>(c, stopped.get_token());
 }
@@ -803,7 +803,7 @@ TEST(MpmcUnboundedBlocking, ABlockedReceiveIsEndedClosedByTheLastSenderGoingOnAn
 // cancels it (it takes nothing), and the value sent then goes to the other.
 TEST(MpmcUnboundedBlocking, AStoppedBlockedReceiveTakesNothingAndAnotherThreadsReceiveGetsTheValue) {
   auto c = make_channel<int>();
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> stopped_status;
   std::optional<int> got;
   std::latch first_queued(1);

@@ -33,7 +33,6 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -48,6 +47,7 @@
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
 #include "asyncband/semaphore.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/channel_probes.hpp"
 #include "support/count_scope.hpp"
 #include "support/counted.hpp"
@@ -110,7 +110,7 @@ struct reserve_probe : probe {
 /// `co_await tx.reserve_many(n)`, or with `stop` when `can_stop`, recorded in `p`.
 template <class T>
 task<void> reserve_into(mpsc::sender<T>& tx, std::size_t n, reserve_probe<T>& p, bool can_stop = false,
-                        std::stop_token stop = {}) {
+                        asyncband::stop_token stop = {}) {
   ++p.started;
   if (can_stop) {
     auto r = co_await tx.reserve_many(n, std::move(stop));
@@ -134,7 +134,7 @@ struct send_fixture {
   std::vector<int> order;  // ids of the sends and reserves, in the order they resumed
   std::deque<send_probe<T>> sends;
   std::deque<reserve_probe<T>> reserves;
-  std::deque<std::stop_source> stops;
+  std::deque<asyncband::stop_source> stops;
   std::vector<task<void>> tasks;
 
   /// A channel of `capacity` holding `filled` values 100, 101, ...
@@ -151,7 +151,7 @@ struct send_fixture {
     send_probe<T>& p = sends.emplace_back();
     p.id = v;
     p.order = &order;
-    std::stop_source& stop = stops.emplace_back();
+    asyncband::stop_source& stop = stops.emplace_back();
     tasks.push_back(send_value(c.tx, v, p, can_stop, stop.get_token()));
     start_on(s, tasks.back());
     return p;
@@ -167,7 +167,7 @@ struct send_fixture {
     reserve_probe<T>& p = reserves.emplace_back();
     p.id = id;
     p.order = &order;
-    std::stop_source& stop = stops.emplace_back();
+    asyncband::stop_source& stop = stops.emplace_back();
     tasks.push_back(reserve_into(c.tx, n, p, can_stop, stop.get_token()));
     start_on(s, tasks.back());
     return p;
@@ -180,7 +180,7 @@ struct send_fixture {
   }
 
   /// The stop source of the `i`-th coroutine started (sends and reserves together).
-  std::stop_source& stop(std::size_t i) { return stops[i]; }
+  asyncband::stop_source& stop(std::size_t i) { return stops[i]; }
   task<void>& task_of(std::size_t i) { return tasks[i]; }
 };
 
@@ -251,7 +251,7 @@ TEST(MpscBounded, EveryFormNamesTheOtherSideGoneClosedAndTheOldNamesStillMeanIt)
 TEST(MpscBounded, EveryReceiveFormYieldsAValueThatIsThere) {
   auto c = make_channel<int>(8);
   for (int i = 1; i <= 7; ++i) put(c.tx, i);
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_EQ(*block_on(c.rx.recv()), 1);
   EXPECT_EQ(*block_on(c.rx.recv(never.get_token())), 2);
   EXPECT_EQ(*c.rx.recv_blocking(), 3);
@@ -269,7 +269,7 @@ TEST(MpscBounded, EveryReceiveFormYieldsAValueThatIsThere) {
 
 TEST(MpscBounded, EverySendFormDeliversInOrder) {
   auto c = make_channel<int>(16);
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_TRUE(c.tx.try_send(1).ok());
   EXPECT_TRUE(block_on(c.tx.send(2)).ok());
   EXPECT_TRUE(block_on(c.tx.send(3, never.get_token())).ok());
@@ -371,7 +371,7 @@ TEST(MpscBounded, CreationAndReservationArgumentsAreChecked) {
   EXPECT_THROW((void)mpsc::detail::bounded_starting_at<int>(0, 5), std::invalid_argument);
 
   auto c = make_channel<int>(3);
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_THROW((void)c.tx.reserve_many(0), std::invalid_argument);
   EXPECT_THROW((void)c.tx.reserve_many(4), std::invalid_argument);
   EXPECT_THROW((void)c.tx.reserve_many(4, never.get_token()), std::invalid_argument);
@@ -446,7 +446,7 @@ TEST(MpscBoundedDeathTest, SendsOfAMovedFromSenderThrowLogicError) {
           mpsc::sender<int> kept = std::move(c.tx);
           bool threw = false;
           try {
-            std::stop_source never;
+            asyncband::stop_source never;
             // NOLINTBEGIN(bugprone-use-after-move): the moved-from sender is what is tested
             if (form == 0) (void)c.tx.send_blocking(1);
             if (form == 1) (void)c.tx.send_blocking(1, never.get_token());
@@ -529,7 +529,7 @@ TEST(MpscBoundedDisconnect, RecvDrainsThenReportsClosedOnceTheLastSenderIsGone) 
   EXPECT_TRUE(block_on(c.rx.recv()).closed());
   EXPECT_TRUE(c.rx.recv_blocking().closed());
   EXPECT_TRUE(c.rx.recv_timeout(1h).closed());
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_TRUE(c.rx.recv_blocking(never.get_token()).closed());
 }
 
@@ -757,7 +757,7 @@ TEST(MpscBoundedPermit, ReserveManyTakesNUnitsForNLaterSends) {
     EXPECT_EQ(blocking->size(), 5U);
     EXPECT_TRUE(c.tx.try_reserve().full());
   }
-  std::stop_source never;
+  asyncband::stop_source never;
   auto with_token = block_on(c.tx.reserve_many(4, never.get_token()));
   ASSERT_TRUE(with_token.ok());
   EXPECT_EQ(with_token->size(), 4U);
@@ -951,15 +951,15 @@ TEST(MpscBoundedSenderClosed, ClosedWaitsForTheReceiversCloseAndASenderWaitingFo
   ASSERT_TRUE(queued.has_value());
   EXPECT_TRUE(queued->closed());
   EXPECT_EQ(rx.try_recv().value(), 1);  // what was accepted still drains
-  EXPECT_TRUE(tx.closed_blocking(std::stop_token{}).ok());
+  EXPECT_TRUE(tx.closed_blocking(asyncband::stop_token{}).ok());
 }
 
 TEST(MpscBoundedSenderClosed, TheReceiverGoingCompletesEveryFormAndAStoppedWaitEndsCancelled) {
   auto [tx, rx] = mpsc::bounded<int>(2);
   EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(1)).status(), wait_status::timeout);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   result<void> stopped(wait_status::ok);
-  [](mpsc::sender<int>& t, std::stop_token token, result<void>& out) -> bare_coroutine {
+  [](mpsc::sender<int>& t, asyncband::stop_token token, result<void>& out) -> bare_coroutine {
     out = co_await t.closed(std::move(token));
   }(tx, stop.get_token(), stopped);
   stop.request_stop();
@@ -967,7 +967,7 @@ TEST(MpscBoundedSenderClosed, TheReceiverGoingCompletesEveryFormAndAStoppedWaitE
   std::thread blocked([&sender = tx] { sender.closed_blocking(); });
   { auto gone = std::move(rx); }
   blocked.join();
-  EXPECT_TRUE(block_on(tx.closed(std::stop_token{})).ok());
+  EXPECT_TRUE(block_on(tx.closed(asyncband::stop_token{})).ok());
   EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(0)).status(), wait_status::ok);
   EXPECT_TRUE(tx.is_closed());
 }
@@ -1156,7 +1156,7 @@ TEST(MpscBoundedReceiverGone, SendsAndReservationsReportDisconnectedWithTheValue
   auto e = block_on(c.tx.send(counted(4)));
   EXPECT_TRUE(e.closed());
   EXPECT_EQ(e.value().id(), 4);
-  std::stop_source never;
+  asyncband::stop_source never;
   auto f = block_on(c.tx.send(counted(5), never.get_token()));
   EXPECT_TRUE(f.closed());
   EXPECT_EQ(f.value().id(), 5);
@@ -1234,7 +1234,7 @@ TEST(MpscBoundedReceiverGone, AnOwnedPermitOutlivingEverythingHandsItsValueBack)
 TEST(MpscBoundedCancel, AnAlreadyStoppedTokenCancelsAtOnceAndTakesNothing) {
   count_scope counts;
   auto c = make_channel<counted>(2);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   auto a = block_on(c.tx.send(counted(1), stopped.get_token()));  // capacity is there: still cancelled
   EXPECT_TRUE(a.cancelled());
@@ -1349,7 +1349,7 @@ TEST(MpscBoundedCancel, AWaitingSendIsNotOvertakenByTrySendOrByALaterSend) {
 TEST(MpscBoundedCancel, ACancelledRecvTakesNothingAndTheNextRecvGetsTheValue) {
   auto c = make_channel<int>(2);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> cancelled;
   recv_probe<int> next;
   s.spawn(receive(c.rx, cancelled, stoppable, stop.get_token()));
@@ -1373,7 +1373,7 @@ TEST(MpscBoundedCancel, ACancelledRecvTakesNothingAndTheNextRecvGetsTheValue) {
 TEST(MpscBoundedCancel, AStopAfterTheValueWasPublishedIsTooLateForTheRecv) {
   auto c = make_channel<int>(2);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> p;
   s.spawn(receive(c.rx, p, stoppable, stop.get_token()));
   s.run();
@@ -1392,7 +1392,7 @@ TEST(MpscBoundedDestroy, DestroyingASuspendedRecvTakesNothing) {
     SCOPED_TRACE(can_stop);
     auto c = make_channel<int>(2);
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<int> doomed;
     auto t = receive(c.rx, doomed, can_stop, stop.get_token());
     start_on(s, t);
@@ -1517,7 +1517,7 @@ TEST(MpscBoundedRace, APublicationBeforeTheRecvSuspendsCompletesItWithoutSuspend
       SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << can_stop);
       auto c = make_channel<int>(2);
       test_scheduler s;
-      std::stop_source stop;
+      asyncband::stop_source stop;
       recv_probe<int> p;
       s.at(point, [&c] { put(c.tx, 7); });
       s.spawn(receive(c.rx, p, can_stop, stop.get_token()));
@@ -1541,7 +1541,7 @@ TEST(MpscBoundedRace, ARecvThatSleepsWhileASendWritesItsValueIsWokenByThePublica
     count_scope counts;
     auto c = make_channel<counted>(2);
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<counted> p;
     auto t = receive(c.rx, p, can_stop, stop.get_token());
     bool ran = false;
@@ -1573,7 +1573,7 @@ TEST(MpscBoundedRace, ARecvWaitsForAPlaceThatAnotherThreadIsWriting) {
     std::latch receiver_waits(1);
     std::thread receiving;
     std::optional<int> got;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     counted::at_move(1, [&] {
       receiving = std::thread([&] {
         const thread_hook hook(test_point::awaiting_publication, [&] { receiver_waits.count_down(); });
@@ -1631,7 +1631,7 @@ TEST(MpscBoundedRace, ARecvCancelledWhileASendWritesItsValueLeavesTheValue) {
   count_scope counts;
   auto c = make_channel<counted>(2);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<counted> p;
   auto t = receive(c.rx, p, stoppable, stop.get_token());
   counted::at_move(1, [&] {
@@ -1704,7 +1704,7 @@ TEST(MpscBoundedRace, AStopBeforeTheRecvSuspendsCancelsItAndTheValueStays) {
     SCOPED_TRACE(static_cast<int>(point));
     auto c = make_channel<int>(2);
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<int> p;
     s.at(point, [&stop] { stop.request_stop(); });
     s.spawn(receive(c.rx, p, stoppable, stop.get_token()));
@@ -1722,7 +1722,7 @@ TEST(MpscBoundedRace, AStopBeforeTheRecvSuspendsCancelsItAndTheValueStays) {
 TEST(MpscBoundedRace, APublicationWhileTheStopHoldsTheRecvClaimedStaysForTheNextRecv) {
   auto c = make_channel<int>(2);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> p;
   s.spawn(receive(c.rx, p, stoppable, stop.get_token()));
   s.run();
@@ -1740,7 +1740,7 @@ TEST(MpscBoundedRace, APublicationWhileTheStopHoldsTheRecvClaimedStaysForTheNext
 TEST(MpscBoundedRace, AStopWhileThePublicationHoldsTheRecvClaimedIsTooLate) {
   auto c = make_channel<int>(2);
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> p;
   s.spawn(receive(c.rx, p, stoppable, stop.get_token()));
   s.run();
@@ -2067,7 +2067,7 @@ TEST(MpscBoundedRace, ReceiverGoneWhileASendWritesItsValueDestroysTheValueOnceWi
 TEST(MpscBoundedRace, AStopWhileASendWritesItsValueIsTooLate) {
   count_scope counts;
   auto c = make_channel<counted>(2);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   counted::at_move(2, [&stop] { stop.request_stop(); });  // the awaiter holds the value, then the ring
   EXPECT_TRUE(block_on(c.tx.send(counted(1), stop.get_token())).ok());
   EXPECT_EQ(take(c.rx), 1);
@@ -2092,7 +2092,7 @@ TEST(MpscBoundedRace, SeededInterleavingsDeliverEveryAcceptedValueExactlyOnce) {
     bool done = false;
     int bad = 0;
   };
-  const auto producer = [](mpsc::sender<counted> tx, int p, std::stop_token stop,
+  const auto producer = [](mpsc::sender<counted> tx, int p, asyncband::stop_token stop,
                            producer_log& log) -> task<void> {
     for (int i = 0; i < kValues; ++i) {
       const int id = 1 + p * 10 + i;
@@ -2127,8 +2127,8 @@ TEST(MpscBoundedRace, SeededInterleavingsDeliverEveryAcceptedValueExactlyOnce) {
     }
     log.done = true;
   };
-  const auto consumer = [](mpsc::receiver<counted> rx, int close_after, int drop_after, std::stop_token stop,
-                           receiver_log& log) -> task<void> {
+  const auto consumer = [](mpsc::receiver<counted> rx, int close_after, int drop_after,
+                           asyncband::stop_token stop, receiver_log& log) -> task<void> {
     bool may_stop = true;
     for (int n = 0;; ++n) {
       if (n == close_after) rx.close();
@@ -2167,13 +2167,13 @@ TEST(MpscBoundedRace, SeededInterleavingsDeliverEveryAcceptedValueExactlyOnce) {
     {
       test_scheduler s(seed);
       auto c = make_channel<counted>(1 + seed % 3);
-      std::stop_source stop;
+      asyncband::stop_source stop;
       for (int p = 0; p < kProducers; ++p) s.spawn(producer(c.tx, p, stop.get_token(), logs[p]));
       const int close_after = seed % 4 == 0 ? static_cast<int>(seed / 4 % 5) : -1;
       const int drop_after = seed % 7 == 0 ? static_cast<int>(seed / 7 % 6) : -1;
       s.spawn(consumer(std::move(c.rx), close_after, drop_after, stop.get_token(), got));
       if (seed % 2 == 0) {
-        s.spawn([](std::stop_source& src) -> task<void> {
+        s.spawn([](asyncband::stop_source& src) -> task<void> {
           src.request_stop();
           co_return;
         }(stop));
@@ -2304,7 +2304,7 @@ const char* name(send_form f) {
 /// Sends counted(id) with `form`; the move into the ring throws. Returns how it ended (an
 /// exception propagates).
 send_result<counted> send_throwing(send_form form, mpsc::sender<counted>& tx, int id) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (form) {
     case send_form::try_send:
       return tx.try_send(counted(id, 1));
@@ -2557,10 +2557,10 @@ TEST(MpscBoundedWrap, WaitingSendersPermitsAndARecvAcrossTheWrap) {
     test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
     auto held = c.tx.try_reserve();
     ASSERT_TRUE(held.ok());
-    std::stop_source never;
+    asyncband::stop_source never;
     std::vector<int> received;
     for (int p = 0; p < 3; ++p) {
-      s.spawn([](mpsc::sender<int> tx, int producer, std::stop_token stop) -> task<void> {
+      s.spawn([](mpsc::sender<int> tx, int producer, asyncband::stop_token stop) -> task<void> {
         for (int i = 1; i <= kPerProducer; ++i) {
           const int v = producer * 100 + i;
           if (producer == 0) {
@@ -2650,7 +2650,7 @@ TEST(MpscBoundedBlocking, SendBlockingWithAStopTokenIsCancelledFromAnotherThread
   count_scope counts;
   auto c = make_channel<counted>(1);
   put(c.tx, 1);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<send_result<counted>> r;
   std::thread sender([&] { r.emplace(c.tx.send_blocking(counted(2), stop.get_token())); });
   std::this_thread::sleep_for(1ms);
@@ -2693,7 +2693,7 @@ TEST(MpscBoundedBlocking, EveryReceiveFormIsWokenBySendsFromAnotherThread) {
   auto c = make_channel<int>(1);
   std::vector<int> got;
   std::thread receiver([&] {
-    std::stop_source never;
+    asyncband::stop_source never;
     got.push_back(*c.rx.recv_blocking());
     got.push_back(*c.rx.recv_blocking(never.get_token()));
     got.push_back(*c.rx.recv_timeout(1h));
@@ -2710,7 +2710,7 @@ TEST(MpscBoundedBlocking, EveryReceiveFormIsWokenBySendsFromAnotherThread) {
 
 TEST(MpscBoundedBlocking, RecvBlockingWithAStopTokenIsCancelledFromAnotherThreadAndTakesNothing) {
   auto c = make_channel<int>(2);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> status;
   std::thread receiver([&] { status = c.rx.recv_blocking(stop.get_token()).status(); });
   std::this_thread::sleep_for(1ms);
@@ -2723,7 +2723,7 @@ TEST(MpscBoundedBlocking, RecvBlockingWithAStopTokenIsCancelledFromAnotherThread
 
 TEST(MpscBoundedBlocking, BlockOnRecvIsCancelledFromAnotherThread) {
   auto c = make_channel<int>(2);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> status;
   std::thread receiver([&] { status = block_on(c.rx.recv(stop.get_token())).status(); });
   std::this_thread::sleep_for(1ms);
@@ -2766,7 +2766,7 @@ TEST(MpscBoundedBlocking, BlockOnSendsAndReceivesAcrossThreads) {
   constexpr int kValues = 200;
   auto c = make_channel<int>(1);
   std::thread producer([tx = std::move(c.tx)]() mutable {
-    std::stop_source never;
+    asyncband::stop_source never;
     for (int i = 1; i <= kValues; ++i) {
       auto r = i % 2 == 0 ? block_on(tx.send(i)) : block_on(tx.send(i, never.get_token()));
       EXPECT_TRUE(r.ok());
@@ -2818,7 +2818,7 @@ TEST(MpscBoundedThreads, PublicationOrderPerProducerOnThreadsAndAPool) {
     });
     asyncband::runtime::spawn(pool.ref(), [](thread_pool& p, mpsc::sender<int> tx) -> task<void> {
       co_await p.schedule();
-      std::stop_source never;
+      asyncband::stop_source never;
       for (int i = 1; i <= kPerProducer; ++i) {
         if (i % 2 == 0) {
           auto r = co_await tx.send(2 * kBase + i);
@@ -3056,7 +3056,7 @@ struct soak_channel {
   unsigned plan;
   chan<counted> c;
   mpsc::sender<counted> tx_b;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   soak_producer_log a;
   soak_producer_log b;
   std::vector<int> received;  // written by the receiver thread
@@ -3397,7 +3397,7 @@ TEST(BoundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
   using namespace asyncband_test::lifetime;
   coroutine_row<bounded_pair, another_bounded>(
       "move_assigned", "closed", no_setup{},
-      [](bounded_pair& w, std::stop_token) { return w.ch.second.recv(); },
+      [](bounded_pair& w, asyncband::stop_token) { return w.ch.second.recv(); },
       [](bounded_pair* w, another_bounded& k) { w->ch.first = std::move(k.other.ch.first); })
       .body();
 }

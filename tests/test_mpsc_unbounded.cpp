@@ -27,7 +27,6 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -39,6 +38,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -131,7 +131,7 @@ constexpr bool plain = false;
 /// cancellable receive.
 template <class T>
 struct reception : probe {
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<T> value;
 
   void keep(result<T>& r) {
@@ -313,7 +313,7 @@ TEST(UnboundedBlocking, RecvBlockingWaitsForASendFromAnotherThread) {
 
 TEST(UnboundedBlocking, RecvBlockingWithAStopTokenReceivesOrIsCancelledAndTakesNothing) {
   halves h;
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_TRUE(h.tx->send(1).ok());
   EXPECT_EQ(*h.rx->recv_blocking(never.get_token()), 1);
 
@@ -323,7 +323,7 @@ TEST(UnboundedBlocking, RecvBlockingWithAStopTokenReceivesOrIsCancelledAndTakesN
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(*second, 2);
 
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> status;
   std::thread waiter([&] { status = h.rx->recv_blocking(stop.get_token()).status(); });
   std::this_thread::sleep_for(5ms);
@@ -361,7 +361,7 @@ TEST(UnboundedBlocking, RecvTimeoutTimesOutTakesNothingAndReceivesOnceAValueCome
 
 TEST(UnboundedBlocking, BlockOnRecvFromAnotherThread) {
   halves h;
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(h.tx->send(1).ok());
   EXPECT_TRUE(block_on(h.rx->recv(stopped.get_token())).cancelled());  // the value stays
@@ -371,7 +371,7 @@ TEST(UnboundedBlocking, BlockOnRecvFromAnotherThread) {
   std::optional<wait_status> third;
   std::thread receiver([&] {
     first = *block_on(h.rx->recv());
-    second = *block_on(h.rx->recv(std::stop_token{}));
+    second = *block_on(h.rx->recv(asyncband::stop_token{}));
     third = block_on(h.rx->recv()).status();
   });
   EXPECT_TRUE(h.tx->send(2).ok());
@@ -620,7 +620,7 @@ TEST(UnboundedDisconnect, TheReceiverSeesClosedOnlyOnceEveryCopyIsGoneAndAllIsDr
   EXPECT_TRUE(h.rx->try_recv().closed());
   EXPECT_TRUE(h.rx->recv_blocking().closed());
   EXPECT_TRUE(h.rx->recv_timeout(1h).closed());
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_TRUE(h.rx->recv_blocking(never.get_token()).closed());
 }
 
@@ -812,7 +812,7 @@ TEST(UnboundedCancel, AnAlreadyStoppedTokenCancelsAtOnceAndLeavesQueuedValues) {
   EXPECT_EQ(s.run(), 1U);
   EXPECT_EQ(r.status, wait_status::cancelled);
   EXPECT_FALSE(r.value.has_value());
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(h.rx->recv_blocking(stopped.get_token()).cancelled());
   EXPECT_EQ(h.rx->len(), 1U);
@@ -1135,7 +1135,7 @@ TEST(UnboundedRace, ASendWhileACancellationHoldsTheRecvStaysForTheNextRecv) {
 // ends closed once the producers are gone.
 struct seeded_run {
   test_scheduler s;
-  std::stop_source stop;  // the receiver's current one; the canceller stops and replaces it
+  asyncband::stop_source stop;  // the receiver's current one; the canceller stops and replaces it
   std::vector<int> accepted;
   std::vector<int> handed_back;
   std::vector<int> received;
@@ -1183,7 +1183,7 @@ task<void> seeded_receiver(seeded_run& run, unbounded_receiver<int>& rx, std::si
 task<void> seeded_canceller(seeded_run& run, int times) {
   for (int i = 0; i < times; ++i) {
     co_await run.s.schedule();
-    std::exchange(run.stop, std::stop_source{}).request_stop();
+    std::exchange(run.stop, asyncband::stop_source{}).request_stop();
   }
 }
 
@@ -1709,10 +1709,11 @@ TEST(UnboundedSenderClosed, ClosedWaitsForTheReceiversCloseAndThenSendsHandTheir
 TEST(UnboundedSenderClosed, TheReceiverGoingCompletesEveryFormAndAStoppedWaitEndsCancelled) {
   auto [tx, rx] = unbounded<int>();
   EXPECT_EQ(tx.closed_timeout(std::chrono::milliseconds(1)).status(), wait_status::timeout);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   result<void> stopped(wait_status::ok);
   bool stopped_done = false;
-  [](unbounded_sender<int>& t, std::stop_token token, result<void>& out, bool& finished) -> bare_coroutine {
+  [](unbounded_sender<int>& t, asyncband::stop_token token, result<void>& out,
+     bool& finished) -> bare_coroutine {
     out = co_await t.closed(std::move(token));
     finished = true;
   }(tx, stop.get_token(), stopped, stopped_done);
@@ -1724,8 +1725,8 @@ TEST(UnboundedSenderClosed, TheReceiverGoingCompletesEveryFormAndAStoppedWaitEnd
   std::thread blocked([&sender = tx] { sender.closed_blocking(); });
   { auto gone = std::move(rx); }  // the receiver goes
   blocked.join();
-  EXPECT_TRUE(block_on(tx.closed(std::stop_token{})).ok());
-  EXPECT_TRUE(tx.closed_blocking(std::stop_token{}).ok());
+  EXPECT_TRUE(block_on(tx.closed(asyncband::stop_token{})).ok());
+  EXPECT_TRUE(tx.closed_blocking(asyncband::stop_token{}).ok());
   EXPECT_TRUE(tx.is_closed());
 }
 
@@ -1801,7 +1802,7 @@ TEST(UnboundedLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
   using namespace asyncband_test::lifetime;
   coroutine_row<unbounded_pair, another_unbounded>(
       "move_assigned", "closed", no_setup{},
-      [](unbounded_pair& w, std::stop_token) { return w.ch.second.recv(); },
+      [](unbounded_pair& w, asyncband::stop_token) { return w.ch.second.recv(); },
       [](unbounded_pair* w, another_unbounded& k) { w->ch.first = std::move(k.other.ch.first); })
       .body();
 }

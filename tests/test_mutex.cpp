@@ -17,7 +17,6 @@
 #include <optional>
 #include <semaphore>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,6 +27,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
@@ -59,9 +59,9 @@ struct held_mutex {
   std::optional<mutex_guard<int>> held = m.try_lock();
 
   [[nodiscard]] auto wait() noexcept { return m.lock(); }
-  [[nodiscard]] auto wait(std::stop_token stop) noexcept { return m.lock(std::move(stop)); }
+  [[nodiscard]] auto wait(asyncband::stop_token stop) noexcept { return m.lock(std::move(stop)); }
   auto wait_blocking() { return m.lock_blocking(); }
-  auto wait_blocking(std::stop_token stop) { return m.lock_blocking(std::move(stop)); }
+  auto wait_blocking(asyncband::stop_token stop) { return m.lock_blocking(std::move(stop)); }
   template <class Rep, class Period>
   auto wait_timeout(std::chrono::duration<Rep, Period> timeout) {
     return m.lock_timeout(timeout);
@@ -97,7 +97,7 @@ struct turn_log {
 /// One turn at the lock on the test scheduler: announces itself (arrival order), locks (with
 /// `stop` when it is possible), checks that it is alone inside, holds the lock across `holds`
 /// reschedulings (everybody else runs meanwhile) and unlocks.
-task<void> take_turn(test_scheduler& s, mutex<int>& m, int id, int holds, std::stop_token stop,
+task<void> take_turn(test_scheduler& s, mutex<int>& m, int id, int holds, asyncband::stop_token stop,
                      turn_log& log) {
   log.arrivals.push_back(id);
   std::optional<mutex_guard<int>> g;
@@ -121,7 +121,7 @@ task<void> take_turn(test_scheduler& s, mutex<int>& m, int id, int holds, std::s
 }
 
 /// Requests stop after `delay` reschedulings on `s`.
-task<void> request_stop_later(test_scheduler& s, std::stop_source& src, int delay) {
+task<void> request_stop_later(test_scheduler& s, asyncband::stop_source& src, int delay) {
   for (int k = 0; k < delay; ++k) co_await s.schedule();
   src.request_stop();
 }
@@ -442,14 +442,14 @@ TEST(MutexOwned, EveryFormKeepsTheMutexAlive) {
   {
     SCOPED_TRACE("lock_owned(stop)");
     owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) {
-      std::stop_source never;
+      asyncband::stop_source never;
       return block_on(asyncband::lock_owned(std::move(m), never.get_token())).value();
     });
   }
   {
     SCOPED_TRACE("lock_owned_blocking(stop)");
     owned_guard_keeps_the_mutex_alive([](shared_mutex_ptr m) {
-      std::stop_source never;
+      asyncband::stop_source never;
       return asyncband::lock_owned_blocking(std::move(m), never.get_token()).value();
     });
   }
@@ -472,7 +472,7 @@ TEST(MutexOwned, FailedOrCancelledAttemptsKeepNoReference) {
   EXPECT_EQ(m.use_count(), 2);
   EXPECT_FALSE(asyncband::try_lock_owned(m).has_value());
   EXPECT_EQ(m.use_count(), 2);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(block_on(asyncband::lock_owned(m, stopped.get_token())).cancelled());
   EXPECT_EQ(m.use_count(), 2);
@@ -486,7 +486,7 @@ TEST(MutexOwned, FailedOrCancelledAttemptsKeepNoReference) {
 /// Locks `m` with lock_owned (with `stop` when possible), moving the pointer into the lock so
 /// that the coroutine keeps no reference of its own; records in `p`, and whether its guard was
 /// the mutex's only owner.
-task<void> owned_locker(shared_mutex_ptr m, std::stop_token stop, int value, probe& p, long& owners) {
+task<void> owned_locker(shared_mutex_ptr m, asyncband::stop_token stop, int value, probe& p, long& owners) {
   ++p.started;
   std::optional<owned_mutex_guard<int>> g;
   if (stop.stop_possible()) {
@@ -510,7 +510,7 @@ TEST(MutexOwned, AQueuedOwnedLockKeepsTheMutexAliveAfterEveryOtherOwnerLeft) {
   ASSERT_TRUE(holder.has_value());
   probe p;
   long owners = 0;
-  s.spawn(owned_locker(std::move(m), std::stop_token{}, 5, p, owners));
+  s.spawn(owned_locker(std::move(m), asyncband::stop_token{}, 5, p, owners));
   s.run();
   EXPECT_EQ(p.resumed, 0);
   EXPECT_EQ(weak.use_count(), 2);  // the holder and the queued lock
@@ -530,7 +530,7 @@ TEST(MutexOwned, ACancelledOwnedLockReleasesItsReferenceAndTheLockStaysWithItsHo
   auto m = std::make_shared<mutex<int>>(0);
   const std::weak_ptr<mutex<int>> weak = m;
   auto holder = asyncband::try_lock_owned(m);
-  std::stop_source src;
+  asyncband::stop_source src;
   probe p;
   long owners = 0;
   s.spawn(owned_locker(std::move(m), src.get_token(), 5, p, owners));
@@ -594,7 +594,7 @@ TEST(MutexOwned, MovesTransferTheLockAndTheOwnership) {
   auto gb = *asyncband::try_lock_owned(b);
   probe next;  // queued for `a`, with its own reference
   long owners = 0;
-  s.spawn(owned_locker(a, std::stop_token{}, 3, next, owners));
+  s.spawn(owned_locker(a, asyncband::stop_token{}, 3, next, owners));
   s.run();
   a.reset();
 
@@ -630,7 +630,7 @@ TEST(Mutex, UncontendedLockCompletesWithoutSuspending) {
   h.held.reset();
   lock_probe plain;
   lock_probe stoppable;
-  std::stop_source src;
+  asyncband::stop_source src;
   s.spawn(plain_waiter(h, plain));
   s.spawn(stoppable_waiter(h, src.get_token(), stoppable));
   EXPECT_EQ(s.run(), 2U);  // one step each: neither suspended
@@ -645,7 +645,7 @@ TEST(Mutex, LockIsHandedToWaitersInFifoOrder) {
   held_mutex h;
   std::vector<int> order;
   std::array<lock_probe, 5> probes;
-  std::stop_source src;  // never stopped
+  asyncband::stop_source src;  // never stopped
   for (int i = 0; i < 5; ++i) {
     probes[static_cast<std::size_t>(i)].id = i;
     probes[static_cast<std::size_t>(i)].order = &order;
@@ -675,7 +675,8 @@ TEST(Mutex, TurnsHoldingTheLockAcrossSuspensionsAreExclusiveAndServedInArrivalOr
     test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
     mutex<int> m(0);
     turn_log log;
-    for (int id = 0; id < kTurns; ++id) s.spawn(take_turn(s, m, id, 1 + id % 3, std::stop_token{}, log));
+    for (int id = 0; id < kTurns; ++id)
+      s.spawn(take_turn(s, m, id, 1 + id % 3, asyncband::stop_token{}, log));
     s.run();
     EXPECT_EQ(log.acquisitions, log.arrivals);
     EXPECT_EQ(log.acquisitions.size(), static_cast<std::size_t>(kTurns));
@@ -694,9 +695,9 @@ TEST(Mutex, CancelledTurnsLeaveTheOthersInArrivalOrder) {
     test_scheduler s(seed);
     mutex<int> m(0);
     turn_log log;
-    std::stop_source src;
+    asyncband::stop_source src;
     for (int id = 0; id < kTurns; ++id) {
-      const std::stop_token stop = id % 2 == 0 ? std::stop_token{} : src.get_token();
+      const asyncband::stop_token stop = id % 2 == 0 ? asyncband::stop_token{} : src.get_token();
       s.spawn(take_turn(s, m, id, 1 + id % 2, stop, log));
     }
     s.spawn(request_stop_later(s, src, static_cast<int>(seed % 7)));
@@ -788,7 +789,7 @@ TEST(MutexCancel, AlreadyStoppedTokenCancelsAtOnceWithoutLocking) {
     if (!locked) h.held.reset();
     already_stopped_token_cancels_at_once(h);
     EXPECT_EQ(h.m.is_locked(), locked);  // a free mutex was not taken
-    std::stop_source stopped;
+    asyncband::stop_source stopped;
     stopped.request_stop();
     EXPECT_TRUE(h.m.lock_blocking(stopped.get_token()).cancelled());
     EXPECT_EQ(h.m.is_locked(), locked);
@@ -841,7 +842,7 @@ TEST(MutexCancel, StopAfterTheLockerResumedChangesNothing) {
   mutex<int> m(0);
   auto holder = m.try_lock();
   turn_log log;
-  std::stop_source src;
+  asyncband::stop_source src;
   s.spawn(take_turn(s, m, 1, 2, src.get_token(), log));
   s.run();
   holder.reset();
@@ -902,7 +903,7 @@ TEST(MutexRace, StopAtPublishedOrBeforeArmCancelsWithoutSuspending) {
 TEST(MutexRace, OneStopCancellingAHandedWaiterAndAQueuedOneLeavesTheLockToThePlainOne) {
   test_scheduler s;
   held_mutex h;
-  std::stop_source src;
+  asyncband::stop_source src;
   lock_probe a;
   lock_probe b;
   lock_probe c;
@@ -986,7 +987,7 @@ TEST(MutexBlocking, LockBlockingAndLockTimeoutWhenFree) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(**r, 1);
   }
-  std::stop_source never;
+  asyncband::stop_source never;
   {
     auto r = m.lock_blocking(never.get_token());
     ASSERT_TRUE(r.ok());
@@ -1074,7 +1075,7 @@ TEST(MutexBlocking, LockBlockingWaitsForTheHolderOnAnotherThread) {
 TEST(MutexBlocking, ALockBlockingHandedTheLockAfterItsStopPassesItOn) {
   test_scheduler s;
   held_mutex h;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::latch queued(1);
   std::optional<wait_status> status;
   std::thread locker([&h, &stop, &queued, &status] {
@@ -1105,7 +1106,7 @@ TEST(MutexBlocking, BlockOnLocksFromAnotherThread) {
       auto g = block_on(h.m.lock());  // waits for the unlock below
       EXPECT_EQ(*g, 1);
     }
-    status = block_on(h.m.lock(std::stop_token{})).status();
+    status = block_on(h.m.lock(asyncband::stop_token{})).status();
     block_on(plain_waiter(h, p));  // a task without a scheduler, resumed inline
   });
   **h.held = 1;
@@ -1337,7 +1338,7 @@ TEST(MutexLastOneOut, UnlockIsTheGuardsLastAccess) {
   coroutine_row<mutex_guard_in_world, another_mutex>(
       "unlock", "ok",
       [](mutex_guard_in_world& w, another_mutex&) { w.held.emplace(std::move(*w.m.try_lock())); },
-      [](mutex_guard_in_world& w, std::stop_token) { return w.m.lock(); },
+      [](mutex_guard_in_world& w, asyncband::stop_token) { return w.m.lock(); },
       [](mutex_guard_in_world* w, another_mutex&) { w->held->unlock(); })
       .body();
 }
@@ -1347,7 +1348,7 @@ TEST(MutexLastOneOut, MoveAssignmentUnlocksAsItsLastAccess) {
   coroutine_row<mutex_guard_in_world, another_mutex>(
       "move_assigned", "ok",
       [](mutex_guard_in_world& w, another_mutex&) { w.held.emplace(std::move(*w.m.try_lock())); },
-      [](mutex_guard_in_world& w, std::stop_token) { return w.m.lock(); },
+      [](mutex_guard_in_world& w, asyncband::stop_token) { return w.m.lock(); },
       [](mutex_guard_in_world* w, another_mutex& k) { *w->held = std::move(*k.other.try_lock()); })
       .body();
 }

@@ -19,7 +19,6 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +29,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -67,9 +67,9 @@ struct script {
   manual_reset_event hold;
   run_log* log = nullptr;
   int runs = 0;
-  int ended = 0;          // ran to its end (failed or not)
-  int frames_gone = 0;    // its frame was destroyed (at its end, or destroyed mid-run)
-  std::stop_token token;  // what the run was called with
+  int ended = 0;                // ran to its end (failed or not)
+  int frames_gone = 0;          // its frame was destroyed (at its end, or destroyed mid-run)
+  asyncband::stop_token token;  // what the run was called with
 };
 
 /// In a run's frame: counts the frame's destruction, however it goes.
@@ -84,7 +84,7 @@ struct frame_watch {
   }
 };
 
-task<void> scripted_run(script& sc, std::stop_token token) {
+task<void> scripted_run(script& sc, asyncband::stop_token token) {
   ++sc.runs;
   sc.token = std::move(token);
   sc.log->order.push_back(sc.id);
@@ -97,7 +97,7 @@ task<void> scripted_run(script& sc, std::stop_token token) {
 
 /// The caller's f: takes the call's stop token, returns a task.
 auto initializer(script& sc) {
-  return [&sc](std::stop_token token) { return scripted_run(sc, std::move(token)); };
+  return [&sc](asyncband::stop_token token) { return scripted_run(sc, std::move(token)); };
 }
 
 /// A caller's record: a probe (resumed, status), plus the id of the init_failure it caught.
@@ -106,7 +106,7 @@ struct call_probe : probe {
 };
 
 /// One call_once with `sc` as its f (cancellable when given a token), recorded in `p`.
-task<void> call(once& o, script& sc, call_probe& p, std::optional<std::stop_token> token) {
+task<void> call(once& o, script& sc, call_probe& p, std::optional<asyncband::stop_token> token) {
   ++p.started;
   try {
     if (token) {
@@ -130,7 +130,7 @@ struct stage {
   run_log log;
   std::array<script, N> sc;
   std::array<call_probe, N> p;
-  std::array<std::stop_source, N> stop;
+  std::array<asyncband::stop_source, N> stop;
 
   stage() {
     for (std::size_t i = 0; i < N; ++i) {
@@ -138,7 +138,7 @@ struct stage {
       sc[i].log = &log;
     }
   }
-  std::optional<std::stop_token> token_of(std::size_t i, bool stoppable) {
+  std::optional<asyncband::stop_token> token_of(std::size_t i, bool stoppable) {
     if (!stoppable) return std::nullopt;
     return stop[i].get_token();
   }
@@ -231,7 +231,7 @@ TEST(Once, AFailedRunPassesToExactlyOneWaiterAndItsExceptionReachesOnlyItsCaller
   st.spawn(2, true);
   st.spawn(3);
   std::array<probe, 2> observers;
-  std::stop_source never;
+  asyncband::stop_source never;
   spawn_alternating_waiters(st.s, st.o, observers, never.get_token());
   st.s.run();
 
@@ -281,7 +281,7 @@ TEST(Once, WaitIsNotEndedByAFailedRunOnlyByASuccess) {
   st.sc[0].held = st.sc[0].fails = true;
   st.spawn(0);
   std::array<probe, 6> observers;
-  std::stop_source never;
+  asyncband::stop_source never;
   spawn_alternating_waiters(st.s, st.o, observers, never.get_token());
   st.s.run();
   st.sc[0].hold.set();
@@ -436,7 +436,7 @@ TEST(Once, AStopAfterTheCompletionClaimedABlockedCallerIsTooLate) {
   st.sc[0].held = true;
   st.spawn(0);
   st.s.run();
-  std::stop_source src;
+  asyncband::stop_source src;
   std::latch parked(1);
   std::optional<wait_status> status;
   int runs = 0;
@@ -519,7 +519,7 @@ TEST(Once, AStopDuringTheCallersOwnRunDoesNotInterruptIt) {
 
 TEST(Once, TheInitialiserReceivesTheCallersStopToken) {
   stage<6> st;
-  std::stop_source src;
+  asyncband::stop_source src;
   st.spawn(0);  // no token: f gets one that can never be stopped
   st.s.run();
   EXPECT_FALSE(st.sc[0].token.stop_possible());
@@ -538,10 +538,10 @@ TEST(Once, TheInitialiserReceivesTheCallersStopToken) {
   EXPECT_TRUE(timeout.call_once_timeout(initializer(st.sc[4]), 1h).ok());
   EXPECT_FALSE(st.sc[4].token.stop_possible());
   once plain_function;  // a plain function taking the token, in the coroutine form
-  std::stop_token seen;
-  EXPECT_TRUE(
-      block_on(plain_function.call_once([&seen](std::stop_token t) { seen = std::move(t); }, src.get_token()))
-          .ok());
+  asyncband::stop_token seen;
+  EXPECT_TRUE(block_on(plain_function.call_once([&seen](asyncband::stop_token t) { seen = std::move(t); },
+                                                src.get_token()))
+                  .ok());
   EXPECT_EQ(seen, src.get_token());
 }
 
@@ -777,7 +777,7 @@ TEST(Once, CallOnceTimeoutTimesOutWhileAnotherThreadRuns) {
 
 TEST(Once, CallOnceBlockingWithAStopToken) {
   once o;
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   bool ran = false;
   const auto mine = [&ran] { ran = true; };
@@ -793,13 +793,13 @@ TEST(Once, CallOnceBlockingWithAStopToken) {
     });
   });
   running.wait();
-  std::stop_source src;
+  asyncband::stop_source src;
   std::thread stopper([&src] { src.request_stop(); });
   EXPECT_TRUE(o.call_once_blocking(mine, src.get_token()).cancelled());  // before or while waiting
   stopper.join();
   proceed.count_down();
   runner.join();
-  std::stop_source unused;
+  asyncband::stop_source unused;
   EXPECT_TRUE(o.call_once_blocking(mine, unused.get_token()).ok());
   EXPECT_FALSE(ran);
 }
@@ -832,7 +832,7 @@ TEST(Once, ABlockedCallerStoppedAfterTheRunCameToItPassesTheRunOn) {
   st.sc[0].held = st.sc[0].fails = true;
   st.spawn(0);
   st.s.run();
-  std::stop_source src;
+  asyncband::stop_source src;
   std::latch parked(1);
   std::optional<wait_status> status;
   std::thread blocked([&] {
@@ -1082,7 +1082,7 @@ std::vector<lifetime::row> once_rows() {
   using lifetime::coroutine_row;
   using W = once_world;
   using K = once_waker;
-  using std::stop_token;
+  using asyncband::stop_token;
   const auto wait = [](W& w, stop_token) { return w.o.wait(); };
   const auto wait_stoppable = [](W& w, stop_token t) { return w.o.wait(std::move(t)); };
   const auto call = [](W& w, stop_token) { return w.o.call_once([] {}); };
@@ -1103,7 +1103,7 @@ std::vector<lifetime::row> once_rows() {
   for (const int n : {3, 20}) {
     rows.push_back(lifetime::crowd_row<W, K>("once_run_completes_crowd_" + std::to_string(n), n, "ok",
                                              hold_the_run{}, call, wait,
-                                             [](W* w, K& k, std::stop_source&) { end_the_run(w, k); }));
+                                             [](W* w, K& k, asyncband::stop_source&) { end_the_run(w, k); }));
   }
   rows.push_back(lifetime::thread_row<W, K>(
       "once_run_completes_blocked_caller", "ok", hold_the_run{},
@@ -1149,7 +1149,7 @@ struct once_stress_round {
   std::atomic<int> thrown{0};
   std::atomic<int> cancelled{0};
   std::atomic<int> bad{0};
-  std::stop_source stop;
+  asyncband::stop_source stop;
   wait_tally waits;  // the observers'
   completion finished;
 

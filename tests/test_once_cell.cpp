@@ -20,7 +20,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -38,6 +37,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/count_scope.hpp"
 #include "support/destroyed_with_waiters.hpp"
@@ -219,7 +219,7 @@ struct cell_probe : probe {
 
 enum class form { init, init_stoppable, try_init };
 
-task<void> cell_caller(cell& c, cell_script& sc, cell_probe& p, form how, std::stop_token token) {
+task<void> cell_caller(cell& c, cell_script& sc, cell_probe& p, form how, asyncband::stop_token token) {
   ++p.started;
   try {
     switch (how) {
@@ -265,7 +265,7 @@ struct cell_stage {
   std::vector<int> order;
   std::array<cell_script, N> sc;
   std::array<cell_probe, N> p;
-  std::array<std::stop_source, N> stop;
+  std::array<asyncband::stop_source, N> stop;
 
   cell_stage() {
     counted::forget_addresses();
@@ -349,7 +349,7 @@ TEST(OnceCell, EveryCallerAndEveryFormGetsTheSameValueAtTheSameAddress) {
   st.spawn(1, form::init_stoppable);
   st.spawn(2, form::try_init);
   std::array<cell_probe, 2> observers;
-  std::stop_source never;
+  asyncband::stop_source never;
   spawn_alternating_waiters(st.s, st.c, observers, never.get_token());
   st.s.run();
   const counted* blocked_got = nullptr;
@@ -374,7 +374,7 @@ TEST(OnceCell, EveryCallerAndEveryFormGetsTheSameValueAtTheSameAddress) {
 
   // Every form on the initialised cell: nothing runs, nothing is made, the same address.
   const constructions before;
-  std::stop_source src;
+  asyncband::stop_source src;
   EXPECT_EQ(&block_on(st.c.get_or_init(never_runs)), at);
   EXPECT_EQ(&*block_on(st.c.get_or_init(never_runs, src.get_token())), at);
   EXPECT_EQ(&block_on(st.c.get_or_try_init(try_of(st.sc[1]))).value(), at);
@@ -572,7 +572,7 @@ TEST(OnceCell, BlockingFailuresLeaveTheCellEmpty) {
   cell c;
   EXPECT_THROW((void)c.get_or_init_blocking([] { return -1; }), bad_value);
   EXPECT_THROW((void)c.get_or_init_blocking([]() -> int { throw init_failure{1}; }), init_failure);
-  std::stop_source src;
+  asyncband::stop_source src;
   EXPECT_THROW((void)c.get_or_init_blocking([]() -> task<int> { co_return -1; }, src.get_token()), bad_value);
   EXPECT_EQ(c.get(), nullptr);
   EXPECT_EQ(scope.values(), 0);  // nothing was left half-made
@@ -622,7 +622,7 @@ TEST(OnceCell, SetFirstMakesEveryCallYieldItWithoutRunning) {
 TEST(OnceCell, SetCompletesTheWaitsOnAnEmptyCell) {
   cell_stage<1> st;
   std::array<cell_probe, 4> observers;
-  std::stop_source never;
+  asyncband::stop_source never;
   spawn_alternating_waiters(st.s, st.c, observers, never.get_token());
   st.s.run();
   for (const auto& o : observers) expect_waiting(o);
@@ -707,7 +707,7 @@ TEST(OnceCellWait, BlockingFormsYieldTheValue) {
   const count_scope scope;
   cell c;
   EXPECT_TRUE(c.wait_timeout(0ms).timed_out());
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(c.wait_blocking(stopped.get_token()).cancelled());
   const counted* got = nullptr;
@@ -827,7 +827,7 @@ TEST(OnceCell, TheTimeoutAndStopFormsEndWhileAnotherThreadInitialises) {
   EXPECT_TRUE(c.get_or_init_timeout(mine, 0ms).timed_out());
   EXPECT_TRUE(
       c.get_or_try_init_timeout([] { return init_result<int, int>::with_value(2); }, 0ms).timed_out());
-  std::stop_source src;
+  asyncband::stop_source src;
   std::thread stopper([&src] { src.request_stop(); });
   EXPECT_TRUE(c.get_or_init_blocking(mine, src.get_token()).cancelled());  // before or while waiting
   stopper.join();
@@ -928,7 +928,7 @@ std::vector<lifetime::row> cell_rows() {
   using lifetime::coroutine_row;
   using W = cell_world;
   using K = cell_waker;
-  using std::stop_token;
+  using asyncband::stop_token;
   const auto set = [](W* w, K& /*unused*/) { (void)w->c.set("set"); };
   const auto release = [](W* /*unused*/, K& k) { k.release.set(); };
   const auto wait = [](W& w, stop_token) { return w.c.wait(); };
@@ -951,10 +951,10 @@ std::vector<lifetime::row> cell_rows() {
   rows.push_back(coroutine_row<W, K>("once_cell_exception_hands_the_waiter_its_run", "ok",
                                      hold_the_cell_run{ending::throws}, init, release));
   rows.push_back(lifetime::crowd_row<W, K>("once_cell_set_completes_crowd", 20, "ok", none, wait_stoppable,
-                                           wait, [set](W* w, K& k, std::stop_source&) { set(w, k); }));
-  rows.push_back(lifetime::crowd_row<W, K>("once_cell_run_completes_crowd", 20, "ok", hold_the_cell_run{},
-                                           init_stoppable, wait,
-                                           [release](W* w, K& k, std::stop_source&) { release(w, k); }));
+                                           wait, [set](W* w, K& k, asyncband::stop_source&) { set(w, k); }));
+  rows.push_back(lifetime::crowd_row<W, K>(
+      "once_cell_run_completes_crowd", 20, "ok", hold_the_cell_run{}, init_stoppable, wait,
+      [release](W* w, K& k, asyncband::stop_source&) { release(w, k); }));
   rows.push_back(lifetime::thread_row<W, K>(
       "once_cell_set_completes_blocked_wait", "ok", none,
       [](W& w, stop_token t) { return w.c.wait_blocking(std::move(t)); }, set));
@@ -1011,7 +1011,7 @@ struct cell_stress_round {
   std::atomic<int> failed{0};  // own exception or own error
   std::atomic<int> cancelled{0};
   std::atomic<int> bad{0};
-  std::stop_source stop;
+  asyncband::stop_source stop;
   wait_tally waits;
   completion finished;
 

@@ -15,7 +15,6 @@
 #include <latch>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,6 +24,7 @@
 #include "asyncband/manual_reset_event.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/once_calls.hpp"
 #include "support/probe.hpp"
@@ -77,7 +77,7 @@ task<void> computing(map& m, int key, F f, call_probe& p) {
 }
 /// The same with a stop token.
 template <class F>
-task<void> computing(map& m, int key, F f, std::stop_token stop, call_probe& p) {
+task<void> computing(map& m, int key, F f, asyncband::stop_token stop, call_probe& p) {
   return caller([&m, key, f, stop] { return m.compute(key, f, stop); }, p);
 }
 /// A coroutine try-computing `key` with `f` (a fallible_int initialiser).
@@ -87,7 +87,7 @@ task<void> trying(map& m, int key, F f, call_probe& p) {
 }
 /// The same with a stop token.
 template <class F>
-task<void> trying(map& m, int key, F f, std::stop_token stop, call_probe& p) {
+task<void> trying(map& m, int key, F f, asyncband::stop_token stop, call_probe& p) {
   return caller([&m, key, f, stop] { return m.try_compute(key, f, stop); }, p);
 }
 
@@ -182,7 +182,7 @@ TEST(OnceMap, EveryCallerOfAKeyGetsTheValueOfOneRun) {
   map m;
   run_log log;
   manual_reset_event release;
-  std::stop_source never;
+  asyncband::stop_source never;
   std::array<call_probe, 5> p;
   s.spawn(computing(m, 1, scripted<>{&log, 1, &release}, p[0]));
   s.spawn(computing(m, 1, scripted<>{&log, 2}, p[1]));
@@ -389,7 +389,7 @@ TEST(OnceMap, AfterEveryCallerFailedTheKeyHasNoValueAndTheNextComputeRuns) {
 TEST(OnceMapCancel, ACancelledComputeResumesOnceCancelledAndLeavesTheRunAlone) {
   test_scheduler s;
   held h;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   call_probe cancelled;
   call_probe other;
   s.spawn(caller([&] { return h.wait(stop.get_token()); }, cancelled));
@@ -415,7 +415,7 @@ TEST(OnceMapCancel, AStopRequestedDuringItsOwnRunDoesNotInterruptIt) {
   map m;
   run_log log;
   manual_reset_event release;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::array<call_probe, 2> p;
   s.spawn(computing(m, 1, scripted<>{&log, 1, &release}, stop.get_token(), p[0]));
   s.spawn(computing(m, 1, scripted<>{&log, 2}, p[1]));
@@ -432,7 +432,7 @@ TEST(OnceMapCancel, AStopRequestedDuringItsOwnRunDoesNotInterruptIt) {
 TEST(OnceMapCancel, ARunHandedToAWaiterWhoseStopIsRequestedPassesOn) {
   test_scheduler s;
   held h;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   call_probe stopped;
   call_probe next;
   s.spawn(caller([&] { return h.wait(stop.get_token()); }, stopped));
@@ -451,7 +451,7 @@ TEST(OnceMapCancel, ARunHandedToAWaiterWhoseStopIsRequestedPassesOn) {
 TEST(OnceMapCancel, AlreadyStoppedTokenCancelsAtOnce) {
   held h;
   already_stopped_token_cancels_at_once(h);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(h.primitive.compute_blocking(held::key, h.waiter_init(), stopped.get_token()).cancelled());
   EXPECT_TRUE(h.primitive.compute_blocking(2, h.waiter_init(), stopped.get_token()).cancelled());

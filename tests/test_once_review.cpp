@@ -15,12 +15,12 @@
 #include <asyncband/once.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/singleflight.hpp>
+#include <asyncband/stop_token.hpp>
 #include <cstddef>
 #include <functional>
 #include <new>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 namespace {
@@ -148,7 +148,7 @@ TEST(test_once_review, SingleflightFailedLeaderDoesNotTouchTheGroupAfterPassingT
 TEST(test_once_review, CallerDestroyedMidRunDropsItsStopCallbackBeforePassingTheRunOn) {
   sealed_box<asyncband::once> box;
   asyncband::once* const o = box.get();
-  std::stop_source shared_stop;  // one source for the whole service, say
+  asyncband::stop_source shared_stop;  // one source for the whole service, say
   asyncband::manual_reset_event first_go;
   asyncband::manual_reset_event never;
   const auto failing = [&first_go]() -> task<void> {
@@ -198,7 +198,7 @@ TEST(test_once_review, CallerDestroyedMidRunDropsItsStopCallbackBeforePassingThe
 TEST(test_once_review, RunnerDropsItsStopCallbackBeforeItsRunCompletesTheOnce) {
   sealed_box<asyncband::once> box;
   asyncband::once* const o = box.get();
-  std::stop_source shared_stop;
+  asyncband::stop_source shared_stop;
   asyncband::manual_reset_event first_go;
   asyncband::manual_reset_event second_go;
   const auto failing = [&first_go]() -> task<void> {

@@ -23,7 +23,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -33,6 +32,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/count_scope.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/lifetime.hpp"
@@ -175,7 +175,7 @@ task<void> receive(oneshot::receiver<T>& rx, recv_probe<T>& p) {
 
 /// `co_await rx.recv(token)`, recorded in `p`.
 template <class T>
-task<void> receive_until_stopped(oneshot::receiver<T>& rx, std::stop_token token, recv_probe<T>& p) {
+task<void> receive_until_stopped(oneshot::receiver<T>& rx, asyncband::stop_token token, recv_probe<T>& p) {
   ++p.started;
   auto r = co_await rx.recv(std::move(token));
   record(p, r);
@@ -183,8 +183,8 @@ task<void> receive_until_stopped(oneshot::receiver<T>& rx, std::stop_token token
 
 /// Starts a plain or a cancellable receive of `rx` on `s` (detached).
 template <class T>
-void spawn_receive(test_scheduler& s, oneshot::receiver<T>& rx, bool stoppable, const std::stop_source& stop,
-                   recv_probe<T>& p) {
+void spawn_receive(test_scheduler& s, oneshot::receiver<T>& rx, bool stoppable,
+                   const asyncband::stop_source& stop, recv_probe<T>& p) {
   if (stoppable) {
     s.spawn(receive_until_stopped(rx, stop.get_token(), p));
   } else {
@@ -216,7 +216,7 @@ task<void> recv_into(oneshot::receiver<T>& rx, std::optional<result<T>>& out) {
 /// Receives once with `form` (task_on_scheduler only when the outcome is already decided).
 template <class T>
 result<T> recv_by(recv_form form, oneshot::receiver<T>& rx) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (form) {
     case recv_form::await:
       return block_on(rx.recv());
@@ -332,7 +332,7 @@ TEST(Oneshot, RecvBeforeSendSuspendsAndSendResumesItOnceOnItsScheduler) {
     count_scope counts;
     auto c = make_channel<counted>();
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<counted> p;
     spawn_receive(s, c.rx, stoppable, stop, p);
     EXPECT_EQ(s.run(), 1U);
@@ -466,7 +466,7 @@ TEST(Oneshot, SenderDroppedWhileARecvIsSuspendedResumesItOnceClosed) {
     SCOPED_TRACE(stoppable);
     auto c = make_channel<int>();
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<int> p;
     spawn_receive(s, c.rx, stoppable, stop, p);
     s.run();
@@ -627,7 +627,7 @@ TEST(Oneshot, SendAfterSendThrowsLogicErrorAndChangesNothing) {
 TEST(Oneshot, UsingAMovedFromReceiverThrowsLogicError) {
   auto c = make_channel<int>();
   oneshot::receiver<int> rx(std::move(c.rx));
-  std::stop_source stop;
+  asyncband::stop_source stop;
   EXPECT_THROW(static_cast<void>(c.rx.try_recv()), std::logic_error);
   EXPECT_THROW(static_cast<void>(c.rx.recv()), std::logic_error);
   EXPECT_THROW(static_cast<void>(c.rx.recv(stop.get_token())), std::logic_error);
@@ -682,7 +682,7 @@ TEST(Oneshot, StatusQueriesAtEachStage) {
   {  // a receive cancelled or timed out leaves every query as it was
     auto c = make_channel<int>();
     EXPECT_TRUE(c.rx.recv_timeout(0ms).timed_out());
-    std::stop_source stop;
+    asyncband::stop_source stop;
     stop.request_stop();
     EXPECT_TRUE(c.rx.recv_blocking(stop.get_token()).cancelled());
     EXPECT_FALSE(c.tx.is_closed());
@@ -699,7 +699,7 @@ TEST(Oneshot, StatusQueriesAtEachStage) {
 TEST(OneshotCancel, AlreadyStoppedTokenCancelsAtOnceAndLeavesTheValue) {
   auto c = make_channel<int>();
   ASSERT_TRUE(c.tx.send(3).ok());
-  std::stop_source stop;
+  asyncband::stop_source stop;
   stop.request_stop();
   EXPECT_TRUE(block_on(c.rx.recv(stop.get_token())).cancelled());
   EXPECT_TRUE(c.rx.recv_blocking(stop.get_token()).cancelled());
@@ -716,7 +716,7 @@ TEST(OneshotCancel, StopWhileSuspendedCancelsAndTheValueSentAfterwardsGoesToTheN
   count_scope counts;
   auto c = make_channel<counted>();
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<counted> cancelled;
   s.spawn(receive_until_stopped(c.rx, stop.get_token(), cancelled));
   s.run();
@@ -743,7 +743,7 @@ TEST(OneshotCancel, StopWhileSuspendedCancelsAndTheValueSentAfterwardsGoesToTheN
 TEST(OneshotCancel, StopAfterTheSendResolvedTheRecvIsTooLate) {
   auto c = make_channel<int>();
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> p;
   s.spawn(receive_until_stopped(c.rx, stop.get_token(), p));
   s.run();
@@ -770,7 +770,7 @@ TEST(OneshotCancel, BlockingRecvCancelledFromAnotherThreadTakesNothing) {
   for (const bool use_block_on : {false, true}) {
     SCOPED_TRACE(use_block_on);
     auto c = make_channel<int>();
-    std::stop_source stop;
+    asyncband::stop_source stop;
     std::optional<wait_status> status;
     std::thread receiver([&] {
       status = use_block_on ? block_on(c.rx.recv(stop.get_token())).status()
@@ -787,7 +787,7 @@ TEST(OneshotCancel, BlockingRecvCancelledFromAnotherThreadTakesNothing) {
 
 /// A pool task's cancellable receive and, if it was cancelled, a second, plain one.
 struct pool_cancel {
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::latch about_to_wait{1};
   std::latch done{1};
   std::optional<wait_status> first;
@@ -845,7 +845,7 @@ TEST(OneshotDestroy, DestroyingASuspendedRecvTakesNothingAndTheValueRemains) {
     count_scope counts;
     auto c = make_channel<counted>();
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<counted> doomed;
     auto t = stoppable ? receive_until_stopped(c.rx, stop.get_token(), doomed) : receive(c.rx, doomed);
     start_on(s, t);
@@ -990,7 +990,7 @@ TEST(OneshotRace, SendBeforeSuspensionCompletesTheRecvWithoutSuspending) {
       SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
       auto c = make_channel<int>();
       test_scheduler s;
-      std::stop_source stop;
+      asyncband::stop_source stop;
       recv_probe<int> p;
       s.at(point, [&c] { EXPECT_TRUE(c.tx.send(10).ok()); });
       spawn_receive(s, c.rx, stoppable, stop, p);
@@ -1014,7 +1014,7 @@ TEST(OneshotRace, SenderDroppedBeforeSuspensionEndsTheRecvClosedWithoutSuspendin
       SCOPED_TRACE(testing::Message() << "point " << static_cast<int>(point) << ", stoppable " << stoppable);
       auto c = make_channel<int>();
       test_scheduler s;
-      std::stop_source stop;
+      asyncband::stop_source stop;
       recv_probe<int> p;
       s.at(point, [&c] { drop(c.tx); });
       spawn_receive(s, c.rx, stoppable, stop, p);
@@ -1058,7 +1058,7 @@ TEST(OneshotRace, StopBeforeSuspensionCancelsAndTheValueStays) {
     SCOPED_TRACE(static_cast<int>(point));
     auto c = make_channel<int>();
     test_scheduler s;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     recv_probe<int> p;
     s.at(point, [&stop] { stop.request_stop(); });
     s.spawn(receive_until_stopped(c.rx, stop.get_token(), p));
@@ -1078,7 +1078,7 @@ TEST(OneshotRace, CancelWinsSendAtClaimedForCancelKeepsTheValueForTheNextRecv) {
   count_scope counts;
   auto c = make_channel<counted>();
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<counted> p;
   s.spawn(receive_until_stopped(c.rx, stop.get_token(), p));
   s.run();
@@ -1108,7 +1108,7 @@ TEST(OneshotRace, SendWinsStopAtClaimedForWakeIsOkAndResumedOnce) {
   count_scope counts;
   auto c = make_channel<counted>();
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<counted> p;
   s.spawn(receive_until_stopped(c.rx, stop.get_token(), p));
   s.run();
@@ -1129,7 +1129,7 @@ TEST(OneshotRace, SendWinsStopAtClaimedForWakeIsOkAndResumedOnce) {
 TEST(OneshotRace, SenderDroppedAtClaimedForCancel) {
   auto c = make_channel<int>();
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   recv_probe<int> p;
   s.spawn(receive_until_stopped(c.rx, stop.get_token(), p));
   s.run();
@@ -1235,7 +1235,7 @@ TEST(OneshotLifetime, AReceiverResumedInlineInsideSendMayDestroyTheReceiverBefor
 // receiver closed); every payload is destroyed once.
 struct seeded_case {
   chan<counted> c = make_channel<counted>();
-  std::stop_source stop;
+  asyncband::stop_source stop;
   enum class sent { nothing, ok, handed_back, dropped, bad } outcome = sent::nothing;
 };
 
@@ -1271,7 +1271,7 @@ task<void> seeded_sender(test_scheduler& s, seeded_case& k, int mode, int id) {
   }
 }
 
-task<void> seeded_stopper(test_scheduler& s, std::stop_source& stop, int hops) {
+task<void> seeded_stopper(test_scheduler& s, asyncband::stop_source& stop, int hops) {
   for (int i = 0; i < hops; ++i) co_await s.schedule();
   stop.request_stop();
 }
@@ -1610,7 +1610,7 @@ TEST(OneshotLastOneOut, SenderMoveAssignmentLeavesAsItsLastAccess) {
   using namespace asyncband_test::lifetime;
   coroutine_row<oneshot_pair, another_oneshot>(
       "move_assigned", "closed", no_setup{},
-      [](oneshot_pair& w, std::stop_token) { return w.ch.second.recv(); },
+      [](oneshot_pair& w, asyncband::stop_token) { return w.ch.second.recv(); },
       [](oneshot_pair* w, another_oneshot& k) { w->ch.first = std::move(k.other.ch.first); })
       .body();
 }

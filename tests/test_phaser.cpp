@@ -24,7 +24,6 @@
 #include <optional>
 #include <ostream>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -35,6 +34,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
@@ -135,7 +135,7 @@ task<void> participant_wait(phaser_participant& p, outcome& out) {
   out.record(r);
 }
 
-task<void> participant_wait_until(phaser_participant& p, std::stop_token token, outcome& out) {
+task<void> participant_wait_until(phaser_participant& p, asyncband::stop_token token, outcome& out) {
   ++out.started;
   const phase_result r = co_await p.wait(std::move(token));
   out.record(r);
@@ -154,7 +154,7 @@ task<void> observer_wait(phaser& ph, phase_id observed, outcome& out) {
   out.record(r);
 }
 
-task<void> observer_wait_until(phaser& ph, phase_id observed, std::stop_token token, outcome& out) {
+task<void> observer_wait_until(phaser& ph, phase_id observed, asyncband::stop_token token, outcome& out) {
   ++out.started;
   const phase_result r = co_await ph.wait(observed, std::move(token));
   out.record(r);
@@ -219,7 +219,7 @@ const char* form_name(wait_form f) {
 
 /// A participant's wait in form `f`; the timeout form with `timeout`.
 phase_result wait_in(phaser_participant& p, wait_form f, std::chrono::nanoseconds timeout = 0ns) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (f) {
     case wait_form::await:
       return asyncband::block_on(p.wait());
@@ -237,7 +237,7 @@ phase_result wait_in(phaser_participant& p, wait_form f, std::chrono::nanosecond
 
 /// An observer's wait in form `f`; the timeout form with `timeout`.
 phase_result observe_in(phaser& ph, phase_id observed, wait_form f, std::chrono::nanoseconds timeout = 0ns) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (f) {
     case wait_form::await:
       return asyncband::block_on(ph.wait(observed));
@@ -723,7 +723,7 @@ TEST(Phaser, UsingAnEmptyParticipantThrowsLogicError) {
   phaser_participant keeper(std::move(a));              // a: moved from
   EXPECT_TRUE(is_phase(b.arrive_and_deregister(), 0));  // b: deregistered
   EXPECT_TRUE(state_is(*ph, 0, 2, 2));
-  std::stop_source never;
+  asyncband::stop_source never;
   for (phaser_participant* empty : {&a, &b}) {
     EXPECT_FALSE(static_cast<bool>(*empty));
     EXPECT_EQ(empty->phaser(), nullptr);
@@ -908,7 +908,7 @@ TEST(PhaserObserver, AWaitOnTheCurrentPhaseWaitsForTheAdvanceAndYieldsTheNewPhas
   const auto ph = phaser::create();
   auto a = join(*ph);
   auto b = join(*ph);
-  std::stop_source never;
+  asyncband::stop_source never;
   outcome plain, stoppable;
   auto t1 = observer_wait(*ph, phase_id(0), plain);
   auto t2 = observer_wait_until(*ph, phase_id(0), never.get_token(), stoppable);
@@ -961,12 +961,12 @@ TEST(PhaserObserver, ACancelledObserverResumesOnceAndTheAdvanceFindsNothingToWak
   test_scheduler s;
   const auto ph = phaser::create();
   auto a = join(*ph);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(ph->wait_blocking(phase_id(0), stopped.get_token()).cancelled());
   EXPECT_TRUE(asyncband::block_on(ph->wait(phase_id(0), stopped.get_token())).cancelled());
 
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome out;
   auto t = observer_wait_until(*ph, phase_id(0), src.get_token(), out);
   start_on(s, t);
@@ -990,7 +990,7 @@ TEST(PhaserClose, WaitersOfTheUnfinishedPhaseEndClosed) {
   auto a = join(*ph);
   auto b = join(*ph);
   auto c = join(*ph);  // never arrives
-  std::stop_source never;
+  asyncband::stop_source never;
   outcome wa, wb, o1, o2;
   auto ta = participant_wait(a, wa);
   auto tb = participant_wait_until(b, never.get_token(), wb);
@@ -1107,7 +1107,7 @@ TEST(PhaserClose, LaterRegistrationsAndArrivalsReportClosed) {
 /// A participant that waits `phases` times (alternating plain and cancellable waits) and logs the
 /// phases its waits yielded.
 task<void> run_phases(phaser_participant& p, int phases, std::vector<std::uint64_t>& log) {
-  std::stop_source never;
+  asyncband::stop_source never;
   for (int k = 0; k < phases; ++k) {
     phase_result r = wait_status::closed;
     if (k % 2 == 0) {
@@ -1180,7 +1180,7 @@ TEST(PhaserCancel, AStopWhileWaitingKeepsTheArrivalAndTheNextWaitWaitsForTheSame
   const auto ph = phaser::create();
   auto a = join(*ph);
   auto b = join(*ph);
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome first, retry;
   auto t1 = participant_wait_until(a, src.get_token(), first);
   start_on(s, t1);
@@ -1211,7 +1211,7 @@ TEST(PhaserCancel, ARetryAfterThePhaseCompletedReportsItAtOnceInEveryForm) {
     const auto ph = phaser::create();
     auto a = join(*ph);
     auto b = join(*ph);
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome first;
     auto t = participant_wait_until(a, src.get_token(), first);
     start_on(s, t);
@@ -1231,7 +1231,7 @@ TEST(PhaserCancel, AWaitWithAnAlreadyStoppedTokenDoesNotArrive) {
   const auto ph = phaser::create();
   auto a = join(*ph);
   auto b = join(*ph);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(a.wait_blocking(stopped.get_token()).cancelled());
   EXPECT_TRUE(asyncband::block_on(a.wait(stopped.get_token())).cancelled());
@@ -1254,7 +1254,7 @@ TEST(PhaserCancel, DestroyingASuspendedWaitKeepsTheArrivalAndUnlinksTheNode) {
   auto b = join(*ph);
   auto c = join(*ph);
   auto d = join(*ph);
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome doomed_plain, doomed_stoppable, survivor;
   auto t_plain = participant_wait(a, doomed_plain);
   auto t_survivor = participant_wait(c, survivor);
@@ -1320,7 +1320,7 @@ TEST(PhaserCancel, ABlockingWaitStoppedFromAnotherThreadKeepsTheArrival) {
   const auto ph = phaser::create();
   auto a = join(*ph);
   auto b = join(*ph);
-  std::stop_source src;
+  asyncband::stop_source src;
   std::latch published(1);
   std::optional<phase_result> r;
   std::thread waiter([&] {
@@ -1342,7 +1342,7 @@ TEST(PhaserCancel, ABlockingWaitStoppedFromAnotherThreadKeepsTheArrival) {
 TEST(PhaserCancel, ABlockingObserverStoppedFromAnotherThreadEndsCancelled) {
   const auto ph = phaser::create();
   auto a = join(*ph);
-  std::stop_source src;
+  asyncband::stop_source src;
   std::latch published(1);
   std::optional<phase_result> r;
   std::thread observer([&] {
@@ -1364,7 +1364,7 @@ TEST(PhaserCancel, AStopDuringPublicationCancelsWithoutSuspendingAndKeepsTheArri
     const auto ph = phaser::create();
     auto a = join(*ph);
     auto b = join(*ph);
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome out;
     s.at(point, [&] { src.request_stop(); });
     auto t = participant_wait_until(a, src.get_token(), out);
@@ -1561,7 +1561,7 @@ TEST(PhaserRace, ACancellationThatUnlinkedTheWaiterBeforeTheFinalArrivalWins) {
   const auto ph = phaser::create();
   auto a = join(*ph);
   auto b = join(*ph);
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome wa;
   auto ta = participant_wait_until(a, src.get_token(), wa);
   start_on(s, ta);
@@ -1590,7 +1590,7 @@ TEST(PhaserRace, AFinalArrivalThatClaimedTheWaiterBeforeTheStopWins) {
     const auto ph = phaser::create();
     auto a = join(*ph);
     auto b = join(*ph);
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome w;
     auto t = observer ? observer_wait_until(*ph, phase_id(0), src.get_token(), w)
                       : participant_wait_until(a, src.get_token(), w);
@@ -1622,7 +1622,7 @@ TEST_P(PhaserFinalArrivalAt, AWaiterResolvedBeforeItArmsContinuesOnce) {
     const auto ph = phaser::create();
     auto a = join(*ph);
     auto b = join(*ph);
-    std::stop_source src;  // never stopped
+    asyncband::stop_source src;  // never stopped
     outcome w;
     task<void> t;
     if (observer) {
@@ -1799,13 +1799,13 @@ TEST_P(PhaserWaitAfterAnArrivalRace, TheFinalArrivalBetweenTheCheckAndTheLockDoe
   const auto ph = phaser::create();
   auto a = join(*ph);
   auto b = join(*ph);
-  std::stop_source never;
+  asyncband::stop_source never;
   outcome cancelled, out;
   task<void> first;
   if (earlier == earlier_arrival::by_arrive) {
     EXPECT_TRUE(is_phase(a.arrive(), 0));
   } else {
-    std::stop_source src;
+    asyncband::stop_source src;
     first = participant_wait_until(a, src.get_token(), cancelled);
     start_on(s, first);
     s.run();
@@ -2397,7 +2397,7 @@ constexpr auto kRoundsTime = 500ms;
 
 /// a's wait with `token` on the pool; a cancelled wait is retried without a token (it must then
 /// report phase 0's completion, without arriving again).
-task<void> pool_wait_then_retry(thread_pool& pool, phaser_participant& a, std::stop_token token,
+task<void> pool_wait_then_retry(thread_pool& pool, phaser_participant& a, asyncband::stop_token token,
                                 outcome& first, outcome& retry) {
   co_await pool.schedule();
   const phase_result r = co_await a.wait(std::move(token));
@@ -2426,7 +2426,7 @@ TEST(PhaserStress, StopRacesTheFinalArrival) {
     const auto ph = phaser::create();
     auto a = join(*ph);
     auto b = join(*ph);
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome first, retry, arrival;
     completion others(2);
     completion waiter(1);
@@ -2479,7 +2479,7 @@ TEST(PhaserStress, CloseRacesTheFinalArrival) {
     const auto ph = phaser::create();
     auto a = join(*ph);
     auto b = join(*ph);
-    std::stop_source never;
+    asyncband::stop_source never;
     outcome wa, arrival;
     completion done(3);
     if (round % 2 == 0) {
@@ -2662,7 +2662,7 @@ TEST(PhaserLastOneOut, MoveAssigningTheLastParticipantLetsTheObserverDestroyIt) 
   using namespace asyncband_test::lifetime;
   coroutine_row<observed_participant, elsewhere>(
       "participant_move_assigned", "ok", no_setup{},
-      [](observed_participant& w, std::stop_token) { return w.ph->wait(asyncband::phase_id{}); },
+      [](observed_participant& w, asyncband::stop_token) { return w.ph->wait(asyncband::phase_id{}); },
       [](observed_participant* w, elsewhere& k) { w->p = std::move(*k.ph->enroll()); })
       .body();
 }
@@ -2671,7 +2671,7 @@ TEST(PhaserLastOneOut, MoveAssigningTheLastBatchLetsTheObserverDestroyIt) {
   using namespace asyncband_test::lifetime;
   coroutine_row<observed_batch, elsewhere>(
       "batch_move_assigned", "ok", no_setup{},
-      [](observed_batch& w, std::stop_token) { return w.ph->wait(asyncband::phase_id{}); },
+      [](observed_batch& w, asyncband::stop_token) { return w.ph->wait(asyncband::phase_id{}); },
       [](observed_batch* w, elsewhere& k) { w->batch = std::move(*k.ph->enroll(1)); })
       .body();
 }
@@ -2729,7 +2729,7 @@ enum class final_wait_form { co_await_plain, co_await_stop, blocking, blocking_s
 
 task<void> await_as_worker(phaser_participant& worker, final_wait_form form,
                            std::optional<phase_result>& out) {
-  std::stop_source never;
+  asyncband::stop_source never;
   if (form == final_wait_form::co_await_plain) {
     out.emplace(co_await worker.wait());
   } else {
@@ -2738,7 +2738,7 @@ task<void> await_as_worker(phaser_participant& worker, final_wait_form form,
 }
 
 phase_result wait_as_worker(phaser_participant& worker, final_wait_form form) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (form) {
     case final_wait_form::blocking:
       return worker.wait_blocking();

@@ -23,6 +23,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/semaphore.hpp>
+#include <asyncband/stop_token.hpp>
 #include <asyncband/watch.hpp>
 #include <atomic>
 #include <condition_variable>
@@ -36,7 +37,6 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <stop_token>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -301,7 +301,7 @@ TEST(ResumeOn, SemaphoreAcquireContinuesOnThePool) {
 
 TEST(ResumeOn, ACancelledWaitContinuesOnThePoolToo) {
   ab::manual_reset_event ev;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   landing out;
   four_waiters_on_plain_pool([&](int) { return ev.wait(stop.get_token()); }, [&stop] { stop.request_stop(); },
                              true, out);
@@ -341,7 +341,7 @@ TEST(ResumeOn, RuntimeThreadPoolAsTheScheduler) {
 
 TEST(ResumeOn, SchedulerRefAsTheScheduler) {
   ab::semaphore sem(0);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   landing out;
   ab::runtime::thread_pool pool(2);
   for (int i = 0; i < kWaiters; ++i) {

@@ -9,6 +9,7 @@
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
 #include <asyncband/runtime/when_all.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -19,7 +20,6 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -384,7 +384,7 @@ TEST(Spawn, AwaitingTheHandleYieldsTheResultOrTheException) {
   EXPECT_EQ(error, "task failed");
 }
 
-task<void> wait_for(join_handle<int>& h, std::stop_token stop, std::optional<wait_status>& out) {
+task<void> wait_for(join_handle<int>& h, asyncband::stop_token stop, std::optional<wait_status>& out) {
   const auto r = co_await h.wait(std::move(stop));
   out = r.status();
 }
@@ -393,7 +393,7 @@ TEST(Spawn, WaitIsCancellableAndLeavesTheResult) {
   test_scheduler s;
   asyncband::manual_reset_event ev;
   auto h = s.spawn(waits_then_answers(ev));
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> first;
   s.spawn(wait_for(h, stop.get_token(), first));
   s.run();
@@ -403,7 +403,7 @@ TEST(Spawn, WaitIsCancellableAndLeavesTheResult) {
   EXPECT_FALSE(h.done());
 
   std::optional<wait_status> second;
-  s.spawn(wait_for(h, std::stop_token{}, second));
+  s.spawn(wait_for(h, asyncband::stop_token{}, second));
   ev.set();
   s.run();
   EXPECT_EQ(second, wait_status::ok);

@@ -8,12 +8,12 @@
 #include <asyncband/asyncband.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
 #include <exception>
 #include <optional>
-#include <stop_token>
 #include <thread>
 
 #include "support/probe.hpp"
@@ -124,7 +124,7 @@ TEST(bare_coroutine, barrier_resumes_inline_on_the_completing_arrival) {
 
 TEST(bare_coroutine, stop_request_resumes_inline_on_the_requesting_thread) {
   ab::manual_reset_event ev;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   observed o;
   await_and_record([&] { return ev.wait(stop.get_token()); }, o);
   EXPECT_FALSE(o.done.load());
@@ -222,7 +222,7 @@ TEST(runtime_task_on_pool, each_primitive_resumes_on_a_pool_thread) {
     record();
   };
   auto on_latch = [&]() -> ab::runtime::task<void> {
-    EXPECT_TRUE((co_await lat.wait(std::stop_token{})).ok());
+    EXPECT_TRUE((co_await lat.wait(asyncband::stop_token{})).ok());
     record();
   };
   auto on_wg = [&]() -> ab::runtime::task<void> {
@@ -248,7 +248,7 @@ TEST(runtime_task_on_pool, each_primitive_resumes_on_a_pool_thread) {
 TEST(runtime_task_on_pool, stop_request_resumes_on_the_pool) {
   ab::runtime::thread_pool pool(2);
   ab::manual_reset_event ev;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   ab::latch done(1);
   std::optional<wait_status> status;
   bool on_pool = false;
@@ -280,7 +280,7 @@ TEST(block_on_primitives, each_primitive) {
     are.notify_one();
   });
   ab::block_on(ev.wait());
-  EXPECT_TRUE(ab::block_on(lat.wait(std::stop_token{})).ok());
+  EXPECT_TRUE(ab::block_on(lat.wait(asyncband::stop_token{})).ok());
   const bool main_led = ab::block_on(bar.wait()).is_leader();
   ab::block_on(are.wait());
   helper.join();
@@ -301,7 +301,7 @@ TEST(block_on_primitives, barrier_has_exactly_one_leader) {
 
 TEST(block_on_primitives, cancelled_by_another_thread) {
   ab::latch lat(1);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::thread canceller([&] { stop.request_stop(); });
   const auto r = ab::block_on(lat.wait(stop.get_token()));
   canceller.join();

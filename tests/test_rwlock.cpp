@@ -18,7 +18,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -29,6 +28,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
@@ -63,7 +63,7 @@ struct lock_view {
       return rw.read();
     }
   }
-  [[nodiscard]] auto wait(std::stop_token stop) noexcept {
+  [[nodiscard]] auto wait(asyncband::stop_token stop) noexcept {
     if constexpr (Write) {
       return rw.write(std::move(stop));
     } else {
@@ -77,7 +77,7 @@ struct lock_view {
       return rw.read_blocking();
     }
   }
-  auto wait_blocking(std::stop_token stop) {
+  auto wait_blocking(asyncband::stop_token stop) {
     if constexpr (Write) {
       return rw.write_blocking(std::move(stop));
     } else {
@@ -420,7 +420,7 @@ void owned_guard_keeps_the_rwlock_alive(Lock lock) {
 }
 
 TEST(RwlockOwned, EveryFormKeepsTheRwlockAlive) {
-  std::stop_source never;
+  asyncband::stop_source never;
   const auto token = never.get_token();
   owned_guard_keeps_the_rwlock_alive(
       [](shared_rwlock l) { return *asyncband::try_read_owned(std::move(l)); });
@@ -452,7 +452,7 @@ TEST(RwlockOwned, ReadersShareWritersExcludeAndFailedAttemptsKeepNoReference) {
   ASSERT_TRUE(r2.has_value());
   EXPECT_FALSE(asyncband::try_read_owned(l).has_value());  // max_readers
   EXPECT_FALSE(asyncband::try_write_owned(l).has_value());
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(block_on(asyncband::write_owned(l, stopped.get_token())).cancelled());
   EXPECT_TRUE(asyncband::write_owned_blocking(l, stopped.get_token()).cancelled());
@@ -465,7 +465,7 @@ TEST(RwlockOwned, ReadersShareWritersExcludeAndFailedAttemptsKeepNoReference) {
   expect_free(*l);
 }
 
-task<void> owned_writer(shared_rwlock l, std::stop_token stop, probe& p, long& owners) {
+task<void> owned_writer(shared_rwlock l, asyncband::stop_token stop, probe& p, long& owners) {
   ++p.started;
   auto r = co_await asyncband::write_owned(std::move(l), std::move(stop));
   p.finish(r.status());
@@ -479,12 +479,12 @@ TEST(RwlockOwned, AQueuedOwnedWriteKeepsTheRwlockAliveAndACancelledOneDropsItsRe
   auto l = std::make_shared<rwlock<record>>(record{0, "w"}, 2);
   const std::weak_ptr<rwlock<record>> weak = l;
   auto reader = asyncband::try_read_owned(l);
-  std::stop_source stop_second;
+  asyncband::stop_source stop_second;
   probe first;
   probe second;
   long owners = 0;
   long unused = 0;
-  s.spawn(owned_writer(l, std::stop_token{}, first, owners));
+  s.spawn(owned_writer(l, asyncband::stop_token{}, first, owners));
   s.spawn(owned_writer(std::move(l), stop_second.get_token(), second, unused));
   s.run();
   EXPECT_EQ(first.resumed + second.resumed, 0);
@@ -548,7 +548,7 @@ TEST(Rwlock, UncontendedReadAndWriteCompleteWithoutSuspending) {
   rwlock<int> l(7, 2);
   readers_of readers{l};
   writers_of writers{l};
-  std::stop_source never;
+  asyncband::stop_source never;
   std::array<rw_probe, 4> p;
   p[1].write = 8;
   s.spawn(plain_waiter(readers, p[0]));
@@ -835,7 +835,7 @@ void partial_grant_goes_to_the_readers_behind(Start start, Cancel cancel, int wr
 }
 
 TEST(RwlockCancel, AStoppedWriterPassesItsPartialGrantToTheReadersBehindIt) {
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<writers_of> writers;
   partial_grant_goes_to_the_readers_behind(
       [&stop, &writers](rwlock<int>& l, test_scheduler& s, rw_probe& w) {
@@ -893,7 +893,7 @@ TEST(RwlockCancel, ATimedOutWriterPassesItsPartialGrantToTheReadersBehindIt) {
 }
 
 TEST(RwlockCancel, ABlockedWriterStoppedFromAnotherThreadPassesItsPartialGrantToTheReadersBehindIt) {
-  std::stop_source stop;
+  asyncband::stop_source stop;
   blocked_writer_passes_its_partial_grant(
       [&stop](rwlock<int>& l) { return l.write_blocking(stop.get_token()); },
       [&stop] { stop.request_stop(); }, wait_status::cancelled);
@@ -905,7 +905,7 @@ TEST(RwlockCancel, AWriterHandedTheLockThatObservesItsStopBeforeResumingPassesIt
   readers_of readers{l};
   writers_of writers{l};
   auto r1 = l.try_read();
-  std::stop_source stop_w;
+  asyncband::stop_source stop_w;
   rw_probe w;
   std::array<rw_probe, 2> behind;
   s.spawn(stoppable_waiter(writers, stop_w.get_token(), w));
@@ -933,7 +933,7 @@ TEST(RwlockCancel, AStoppedReaderBehindAWriterLeavesNoTrace) {
   rw_probe w;
   rw_probe cancelled;
   rw_probe other;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   s.spawn(plain_waiter(writers, w));
   s.spawn(stoppable_waiter(readers, stop.get_token(), cancelled));
   s.spawn(plain_waiter(readers, other));
@@ -1089,7 +1089,7 @@ TEST(RwlockBlocking, ReadersOnPlainThreadsShareAndBlockAWriter) {
   ASSERT_TRUE(r2.ok());
   EXPECT_TRUE(l.read_timeout(0ms).timed_out());  // max_readers
   EXPECT_TRUE(l.write_timeout(0ms).timed_out());
-  std::stop_source never;
+  asyncband::stop_source never;
   std::optional<wait_status> status;
   std::thread writer([&l, &never, &status] {
     auto w = l.write_blocking(never.get_token());

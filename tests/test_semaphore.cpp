@@ -21,7 +21,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -33,6 +32,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
@@ -59,7 +59,7 @@ using asyncband::runtime::thread_pool;
 /// cancellable.
 struct acquisition : probe {
   std::size_t n = 1;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   semaphore_permit permit;
 };
 
@@ -239,7 +239,7 @@ TEST(Semaphore, AcquireBlockingTakesAvailablePermitsOrWaitsForTheRest) {
     auto p = sem.acquire_blocking(2);
     EXPECT_EQ(p.count(), 2U);
     EXPECT_EQ(sem.available(), 1U);
-    auto r = sem.acquire_blocking(1, std::stop_source().get_token());
+    auto r = sem.acquire_blocking(1, asyncband::stop_source().get_token());
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->count(), 1U);
     EXPECT_EQ(sem.available(), 0U);
@@ -430,7 +430,7 @@ TEST(Semaphore, RequestsAboveMaxThrowInvalidArgumentAndChangeNothing) {
   constexpr std::size_t too_many = semaphore::max() + 1;
   EXPECT_THROW((void)semaphore(too_many), std::invalid_argument);
   semaphore sem(2);
-  std::stop_source src;
+  asyncband::stop_source src;
   EXPECT_THROW((void)sem.acquire(too_many), std::invalid_argument);
   EXPECT_THROW((void)sem.acquire(too_many, src.get_token()), std::invalid_argument);
   EXPECT_THROW((void)sem.acquire_blocking(too_many), std::invalid_argument);
@@ -497,7 +497,7 @@ void owned_permit_keeps_the_semaphore_alive(std::size_t n, Acquire acquire) {
 TEST(SemaphoreOwned, EveryFormKeepsTheSemaphoreAlive) {
   for (const std::size_t n : {1U, 2U}) {
     SCOPED_TRACE(testing::Message() << "n " << n);
-    std::stop_source never;
+    asyncband::stop_source never;
     {
       SCOPED_TRACE("try_acquire_owned");
       owned_permit_keeps_the_semaphore_alive(
@@ -590,7 +590,7 @@ TEST(SemaphoreOwned, FailedOrAlreadyStoppedAttemptsKeepNoReferenceAndTakeNothing
   EXPECT_EQ(sem.use_count(), 2);
   EXPECT_FALSE(asyncband::try_acquire_owned(sem, 2).has_value());  // one left: all or nothing
   EXPECT_EQ(sem.use_count(), 2);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(block_on(asyncband::acquire_owned(sem, 1, stopped.get_token())).cancelled());
   EXPECT_EQ(sem.use_count(), 2);
@@ -605,7 +605,7 @@ TEST(SemaphoreOwned, FailedOrAlreadyStoppedAttemptsKeepNoReferenceAndTakeNothing
 TEST(SemaphoreOwned, RequestsAboveMaxThrowInvalidArgumentAndKeepNoReference) {
   constexpr std::size_t too_many = semaphore::max() + 1;
   auto sem = std::make_shared<semaphore>(2);
-  std::stop_source src;
+  asyncband::stop_source src;
   EXPECT_THROW((void)asyncband::acquire_owned(sem, too_many), std::invalid_argument);
   EXPECT_THROW((void)asyncband::acquire_owned(sem, too_many, src.get_token()), std::invalid_argument);
   EXPECT_THROW((void)asyncband::acquire_owned_blocking(sem, too_many), std::invalid_argument);
@@ -621,7 +621,7 @@ TEST(SemaphoreOwned, RequestsAboveMaxThrowInvalidArgumentAndKeepNoReference) {
 /// the semaphore had right after (its permit's reference included).
 struct owned_acquisition : probe {
   std::size_t n = 1;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<owned_semaphore_permit> permit;
   long owners = 0;
 };
@@ -921,7 +921,7 @@ TEST(SemaphoreOwned, AnOwnedPermitAcquiredOnAnotherThreadKeepsTheSemaphoreAlive)
     const std::weak_ptr<semaphore> weak = sem;
     auto holder = asyncband::try_acquire_owned(sem, 2);
     ASSERT_TRUE(holder.has_value());
-    std::stop_source stop;
+    asyncband::stop_source stop;
     std::optional<wait_status> status;
     std::size_t count = 0;
     std::thread waiter([&status, &count, &stop, cancelled, s = sem]() mutable {
@@ -1131,7 +1131,7 @@ TEST(SemaphoreCancel, AlreadyStoppedTokenCancelsAtOnceWithoutTakingPermits) {
   expect_cancelled(a);
   EXPECT_EQ(f.sem.available(), 2U);
 
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(f.sem.acquire_blocking(1, stopped.get_token()).cancelled());
   EXPECT_TRUE(block_on(f.sem.acquire(1, stopped.get_token())).cancelled());
@@ -1365,7 +1365,7 @@ TEST(SemaphoreRace, SeededInterleavingsServeEachWaiterOnceAndConservePermits) {
       }(f.sem, n));
     }
     for (std::size_t i = 0; i < requests.size(); i += 2) {
-      f.s.spawn([](std::stop_source& stop) -> task<void> {
+      f.s.spawn([](asyncband::stop_source& stop) -> task<void> {
         stop.request_stop();
         co_return;
       }(f.acquisitions[i].stop));
@@ -1616,7 +1616,7 @@ TEST(SemaphoreLifetime, TheWaiterMayDestroyTheSemaphoreWhileACancellationReturns
 
 TEST(SemaphoreBlocking, AcquireBlockingWithAStopTokenIsCancelledFromAnotherThread) {
   semaphore sem(1);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<result<semaphore_permit>> r;
   std::thread waiter([&] { r.emplace(sem.acquire_blocking(2, stop.get_token())); });
   wait_until_nothing_available(sem);  // queued, holding the one
@@ -1629,7 +1629,7 @@ TEST(SemaphoreBlocking, AcquireBlockingWithAStopTokenIsCancelledFromAnotherThrea
 
 TEST(SemaphoreBlocking, AcquireBlockingWaitsWhileAnotherThreadStops) {
   semaphore sem(0);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::thread stopper([&] { stop.request_stop(); });  // before or after it queues: cancelled
   EXPECT_TRUE(sem.acquire_blocking(1, stop.get_token()).cancelled());
   stopper.join();
@@ -1642,7 +1642,7 @@ TEST(SemaphoreBlocking, BlockOnAcquisitionsFromAnotherThread) {
   semaphore sem(0);
   std::optional<std::size_t> plain_count;
   std::optional<wait_status> stoppable_status;
-  std::stop_source never;
+  asyncband::stop_source never;
   std::thread waiter([&] {
     plain_count = block_on(sem.acquire(2)).count();  // the permit goes back at once
     stoppable_status = block_on(sem.acquire(3, never.get_token())).status();
@@ -1653,7 +1653,7 @@ TEST(SemaphoreBlocking, BlockOnAcquisitionsFromAnotherThread) {
   EXPECT_EQ(stoppable_status, wait_status::ok);
   EXPECT_EQ(sem.available(), 3U);
 
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<wait_status> cancelled_status;
   std::thread cancelled_waiter(
       [&] { cancelled_status = block_on(sem.acquire(5, stop.get_token())).status(); });
@@ -1877,7 +1877,7 @@ TEST(SemaphoreLastOneOut, PermitMoveAssignmentReleasesAsItsLastAccess) {
   coroutine_row<permit_in_world, another_semaphore>(
       "move_assigned", "ok",
       [](permit_in_world& w, another_semaphore&) { w.held.emplace(std::move(*w.s.try_acquire())); },
-      [](permit_in_world& w, std::stop_token) { return w.s.acquire(); },
+      [](permit_in_world& w, asyncband::stop_token) { return w.s.acquire(); },
       [](permit_in_world* w, another_semaphore& k) { *w->held = std::move(*k.other.try_acquire()); })
       .body();
 }

@@ -16,7 +16,6 @@
 #include <latch>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -26,6 +25,7 @@
 #include "asyncband/manual_reset_event.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/once_calls.hpp"
 #include "support/probe.hpp"
@@ -77,7 +77,7 @@ task<void> working(group& g, int key, F f, call_probe& p) {
   return caller([&g, key, f] { return g.work(key, f); }, p);
 }
 template <class F>
-task<void> working(group& g, int key, F f, std::stop_token stop, call_probe& p) {
+task<void> working(group& g, int key, F f, asyncband::stop_token stop, call_probe& p) {
   return caller([&g, key, f, stop] { return g.work(key, f, stop); }, p);
 }
 /// A coroutine calling try_work(key, f) (with `stop` if given), recorded in `p`.
@@ -86,7 +86,7 @@ task<void> trying(group& g, int key, F f, call_probe& p) {
   return caller([&g, key, f] { return g.try_work(key, f); }, p);
 }
 template <class F>
-task<void> trying(group& g, int key, F f, std::stop_token stop, call_probe& p) {
+task<void> trying(group& g, int key, F f, asyncband::stop_token stop, call_probe& p) {
   return caller([&g, key, f, stop] { return g.try_work(key, f, stop); }, p);
 }
 
@@ -119,7 +119,7 @@ TEST(Singleflight, ConcurrentCallersShareOneExecutionAndAllGetItsResult) {
   group g;
   run_log log;
   manual_reset_event release;
-  std::stop_source never;
+  asyncband::stop_source never;
   std::array<call_probe, 5> p;
   s.spawn(working(g, 1, scripted<>{&log, 1, &release}, p[0]));
   s.spawn(working(g, 1, scripted<>{&log, 2}, p[1]));
@@ -251,7 +251,7 @@ TEST(SingleflightLeader, LeaderStoppedThroughItsInitialiserAFollowerRerunsForThe
   run_log log;
   manual_reset_event never_set;
   manual_reset_event second_run;
-  std::stop_source stop_leader;
+  asyncband::stop_source stop_leader;
   std::array<call_probe, 3> p;
   s.spawn(working(g, 1, stop_aware{&log, 1, &never_set}, stop_leader.get_token(), p[0]));
   s.spawn(working(g, 1, scripted<>{&log, 2, &second_run}, p[1]));
@@ -273,7 +273,7 @@ TEST(SingleflightLeader, ALeaderWhoseInitialiserIgnoresItsStopCompletesForEveryo
   group g;
   run_log log;
   manual_reset_event release;
-  std::stop_source stop_leader;
+  asyncband::stop_source stop_leader;
   std::array<call_probe, 2> p;
   s.spawn(working(g, 1, scripted<>{&log, 1, &release}, stop_leader.get_token(), p[0]));
   s.spawn(working(g, 1, scripted<>{&log, 2}, p[1]));
@@ -317,7 +317,7 @@ TEST(SingleflightLeader, LeaderDestroyedMidRunAFollowerRerunsForTheOthers) {
 TEST(SingleflightFollower, ACancelledFollowerLeavesTheLeaderAndTheOthersAlone) {
   test_scheduler s;
   held h;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::array<call_probe, 3> p;
   s.spawn(caller([&h] { return h.wait(); }, p[0]));
   s.spawn(caller([&] { return h.wait(stop.get_token()); }, p[1]));
@@ -341,7 +341,7 @@ TEST(SingleflightFollower, ACancelledFollowerLeavesTheLeaderAndTheOthersAlone) {
 TEST(SingleflightFollower, AFollowerHandedTheFailedRunWhoseStopIsRequestedPassesItOn) {
   test_scheduler s;
   held h;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   call_probe stopped;
   call_probe next;
   s.spawn(caller([&] { return h.wait(stop.get_token()); }, stopped));
@@ -361,7 +361,7 @@ TEST(SingleflightFollower, AFollowerHandedTheFailedRunWhoseStopIsRequestedPasses
 TEST(SingleflightFollower, AlreadyStoppedTokenCancelsAtOnce) {
   held h;
   already_stopped_token_cancels_at_once(h);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(h.primitive.work_blocking(held::key, h.waiter_init(), stopped.get_token()).cancelled());
   EXPECT_TRUE(h.primitive.work_blocking(2, h.waiter_init(), stopped.get_token()).cancelled());
@@ -448,7 +448,7 @@ TEST(SingleflightForget, AFlightWhereEveryCallerFailedLeavesNoKeyBehind) {
   group g;
   run_log log;
   manual_reset_event first_run;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::array<call_probe, 5> p;
   s.spawn(working(g, 1, scripted<>{&log, 1, &first_run, ending::exception}, p[0]));
   s.spawn(trying(g, 1, scripted<fallible_int>{&log, 2, nullptr, ending::error}, p[1]));

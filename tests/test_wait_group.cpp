@@ -16,7 +16,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -27,6 +26,7 @@
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
@@ -51,7 +51,7 @@ struct outcome : probe {
 /// wait_blocking(token), wait_timeout(10min), block_on(wait())); false if a form that reports a
 /// status reported anything but ok.
 bool wait_in_blocking_form(wait_group& wg, int form) {
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (form % 4) {
     case 0:
       wg.wait_blocking();
@@ -71,7 +71,7 @@ struct cancellable_waiter_and_one_other_member {
   test_scheduler s;
   wait_group wg;
   wait_group other = wg;
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome w;
   task<void> tw = stoppable_waiter(wg, src.get_token(), w);
 
@@ -267,7 +267,7 @@ TEST(WaitGroup, WaitOnTheSoleMemberCompletesAtOnceInEveryForm) {
   }
   {
     wait_group wg;
-    std::stop_source never;
+    asyncband::stop_source never;
     EXPECT_TRUE(wg.wait_blocking(never.get_token()).ok());
     EXPECT_EQ(wg.members(), 0U);
   }
@@ -283,7 +283,7 @@ TEST(WaitGroup, WaitOnTheSoleMemberCompletesAtOnceInEveryForm) {
   }
   {
     wait_group wg;
-    std::stop_source never;
+    asyncband::stop_source never;
     EXPECT_TRUE(asyncband::block_on(wg.wait(never.get_token())).ok());
   }
   {
@@ -461,7 +461,7 @@ TEST(WaitGroup, AlreadyStoppedTokenCancelsButStillLeaves) {
   wait_group a = wg;
   wait_group b = wg;
   wait_group keep = wg;
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_EQ(wg.members(), 4U);
 
@@ -514,7 +514,7 @@ TEST(WaitGroup, StopWhileSuspendedCancelsOnceAndTheMembershipStaysGivenUp) {
 TEST(WaitGroup, BlockingWaitCancelledFromAnotherThread) {
   wait_group wg;
   wait_group other = wg;
-  std::stop_source src;
+  asyncband::stop_source src;
   std::optional<asyncband::result<void>> r;
   std::thread t([&] { r.emplace(wg.wait_blocking(src.get_token())); });
   src.request_stop();  // before or after the thread parks: cancelled either way
@@ -528,7 +528,7 @@ TEST(WaitGroup, BlockingWaitCancelledFromAnotherThread) {
 TEST(WaitGroup, BlockOnCancellableWaitStoppedFromAnotherThread) {
   wait_group wg;
   wait_group other = wg;
-  std::stop_source src;
+  asyncband::stop_source src;
   std::thread t([&] { src.request_stop(); });
   const auto r = asyncband::block_on(wg.wait(src.get_token()));
   t.join();
@@ -546,7 +546,7 @@ TEST_P(WaitGroupLastLeavesAt, WaiterResumesOnceWithOk) {
   test_scheduler s;
   wait_group wg;
   wait_group last = wg;
-  std::stop_source never;
+  asyncband::stop_source never;
   outcome w;
   auto tw = cancellable ? stoppable_waiter(wg, never.get_token(), w) : plain_waiter(wg, w);
   // The last member leaves after the waiter is linked, before it arms.
@@ -631,7 +631,7 @@ TEST(WaitGroup, DestroyingASuspendedWaiterUnlinksItsNode) {
   test_scheduler s;
   wait_group wg;
   wait_group last = wg;
-  std::stop_source src;
+  asyncband::stop_source src;
   outcome a, b, c;
   auto ta = plain_waiter(wg, a);
   wait_group wg2 = last;  // a second waiting handle (a member until it waits)
@@ -803,7 +803,7 @@ TEST(WaitGroupStress, ManyPoolTasksWaitTogether) {
 // The last departure, a stop request and the waiter race on the pool: the wait resumes once,
 // and when it reports ok, all the members' work is visible.
 
-task<void> pool_cancellable_waiter(thread_pool& pool, wait_group& wg, std::stop_token token,
+task<void> pool_cancellable_waiter(thread_pool& pool, wait_group& wg, asyncband::stop_token token,
                                    const std::vector<int>& work, int round, outcome& out, int& failures) {
   co_await pool.schedule();
   auto r = co_await wg.wait(std::move(token));
@@ -825,7 +825,7 @@ TEST(WaitGroupStress, StopRacesLastDeparture) {
   const int rounds = repeat_for(3000, kStressTime, [&](int index) {
     const int round = index + 1;
     wait_group wg;
-    std::stop_source src;
+    asyncband::stop_source src;
     outcome w;
     std::vector<task<void>> tasks;
     for (std::size_t i = 0; i < kMembers; ++i) tasks.push_back(pool_member(pool, wg, work, i, round));
@@ -848,7 +848,7 @@ TEST(WaitGroupStress, StopRacesLastDepartureForABlockingWaiter) {
   const int rounds = repeat_for(300, kStressTime, [&](int index) {  // a thread per round
     const int round = index + 1;
     wait_group wg;
-    std::stop_source src;
+    asyncband::stop_source src;
     std::vector<task<void>> tasks;
     for (std::size_t i = 0; i < kMembers; ++i) tasks.push_back(pool_member(pool, wg, work, i, round));
     tasks.push_back(pool_request_stop(pool, src));
@@ -881,7 +881,8 @@ struct last_member_world {
 TEST(WaitGroupLastOneOut, MoveAssigningTheLastMembersHandleLetsTheWaiterDestroyIt) {
   using namespace asyncband_test::lifetime;
   coroutine_row<last_member_world, waker_base>(
-      "move_assigned", "ok", no_setup{}, [](last_member_world& w, std::stop_token) { return w.mine.wait(); },
+      "move_assigned", "ok", no_setup{},
+      [](last_member_world& w, asyncband::stop_token) { return w.mine.wait(); },
       [](last_member_world* w, waker_base&) { w->last = wait_group{}; })
       .body();
 }
@@ -892,7 +893,8 @@ TEST(WaitGroupLastOneOut, CopyAssigningTheLastMembersHandleLetsTheWaiterDestroyI
     wait_group group;
   };
   coroutine_row<last_member_world, other_group>(
-      "copy_assigned", "ok", no_setup{}, [](last_member_world& w, std::stop_token) { return w.mine.wait(); },
+      "copy_assigned", "ok", no_setup{},
+      [](last_member_world& w, asyncband::stop_token) { return w.mine.wait(); },
       [](last_member_world* w, other_group& k) { w->last = k.group; })
       .body();
 }
@@ -922,7 +924,7 @@ task<void> wait_then_drop(wait_group wg, std::unique_ptr<wait_group>& victim, pr
 }
 
 task<void> wait_on(wait_group& wg, bool stoppable, std::optional<wait_status>& out) {
-  std::stop_source never;
+  asyncband::stop_source never;
   if (stoppable) {
     out = (co_await wg.wait(never.get_token())).status();
   } else {
@@ -943,7 +945,7 @@ TEST_P(WaitGroupLastDepartureLifetime, AWaiterResumedInlineByTheWaitsOwnDepartur
   wait_group& last = *holder;
   std::optional<wait_status> waited;
   task<void> waiting;
-  std::stop_source never;
+  asyncband::stop_source never;
   switch (form) {
     case 0:
     case 1:

@@ -14,11 +14,11 @@
 #include <asyncband/manual_reset_event.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <functional>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -200,7 +200,7 @@ TEST(Race, WakeAtEachPointBeforeSuspension) {
     test_scheduler s;
     gate g;
     gate_probe p;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     s.at(point, [&] { g.open_one(); });
     s.spawn(stoppable_waiter(g, stop.get_token(), p));
     s.run();
@@ -219,7 +219,7 @@ TEST(Race, StopAtEachPointBeforeSuspension) {
     test_scheduler s;
     gate g;
     gate_probe p;
-    std::stop_source stop;
+    asyncband::stop_source stop;
     s.at(point, [&] { stop.request_stop(); });
     s.spawn(stoppable_waiter(g, stop.get_token(), p));
     s.run();
@@ -237,7 +237,7 @@ struct two_queued_waiters {
   test_scheduler s;
   gate g;
   gate_probe first, second;
-  std::stop_source stop;
+  asyncband::stop_source stop;
 
   two_queued_waiters() {
     s.spawn(stoppable_waiter(g, stop.get_token(), first));
@@ -284,7 +284,7 @@ TEST(Race, SeededInterleavingsResumeEveryWaiterExactlyOnce) {
     gate g;
     constexpr int waiters = 4;
     std::vector<gate_probe> probes(waiters);
-    std::vector<std::stop_source> stops(waiters);
+    std::vector<asyncband::stop_source> stops(waiters);
     for (int i = 0; i < waiters; ++i) s.spawn(stoppable_waiter(g, stops[i].get_token(), probes[i]));
     for (int i = 0; i < 3; ++i) {
       s.spawn([](gate& g) -> task<void> {
@@ -293,7 +293,7 @@ TEST(Race, SeededInterleavingsResumeEveryWaiterExactlyOnce) {
       }(g));
     }
     for (int i = 0; i < waiters; i += 2) {
-      s.spawn([](std::stop_source& st) -> task<void> {
+      s.spawn([](asyncband::stop_source& st) -> task<void> {
         st.request_stop();
         co_return;
       }(stops[i]));
@@ -320,7 +320,7 @@ TEST(Destroy, SuspendedWaiterIsUnlinkedAndTheGrantGoesOn) {
   test_scheduler s;
   gate g;
   gate_probe doomed, survivor;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   auto doomed_task = stoppable_waiter(g, stop.get_token(), doomed);
   auto survivor_task = stoppable_waiter(g, {}, survivor);
   // Drive both to their suspension through a scheduler-less root: block_on is not usable here
@@ -378,7 +378,7 @@ TEST(Blocking, TimeoutCancelsAndLeavesNothingQueued) {
 
 TEST(Blocking, StopFromAnotherThreadEndsTheWait) {
   gate g;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::thread stopper([&] { stop.request_stop(); });
   const result<int> r = g.wait_blocking(stop.get_token());  // cancelled whichever runs first
   stopper.join();
@@ -470,14 +470,15 @@ TEST(Destroy, AStopRequestedByAWaiterThatDestroyedThePrimitiveLeavesItsClaimedSi
   // B is claimed, so it must leave the event alone (it used to lock the destroyed event's queue,
   // found by the once family's review; ASan reports it).
   auto ev = std::make_unique<asyncband::manual_reset_event>();
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::optional<result<void>> b_outcome;
-  [](std::unique_ptr<asyncband::manual_reset_event>& owned, std::stop_source& source) -> bare_coroutine {
+  [](std::unique_ptr<asyncband::manual_reset_event>& owned,
+     asyncband::stop_source& source) -> bare_coroutine {
     (void)co_await owned->wait(source.get_token());
     owned.reset();
     source.request_stop();
   }(ev, stop);
-  [](asyncband::manual_reset_event& event, std::stop_token token,
+  [](asyncband::manual_reset_event& event, asyncband::stop_token token,
      std::optional<result<void>>& outcome) -> bare_coroutine {
     outcome = co_await event.wait(std::move(token));
   }(*ev, stop.get_token(), b_outcome);

@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,6 +22,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
@@ -54,7 +54,7 @@ task<void> changed_once(watch::receiver<int>& rx, seen& out) {
   if (r.ok()) out.value = *rx.borrow();
 }
 
-task<void> changed_once(watch::receiver<int>& rx, std::stop_token stop, seen& out) {
+task<void> changed_once(watch::receiver<int>& rx, asyncband::stop_token stop, seen& out) {
   ++out.started;
   const auto r = co_await rx.changed(std::move(stop));
   ++out.resumed;
@@ -73,7 +73,7 @@ task<void> update_then_changed(watch::receiver<int>& rx, seen& out) {
 }
 
 template <class Predicate>
-task<void> wait_for_once(watch::receiver<int>& rx, Predicate pred, std::stop_token stop, seen& out) {
+task<void> wait_for_once(watch::receiver<int>& rx, Predicate pred, asyncband::stop_token stop, seen& out) {
   ++out.started;
   const auto r = co_await rx.wait_for(std::move(pred), std::move(stop));
   ++out.resumed;
@@ -81,7 +81,7 @@ task<void> wait_for_once(watch::receiver<int>& rx, Predicate pred, std::stop_tok
   if (r.ok()) out.value = **r;
 }
 
-task<void> closed_once(watch::sender<int>& tx, std::stop_token stop, seen& out) {
+task<void> closed_once(watch::sender<int>& tx, asyncband::stop_token stop, seen& out) {
   ++out.started;
   const auto r = co_await tx.closed(std::move(stop));
   ++out.resumed;
@@ -489,7 +489,7 @@ TEST(Watch, AnAlreadyStoppedTokenCancelsAtOnceEvenWithAnUnseenVersion) {
   test_scheduler s;
   auto [tx, rx] = watch::channel<int>(0);
   ASSERT_TRUE(tx.send(1).ok());
-  std::stop_source src;
+  asyncband::stop_source src;
   src.request_stop();
   seen w;
   s.spawn(changed_once(rx, src.get_token(), w));
@@ -501,7 +501,7 @@ TEST(Watch, AnAlreadyStoppedTokenCancelsAtOnceEvenWithAnUnseenVersion) {
 TEST(Watch, StopWhileSuspendedCancelsAndResumesOnce) {
   test_scheduler s;
   auto [tx, rx] = watch::channel<int>(0);
-  std::stop_source src;
+  asyncband::stop_source src;
   seen w;
   s.spawn(changed_once(rx, src.get_token(), w));
   s.run();
@@ -518,7 +518,7 @@ TEST(Watch, StopWhileSuspendedCancelsAndResumesOnce) {
 TEST(Watch, AWaitWokenThenStoppedReportsOkAndMarksTheVersionSeen) {
   test_scheduler s;
   auto [tx, rx] = watch::channel<int>(0);
-  std::stop_source src;
+  asyncband::stop_source src;
   seen w;
   s.spawn(changed_once(rx, src.get_token(), w));
   s.run();
@@ -534,7 +534,7 @@ TEST(Watch, AWaitWokenThenStoppedReportsOkAndMarksTheVersionSeen) {
 TEST(Watch, AStopBeforeArmCancelsWithoutSuspending) {
   test_scheduler s;
   auto [tx, rx] = watch::channel<int>(0);
-  std::stop_source src;
+  asyncband::stop_source src;
   seen w;
   s.at(test_point::before_arm, [&] { src.request_stop(); });
   s.spawn(changed_once(rx, src.get_token(), w));
@@ -605,7 +605,7 @@ TEST(Watch, WaitForEndsClosedWhenTheSenderGoesAndCancelledOnStop) {
   auto ch = std::make_optional<int_channel>(watch::channel<int>(0));
   auto rx = std::move(ch->second);
   auto rx2 = rx;
-  std::stop_source src;
+  asyncband::stop_source src;
   seen closed;
   seen stopped;
   s.spawn(wait_for_once(
@@ -675,7 +675,7 @@ TEST(Watch, WaitForBlockingFormsOnAnotherThread) {
   for (int i = 1; i <= 3; ++i) ASSERT_TRUE(tx.send(i).ok());
   t.join();
   EXPECT_TRUE(rx.wait_for_timeout([](int v) { return v == 9; }, 1ms).timed_out());
-  std::stop_source src;
+  asyncband::stop_source src;
   src.request_stop();
   EXPECT_TRUE(rx.wait_for_blocking([](int v) { return v == 9; }, src.get_token()).cancelled());
   EXPECT_TRUE(rx.wait_for_blocking([](int v) { return v == 3; }, src.get_token()).ok());  // pred first
@@ -702,7 +702,7 @@ TEST(Watch, ChangedBlockingReturnsOnASendFromAnotherThread) {
 TEST(Watch, ChangedTimeoutAndStopForms) {
   auto [tx, rx] = watch::channel<int>(0);
   EXPECT_TRUE(rx.changed_timeout(1ms).timed_out());
-  std::stop_source src;
+  asyncband::stop_source src;
   std::thread stopper([&src] { src.request_stop(); });
   const auto r = rx.changed_blocking(src.get_token());
   stopper.join();
@@ -764,7 +764,7 @@ TEST(Watch, ClosedRacesReceiverDestructionOnTwoThreads) {
 TEST(Watch, ClosedIsCancellableAndHasBlockingForms) {
   test_scheduler s;
   auto [tx, rx] = watch::channel<int>(0);
-  std::stop_source src;
+  asyncband::stop_source src;
   seen w;
   s.spawn(closed_once(tx, src.get_token(), w));
   s.run();

@@ -16,7 +16,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -25,6 +24,7 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/stop_token.hpp"
 #include "support/fuse_payload.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
@@ -284,7 +284,8 @@ TEST(WhenAnyRace, ABranchCompletingDuringItsPublicationAfterAnotherWonPassesItsP
 // ---------------------------------------------------------------------------------------------
 // The when_any's own stop token
 
-task<void> wait_any_until_stopped(auto_reset_event& a, auto_reset_event& b, std::stop_token stop, seen& out) {
+task<void> wait_any_until_stopped(auto_reset_event& a, auto_reset_event& b, asyncband::stop_token stop,
+                                  seen& out) {
   auto r = co_await when_any(std::move(stop), a.wait(), b.wait());
   out.index = r.index();
   ++out.resumed;
@@ -294,7 +295,7 @@ TEST(WhenAny, ItsStopTokenEndsItWithNoWinnerAndCancelsEveryOperation) {
   test_scheduler s;
   auto_reset_event a;
   auto_reset_event b;
-  std::stop_source stop;
+  asyncband::stop_source stop;
   seen out;
   auto t = wait_any_until_stopped(a, b, stop.get_token(), out);
   start_on(s, t);
@@ -310,7 +311,7 @@ TEST(WhenAny, ItsStopTokenEndsItWithNoWinnerAndCancelsEveryOperation) {
 
 TEST(WhenAny, AStopAlreadyRequestedTouchesNoOperation) {
   auto_reset_event a(true);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   stop.request_stop();
   auto r = block_on(when_any(stop.get_token(), a.wait()));
   EXPECT_TRUE(r.cancelled());

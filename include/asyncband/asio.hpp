@@ -30,8 +30,8 @@
 //   the end of this header.
 // - Staged operations: a condvar wait or wait_while and watch's wait_for are several waits in a
 //   row (a notification then the mutex; versions until a predicate holds), not one node that
-//   could commit. async_op/async_outcome take them as a factory of a std::stop_token
-//   (asio::staged_factory: `[&](std::stop_token s) { return cv.wait(std::move(g), s); }`); the
+//   could commit. async_op/async_outcome take them as a factory of an asyncband::stop_token
+//   (asio::staged_factory: `[&](asyncband::stop_token s) { return cv.wait(std::move(g), s); }`); the
 //   operation owns the stop source and the Asio cancellation requests the stop, so the wait's
 //   own stop semantics apply at whichever stage it is (a condvar wait ends cancelled without the
 //   mutex, a notify_one it consumed passes on). One that ended ok but is cancelled before its
@@ -94,7 +94,7 @@
 // - Storage: one allocation per operation, with the handler's associated allocator (asio's
 //   recycling allocator when it has none, which reuses a per-thread block), holding the awaiter,
 //   the handler and the work guard; it is released before the handler is invoked. A staged
-//   operation allocates one more block, its std::stop_source's state (with operator new). Posting the
+//   operation allocates one more block, its asyncband::stop_source's state (with operator new). Posting the
 //   completion is an Asio post (which allocates through the same allocator).
 // - Lifetimes: the primitive must outlive the operation, as for every wait. If the execution
 //   context of the handler's executor is shut down or destroyed (io_context destructor) while
@@ -132,13 +132,13 @@
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/system_executor.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "asio/error.hpp"
 #include "asio/operation.hpp"
 #include "asyncband.hpp"
+#include "stop_token.hpp"
 
 /// The Boost.Asio bridge (asyncband/asio.hpp, optional): every asyncband waiting operation as an
 /// Asio asynchronous operation, for every completion token.
@@ -193,7 +193,7 @@ namespace bridge_detail {
 template <class P>
 struct wait_factory {
   P* primitive;
-  std::stop_token stop;
+  asyncband::stop_token stop;
   auto operator()() {
     wait_traits<P>::begin(*primitive);
     return detail::wait_awaiter<node_of_t<P>, true>(std::move(stop), primitive);
@@ -214,7 +214,7 @@ using completion_signature_t = typename bridge_detail::status_form_of<P>::signat
 /// cancellation slot. Signature: completion_signature_t<P>.
 template <asio_executor Executor, waitable P,
           BOOST_ASIO_COMPLETION_TOKEN_FOR(completion_signature_t<P>) CompletionToken>
-auto async_wait(const Executor& ex, P& primitive, std::stop_token stop, CompletionToken&& token) {
+auto async_wait(const Executor& ex, P& primitive, asyncband::stop_token stop, CompletionToken&& token) {
   return boost::asio::async_initiate<CompletionToken, completion_signature_t<P>>(
       bridge_detail::initiate_operation<bridge_detail::status_form_of<P>, wait_traits<P>::cancellation,
                                         Executor>(ex),
@@ -225,12 +225,12 @@ auto async_wait(const Executor& ex, P& primitive, std::stop_token stop, Completi
 template <asio_executor Executor, waitable P,
           BOOST_ASIO_COMPLETION_TOKEN_FOR(completion_signature_t<P>) CompletionToken>
 auto async_wait(const Executor& ex, P& primitive, CompletionToken&& token) {
-  return asio::async_wait(ex, primitive, std::stop_token{}, std::forward<CompletionToken>(token));
+  return asio::async_wait(ex, primitive, asyncband::stop_token{}, std::forward<CompletionToken>(token));
 }
 
 /// Completes on the handler's associated executor, or asio::system_executor if it has none.
 template <waitable P, BOOST_ASIO_COMPLETION_TOKEN_FOR(completion_signature_t<P>) CompletionToken>
-auto async_wait(P& primitive, std::stop_token stop, CompletionToken&& token) {
+auto async_wait(P& primitive, asyncband::stop_token stop, CompletionToken&& token) {
   return asio::async_wait(boost::asio::system_executor(), primitive, std::move(stop),
                           std::forward<CompletionToken>(token));
 }
@@ -238,7 +238,7 @@ auto async_wait(P& primitive, std::stop_token stop, CompletionToken&& token) {
 /// As above, cancellable only through the handler's cancellation slot.
 template <waitable P, BOOST_ASIO_COMPLETION_TOKEN_FOR(completion_signature_t<P>) CompletionToken>
 auto async_wait(P& primitive, CompletionToken&& token) {
-  return asio::async_wait(boost::asio::system_executor(), primitive, std::stop_token{},
+  return asio::async_wait(boost::asio::system_executor(), primitive, asyncband::stop_token{},
                           std::forward<CompletionToken>(token));
 }
 

@@ -29,6 +29,7 @@
 #include "semaphore.hpp"
 #include "shutdown.hpp"
 #include "singleflight.hpp"
+#include "stop_token.hpp"
 #include "wait_group.hpp"
 #include "watch.hpp"
 #include "when_any.hpp"

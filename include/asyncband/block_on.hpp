@@ -9,7 +9,7 @@
 // An awaitable cannot be cancelled from outside: only what was given a stop token when it was
 // made can end early, and the calling thread cannot return before the awaitable has completed
 // (its awaiter lives in this call's frame). So the forms that end early take `make`, a callable
-// that builds the awaitable from the stop token they pass it (`[&](std::stop_token t) { return
+// that builds the awaitable from the stop token they pass it (`[&](asyncband::stop_token t) { return
 // rx.recv(t); }`); at the deadline, the calling thread requests stop on that token itself, and
 // waits for the awaitable to complete through its own cancellation. See docs/design.md,
 // "block_on with a deadline or a stop token".
@@ -24,7 +24,6 @@
 #include <functional>
 #include <memory>
 #include <new>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -32,6 +31,7 @@
 #include "detail/wait_functions.hpp"
 #include "detail/waiter.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 namespace detail {
@@ -85,7 +85,7 @@ class block_on_driver {
   /// `stop` (from this thread: a cancellation it causes may run the rest of the coroutine here)
   /// and parks until it has finished. Returns true if that request was the first on `stop`.
   template <class Clock, class Duration>
-  bool run_until(const std::chrono::time_point<Clock, Duration>& deadline, std::stop_source& stop) {
+  bool run_until(const std::chrono::time_point<Clock, Duration>& deadline, asyncband::stop_source& stop) {
     timed_parker done;
     start(&timed_parker::unpark_thunk, &done);
     bool stopped_here = false;
@@ -132,7 +132,7 @@ block_on_driver drive(Awaiter& awaiter) {
 
 /// A stop callback that forwards a stop request to a stop_source.
 struct request_stop_on {
-  std::stop_source* source;
+  asyncband::stop_source* source;
   void operator()() const noexcept { source->request_stop(); }
 };
 
@@ -192,9 +192,10 @@ decltype(auto) deadline_outcome(Awaiter& awaiter, bool timed_out) {
 
 /// A callable that block_on's cancellable forms accept: builds an awaitable from a stop token.
 template <class Make>
-concept awaitable_maker = std::invocable<Make, std::stop_token> && requires(Make&& make, std::stop_token t) {
-  get_awaiter(std::invoke(std::forward<Make>(make), t)).await_ready();
-};
+concept awaitable_maker =
+    std::invocable<Make, asyncband::stop_token> && requires(Make&& make, asyncband::stop_token t) {
+      get_awaiter(std::invoke(std::forward<Make>(make), t)).await_ready();
+    };
 
 }  // namespace detail
 
@@ -218,7 +219,7 @@ decltype(auto) block_on(Awaitable&& awaitable) {
 /// `block_on(make(stop))`: the awaitable `make` builds from `stop` ends early (cancelled) when
 /// stop is requested, as far as it honours its token.
 template <detail::awaitable_maker Make>
-decltype(auto) block_on(Make&& make, std::stop_token stop) {
+decltype(auto) block_on(Make&& make, asyncband::stop_token stop) {
   return block_on(std::invoke(std::forward<Make>(make), std::move(stop)));
 }
 
@@ -232,10 +233,10 @@ decltype(auto) block_on(Make&& make, std::stop_token stop) {
 /// effect (a received value, a granted permit, a lock) is returned, never dropped, as asyncband's
 /// cancellation rules guarantee.
 template <detail::awaitable_maker Make, class Clock, class Duration>
-decltype(auto) block_on(Make&& make, std::stop_token stop,
+decltype(auto) block_on(Make&& make, asyncband::stop_token stop,
                         const std::chrono::time_point<Clock, Duration>& deadline) {
-  std::stop_source source;
-  const std::stop_callback forward(std::move(stop), detail::request_stop_on{&source});
+  asyncband::stop_source source;
+  const asyncband::stop_callback forward(std::move(stop), detail::request_stop_on{&source});
   auto&& awaitable = std::invoke(std::forward<Make>(make), source.get_token());
   decltype(auto) awaiter = detail::get_awaiter(std::forward<decltype(awaitable)>(awaitable));
   using awaiter_type = std::remove_reference_t<decltype(awaiter)>;
@@ -247,20 +248,20 @@ decltype(auto) block_on(Make&& make, std::stop_token stop,
 /// block_on(make, stop, deadline) with a deadline `timeout` from now (saturated: a timeout too
 /// large for the clock waits forever).
 template <detail::awaitable_maker Make, class Rep, class Period>
-decltype(auto) block_on(Make&& make, std::stop_token stop, std::chrono::duration<Rep, Period> timeout) {
+decltype(auto) block_on(Make&& make, asyncband::stop_token stop, std::chrono::duration<Rep, Period> timeout) {
   return block_on(std::forward<Make>(make), std::move(stop), detail::deadline_after(timeout));
 }
 
 /// block_on(make, stop, deadline) without an outside stop token.
 template <detail::awaitable_maker Make, class Clock, class Duration>
 decltype(auto) block_on(Make&& make, const std::chrono::time_point<Clock, Duration>& deadline) {
-  return block_on(std::forward<Make>(make), std::stop_token{}, deadline);
+  return block_on(std::forward<Make>(make), asyncband::stop_token{}, deadline);
 }
 
 /// block_on(make, stop, timeout) without an outside stop token.
 template <detail::awaitable_maker Make, class Rep, class Period>
 decltype(auto) block_on(Make&& make, std::chrono::duration<Rep, Period> timeout) {
-  return block_on(std::forward<Make>(make), std::stop_token{}, detail::deadline_after(timeout));
+  return block_on(std::forward<Make>(make), asyncband::stop_token{}, detail::deadline_after(timeout));
 }
 
 }  // namespace asyncband

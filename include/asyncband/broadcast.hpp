@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -26,6 +25,7 @@
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
+#include "stop_token.hpp"
 
 /// Fan-out channels: every receiver gets every message, in send order. overflow() (sends never
 /// wait; a receiver too far behind lags) and bounded() (lossless: sends wait for the slowest).
@@ -220,7 +220,7 @@ class sender {
         r, std::move(value), &r->units(), std::size_t{1}, asyncband::detail::permit_itself{});
   }
   /// bounded: as above; also ends cancelled (with the value) when `stop` is requested first.
-  auto send(T value, std::stop_token stop)
+  auto send(T value, asyncband::stop_token stop)
     requires lossless
   {
     using acquire = asyncband::detail::wait_awaiter<
@@ -249,7 +249,7 @@ class sender {
         std::move(value));
   }
   /// bounded: blocks until sent, or until `stop` is requested (cancelled, with the value).
-  send_result<T> send_blocking(T value, std::stop_token stop)
+  send_result<T> send_blocking(T value, asyncband::stop_token stop)
     requires lossless
   {
     ring_type& r = *live();
@@ -356,13 +356,13 @@ class [[nodiscard]] receiver {
   /// `co_await rx.recv()` yields recv_result<T>: a message, lagged(n), or closed.
   [[nodiscard]] auto recv() { return recv_forms::await(live()); }
   /// As above; also ends cancelled when `stop` is requested first.
-  [[nodiscard]] auto recv(std::stop_token stop) {
+  [[nodiscard]] auto recv(asyncband::stop_token stop) {
     return recv_forms::await_until_stopped(std::move(stop), live());
   }
   /// The blocking twins of recv().
   recv_result<T> recv_blocking() { return recv_forms::block(live()); }
   /// Blocks until a message (or lag, or closed), or until `stop` is requested (cancelled).
-  recv_result<T> recv_blocking(std::stop_token stop) {
+  recv_result<T> recv_blocking(asyncband::stop_token stop) {
     return recv_forms::block_until_stopped(std::move(stop), live());
   }
   /// Blocks until a message (or lag, or closed), or until `timeout` has passed (timeout).

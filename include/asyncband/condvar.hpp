@@ -10,7 +10,6 @@
 #include <exception>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -20,6 +19,7 @@
 #include "mutex.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -187,7 +187,7 @@ class condvar {
   }
   /// Yields result<Guard>: ok (mutex held), or cancelled (mutex not held).
   template <detail::condvar_guard Guard>
-  auto wait(Guard guard, std::stop_token stop) {
+  auto wait(Guard guard, asyncband::stop_token stop) {
     return waiting<Guard, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
   }
   /// Waits while `keep_waiting(value)` is true (the guard's value: a mapped guard's part); yields
@@ -198,7 +198,7 @@ class condvar {
   }
   /// Yields result<Guard>: ok (mutex held, keep_waiting false), or cancelled.
   template <detail::condvar_guard Guard, class Predicate>
-  auto wait_while(Guard guard, Predicate keep_waiting, std::stop_token stop) {
+  auto wait_while(Guard guard, Predicate keep_waiting, asyncband::stop_token stop) {
     return waiting<Guard, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -211,7 +211,7 @@ class condvar {
   /// As wait_blocking(guard), or until `stop` is requested: ok (mutex held), or cancelled (mutex
   /// not held).
   template <detail::condvar_guard Guard>
-  result<Guard> wait_blocking(Guard guard, std::stop_token stop) {
+  result<Guard> wait_blocking(Guard guard, asyncband::stop_token stop) {
     return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
   }
   /// wait_while(guard, keep_waiting) for a plain thread; yields the guard.
@@ -222,7 +222,7 @@ class condvar {
   /// As wait_while_blocking(guard, keep_waiting), or until `stop` is requested: ok (mutex held,
   /// keep_waiting false), or cancelled (mutex not held).
   template <detail::condvar_guard Guard, class Predicate>
-  result<Guard> wait_while_blocking(Guard guard, Predicate keep_waiting, std::stop_token stop) {
+  result<Guard> wait_while_blocking(Guard guard, Predicate keep_waiting, asyncband::stop_token stop) {
     return block<true>(std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -315,7 +315,7 @@ class condvar {
   }
 
   template <bool Cancellable, class Guard, class Predicate>
-  yield_t<Cancellable, Guard> block(Guard guard, Predicate predicate, std::stop_token stop);
+  yield_t<Cancellable, Guard> block(Guard guard, Predicate predicate, asyncband::stop_token stop);
 
   // mutable: debug.hpp counts the waiters of a const one
   mutable detail::wait_queue queue_;
@@ -334,7 +334,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   using parts = detail::unlocked_guard<Guard>;
 
  public:
-  waiting(condvar& cv, Guard&& guard, Predicate predicate, std::stop_token stop)
+  waiting(condvar& cv, Guard&& guard, Predicate predicate, asyncband::stop_token stop)
       : condvar_(&cv),
         guard_(guard),
         held_(parts::lock_of(guard)),
@@ -461,7 +461,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   parts guard_;  // before everything that may touch the mutex: an owned guard's reference goes last
   semaphore_permit held_;
   Predicate predicate_;
-  std::stop_token stop_;
+  asyncband::stop_token stop_;
   detail::resume_target self_;
   std::optional<notified_wait> notified_;
   std::optional<relock_wait> relock_;
@@ -471,7 +471,8 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
 };
 
 template <bool Cancellable, class Guard, class Predicate>
-condvar::yield_t<Cancellable, Guard> condvar::block(Guard guard, Predicate predicate, std::stop_token stop) {
+condvar::yield_t<Cancellable, Guard> condvar::block(Guard guard, Predicate predicate,
+                                                    asyncband::stop_token stop) {
   detail::unlocked_guard<Guard> parts(guard);
   semaphore_permit held = detail::unlocked_guard<Guard>::lock_of(guard);
   std::uint64_t notify_bound = 0;

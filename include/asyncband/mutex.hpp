@@ -8,7 +8,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -16,6 +15,7 @@
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -325,13 +325,13 @@ class mutex {
   /// `co_await m.lock()` yields a mutex_guard<T>.
   auto lock() noexcept { return detail::source_awaiter<lock_source>(lock_source{this}); }
   /// Yields result<mutex_guard<T>>: ok, or cancelled (then the mutex is not held).
-  auto lock(std::stop_token stop) noexcept {
+  auto lock(asyncband::stop_token stop) noexcept {
     return lock_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_guard{this});
   }
   /// lock() for a plain thread: blocks until the mutex is held.
   mutex_guard<T> lock_blocking() { return lock_forms::block(&semaphore_, std::size_t{1}, make_guard{this}); }
   /// As lock_blocking(), or until `stop` is requested: the guard, or cancelled.
-  result<mutex_guard<T>> lock_blocking(std::stop_token stop) {
+  result<mutex_guard<T>> lock_blocking(asyncband::stop_token stop) {
     return lock_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_guard{this});
   }
   /// As lock_blocking(), for at most `timeout`: the guard, or timeout.
@@ -408,7 +408,7 @@ auto lock_owned(std::shared_ptr<mutex<T>> m) noexcept {
 }
 /// Yields result<owned_mutex_guard<T>>: ok, or cancelled.
 template <class T>
-auto lock_owned(std::shared_ptr<mutex<T>> m, std::stop_token stop) noexcept {
+auto lock_owned(std::shared_ptr<mutex<T>> m, asyncband::stop_token stop) noexcept {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::await_until_stopped(
       std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});
@@ -422,7 +422,7 @@ owned_mutex_guard<T> lock_owned_blocking(std::shared_ptr<mutex<T>> m) {
 }
 /// As lock_owned_blocking(m), or until `stop` is requested: the guard, or cancelled.
 template <class T>
-result<owned_mutex_guard<T>> lock_owned_blocking(std::shared_ptr<mutex<T>> m, std::stop_token stop) {
+result<owned_mutex_guard<T>> lock_owned_blocking(std::shared_ptr<mutex<T>> m, asyncband::stop_token stop) {
   semaphore* s = &detail::mutex_access::semaphore_of(*m);
   return detail::mutex_access::owned_forms<T>::block_until_stopped(
       std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});

@@ -6,13 +6,13 @@
 
 #include <cassert>
 #include <chrono>
-#include <stop_token>
 #include <utility>
 
 #include "detail/initializer.hpp"
 #include "detail/once_gate.hpp"
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -51,7 +51,7 @@ class call_once_op {
 /// - call_once(f) returns once the once is completed: by this caller's f, or by another's.
 ///   `f` is any callable returning an awaitable (an asyncband task, a hand-written awaiter,
 ///   anything a coroutine without an await_transform can co_await), or a plain function. It is
-///   called with the call's std::stop_token if it takes one. It lives in the awaiting frame
+///   called with the call's asyncband::stop_token if it takes one. It lives in the awaiting frame
 ///   until its run ends, so a coroutine lambda's captures stay valid throughout. With g++ 12,
 ///   name a lambda capturing a non-trivial value (a std::string) before the co_await: g++ 12
 ///   destroys such a temporary twice when it is written inside the co_await expression.
@@ -100,7 +100,7 @@ class once : public detail::wait_functions<once> {
   }
   /// As call_once(f); yields result<void>: ok, or cancelled.
   template <class F>
-  auto call_once(F f, std::stop_token stop) {
+  auto call_once(F f, asyncband::stop_token stop) {
     return call_forms<F>::await_until_stopped(std::move(stop), &gate_, std::move(f));
   }
   /// The plain-thread twin: waits by blocking; runs an awaitable f through block_on.
@@ -110,7 +110,7 @@ class once : public detail::wait_functions<once> {
   }
   /// As call_once_blocking(f), until `stop` is requested.
   template <class F>
-  result<void> call_once_blocking(F f, std::stop_token stop) {
+  result<void> call_once_blocking(F f, asyncband::stop_token stop) {
     return call_forms<F>::block_until_stopped(std::move(stop), &gate_, std::move(f));
   }
   /// As call_once_blocking(f), waiting at most `timeout` (a run, once started, is not bounded).

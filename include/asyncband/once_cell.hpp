@@ -8,7 +8,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -17,6 +16,7 @@
 #include "detail/wait_functions.hpp"
 #include "init_result.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -217,7 +217,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   }
   /// Yields result<T&>: the value, or cancelled.
   template <class F>
-  auto get_or_init(F f, std::stop_token stop) {
+  auto get_or_init(F f, asyncband::stop_token stop) {
     return init_forms<F>::await_until_stopped(std::move(stop), ref(), std::move(f));
   }
   /// The plain-thread twin.
@@ -227,7 +227,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
-  result<T&> get_or_init_blocking(F f, std::stop_token stop) {
+  result<T&> get_or_init_blocking(F f, asyncband::stop_token stop) {
     return init_forms<F>::block_until_stopped(std::move(stop), ref(), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout` (a run, once started, is not bounded).
@@ -244,7 +244,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   }
   /// Yields result<init_result<T&, E>>: cancelled, or as above.
   template <class F>
-  auto get_or_try_init(F f, std::stop_token stop) {
+  auto get_or_try_init(F f, asyncband::stop_token stop) {
     return try_init_forms<F>::await_until_stopped(std::move(stop), ref(), std::move(f));
   }
   /// The plain-thread twin.
@@ -254,7 +254,7 @@ class once_cell : public detail::wait_functions<once_cell<T>> {
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
-  auto get_or_try_init_blocking(F f, std::stop_token stop) {
+  auto get_or_try_init_blocking(F f, asyncband::stop_token stop) {
     return try_init_forms<F>::block_until_stopped(std::move(stop), ref(), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout`.

@@ -9,11 +9,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <utility>
 
 #include "detail/keyed_cells.hpp"
 #include "once_cell.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -70,7 +70,7 @@ class once_map {
   }
   /// Yields result<V>: the value, or cancelled.
   template <class F>
-  auto compute(const K& key, F f, std::stop_token stop) {
+  auto compute(const K& key, F f, asyncband::stop_token stop) {
     return compute_forms<F>::await_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin.
@@ -80,7 +80,7 @@ class once_map {
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
-  result<V> compute_blocking(const K& key, F f, std::stop_token stop) {
+  result<V> compute_blocking(const K& key, F f, asyncband::stop_token stop) {
     return compute_forms<F>::block_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout` (a run, once started, is not bounded).
@@ -97,7 +97,7 @@ class once_map {
   }
   /// Yields result<init_result<V, E>>: cancelled, or as above.
   template <class F>
-  auto try_compute(const K& key, F f, std::stop_token stop) {
+  auto try_compute(const K& key, F f, asyncband::stop_token stop) {
     return try_compute_forms<F>::await_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin.
@@ -107,7 +107,7 @@ class once_map {
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
-  auto try_compute_blocking(const K& key, F f, std::stop_token stop) {
+  auto try_compute_blocking(const K& key, F f, asyncband::stop_token stop) {
     return try_compute_forms<F>::block_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout`.

@@ -10,7 +10,6 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -18,6 +17,7 @@
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 
 /// A channel for one value, from one sender to one receiver: channel().
 namespace asyncband::oneshot {

@@ -14,7 +14,6 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "detail/broadcast_parking.hpp"
@@ -22,6 +21,7 @@
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -137,11 +137,11 @@ class phaser : public std::enable_shared_from_this<phaser> {
   /// phase then current (ok), or closed if the phaser closed while still in `observed`.
   auto wait(phase_id observed) noexcept;
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  auto wait(phase_id observed, std::stop_token stop) noexcept;
+  auto wait(phase_id observed, asyncband::stop_token stop) noexcept;
   /// wait(observed) for a plain thread: blocks until the phase differs from `observed`.
   inline result<phase_id> wait_blocking(phase_id observed);
   /// As wait_blocking(observed), or until `stop` is requested (then cancelled).
-  inline result<phase_id> wait_blocking(phase_id observed, std::stop_token stop);
+  inline result<phase_id> wait_blocking(phase_id observed, asyncband::stop_token stop);
   /// As wait_blocking(observed), for at most `timeout` (then timeout).
   template <class Rep, class Period>
   result<phase_id> wait_timeout(phase_id observed, std::chrono::duration<Rep, Period> timeout);
@@ -306,11 +306,11 @@ class [[nodiscard]] phaser_participant {
   /// Yields result<phase_id>: the phase the completion started, or closed.
   auto wait();
   /// As above; also ends with wait_status::cancelled when `stop` is requested first.
-  auto wait(std::stop_token stop);
+  auto wait(asyncband::stop_token stop);
   /// wait() for a plain thread: blocks until the phase completes.
   inline result<phase_id> wait_blocking();
   /// As wait_blocking(), or until `stop` is requested (then cancelled).
-  inline result<phase_id> wait_blocking(std::stop_token stop);
+  inline result<phase_id> wait_blocking(asyncband::stop_token stop);
   /// As wait_blocking(), for at most `timeout` (then timeout).
   template <class Rep, class Period>
   result<phase_id> wait_timeout(std::chrono::duration<Rep, Period> timeout);
@@ -559,13 +559,13 @@ inline result<phaser_batch> phaser::enroll(std::size_t n) {
 inline auto phaser::wait(phase_id observed) noexcept {
   return observer_forms::await(this, observed);
 }
-inline auto phaser::wait(phase_id observed, std::stop_token stop) noexcept {
+inline auto phaser::wait(phase_id observed, asyncband::stop_token stop) noexcept {
   return observer_forms::await_until_stopped(std::move(stop), this, observed);
 }
 inline result<phase_id> phaser::wait_blocking(phase_id observed) {
   return block_while_in(observed);
 }
-inline result<phase_id> phaser::wait_blocking(phase_id observed, std::stop_token stop) {
+inline result<phase_id> phaser::wait_blocking(phase_id observed, asyncband::stop_token stop) {
   return observer_forms::block_until_stopped(std::move(stop), this, observed);
 }
 template <class Rep, class Period>
@@ -576,10 +576,10 @@ result<phase_id> phaser::wait_timeout(phase_id observed, std::chrono::duration<R
 inline auto phaser_participant::wait() {
   return wait_forms::await(registered());
 }
-inline auto phaser_participant::wait(std::stop_token stop) {
+inline auto phaser_participant::wait(asyncband::stop_token stop) {
   return wait_forms::await_until_stopped(std::move(stop), registered());
 }
-inline result<phase_id> phaser_participant::wait_blocking(std::stop_token stop) {
+inline result<phase_id> phaser_participant::wait_blocking(asyncband::stop_token stop) {
   return wait_forms::block_until_stopped(std::move(stop), registered());
 }
 template <class Rep, class Period>

@@ -3,7 +3,7 @@
 //
 // Expected outcomes (cancelled, timed out, closed, full) are values, not
 // exceptions. A wait that cannot fail returns its value directly; the overloads that take a
-// std::stop_token or a timeout, and waits on closable primitives, return result<T>, which holds
+// asyncband::stop_token or a timeout, and waits on closable primitives, return result<T>, which holds
 // either the value or the status that ended the wait. Channels add send_result<T> (a send that
 // did not deliver hands its value back) and try_recv_result<T>.
 #pragma once

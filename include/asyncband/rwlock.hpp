@@ -10,13 +10,13 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "detail/wait_functions.hpp"
 #include "result.hpp"
 #include "semaphore.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 
@@ -359,7 +359,7 @@ class rwlock {
   /// `co_await l.read()` yields an rwlock_read_guard<T>.
   auto read() noexcept { return detail::source_awaiter<side_source<false>>(side_source<false>{this}); }
   /// Yields result<rwlock_read_guard<T>>: ok, or cancelled.
-  auto read(std::stop_token stop) noexcept {
+  auto read(asyncband::stop_token stop) noexcept {
     return read_forms::await_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
   /// read() for a plain thread: blocks until a read share is held.
@@ -367,7 +367,7 @@ class rwlock {
     return read_forms::block(&semaphore_, std::size_t{1}, make_read{&value_});
   }
   /// As read_blocking(), or until `stop` is requested: the guard, or cancelled.
-  result<rwlock_read_guard<T>> read_blocking(std::stop_token stop) {
+  result<rwlock_read_guard<T>> read_blocking(asyncband::stop_token stop) {
     return read_forms::block_until_stopped(std::move(stop), &semaphore_, std::size_t{1}, make_read{&value_});
   }
   /// As read_blocking(), for at most `timeout`: the guard, or timeout.
@@ -381,7 +381,7 @@ class rwlock {
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
   auto write() noexcept { return detail::source_awaiter<side_source<true>>(side_source<true>{this}); }
   /// Yields result<rwlock_write_guard<T>>: ok, or cancelled.
-  auto write(std::stop_token stop) noexcept {
+  auto write(asyncband::stop_token stop) noexcept {
     return write_forms::await_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
   /// write() for a plain thread: blocks until the write lock is held.
@@ -389,7 +389,7 @@ class rwlock {
     return write_forms::block(&semaphore_, max_readers_, make_write{&value_});
   }
   /// As write_blocking(), or until `stop` is requested: the guard, or cancelled.
-  result<rwlock_write_guard<T>> write_blocking(std::stop_token stop) {
+  result<rwlock_write_guard<T>> write_blocking(asyncband::stop_token stop) {
     return write_forms::block_until_stopped(std::move(stop), &semaphore_, max_readers_, make_write{&value_});
   }
   /// As write_blocking(), for at most `timeout`: the guard, or timeout.
@@ -459,7 +459,7 @@ struct rwlock_access {
     return forms<T, Write>::await(semaphore_of(raw), shares<T, Write>(raw), maker<T, Write>{std::move(l)});
   }
   template <bool Write, class T>
-  static auto await(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  static auto await(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
     rwlock<T>& raw = *l;
     return forms<T, Write>::await_until_stopped(std::move(stop), semaphore_of(raw), shares<T, Write>(raw),
                                                 maker<T, Write>{std::move(l)});
@@ -470,7 +470,7 @@ struct rwlock_access {
     return forms<T, Write>::block(semaphore_of(raw), shares<T, Write>(raw), maker<T, Write>{std::move(l)});
   }
   template <bool Write, class T>
-  static auto block(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+  static auto block(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
     rwlock<T>& raw = *l;
     return forms<T, Write>::block_until_stopped(std::move(stop), semaphore_of(raw), shares<T, Write>(raw),
                                                 maker<T, Write>{std::move(l)});
@@ -494,7 +494,7 @@ auto read_owned(std::shared_ptr<rwlock<T>> l) {
 }
 /// Yields result<owned_rwlock_read_guard<T>>: ok, or cancelled.
 template <class T>
-auto read_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+auto read_owned(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
   return detail::rwlock_access::await<false>(std::move(l), std::move(stop));
 }
 /// read_owned() for a plain thread: blocks until a share of `*l` is held. Precondition: l is
@@ -505,7 +505,8 @@ owned_rwlock_read_guard<T> read_owned_blocking(std::shared_ptr<rwlock<T>> l) {
 }
 /// As read_owned_blocking(l), or until `stop` is requested: the guard, or cancelled.
 template <class T>
-result<owned_rwlock_read_guard<T>> read_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+result<owned_rwlock_read_guard<T>> read_owned_blocking(std::shared_ptr<rwlock<T>> l,
+                                                       asyncband::stop_token stop) {
   return detail::rwlock_access::block<false>(std::move(l), std::move(stop));
 }
 /// A read share now that keeps `*l` alive, or nothing (as rwlock::try_read).
@@ -522,7 +523,7 @@ auto write_owned(std::shared_ptr<rwlock<T>> l) {
 }
 /// Yields result<owned_rwlock_write_guard<T>>: ok, or cancelled.
 template <class T>
-auto write_owned(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+auto write_owned(std::shared_ptr<rwlock<T>> l, asyncband::stop_token stop) {
   return detail::rwlock_access::await<true>(std::move(l), std::move(stop));
 }
 /// write_owned() for a plain thread: blocks until `*l` is write-locked. Precondition: l is
@@ -533,7 +534,8 @@ owned_rwlock_write_guard<T> write_owned_blocking(std::shared_ptr<rwlock<T>> l) {
 }
 /// As write_owned_blocking(l), or until `stop` is requested: the guard, or cancelled.
 template <class T>
-result<owned_rwlock_write_guard<T>> write_owned_blocking(std::shared_ptr<rwlock<T>> l, std::stop_token stop) {
+result<owned_rwlock_write_guard<T>> write_owned_blocking(std::shared_ptr<rwlock<T>> l,
+                                                         asyncband::stop_token stop) {
   return detail::rwlock_access::block<true>(std::move(l), std::move(stop));
 }
 /// The write lock now that keeps `*l` alive, or nothing (as rwlock::try_write).

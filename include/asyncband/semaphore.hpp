@@ -17,7 +17,6 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -143,11 +142,11 @@ class semaphore {
   /// `co_await s.acquire(n)` yields a permit for n. Throws std::invalid_argument if n > max().
   auto acquire(std::size_t n = 1);
   /// Yields result<semaphore_permit>: ok, or cancelled.
-  auto acquire(std::size_t n, std::stop_token stop);
+  auto acquire(std::size_t n, asyncband::stop_token stop);
   /// acquire(n) for a plain thread: blocks until n permits are held.
   semaphore_permit acquire_blocking(std::size_t n = 1);
   /// As acquire_blocking(n), or until `stop` is requested: the permit, or cancelled.
-  result<semaphore_permit> acquire_blocking(std::size_t n, std::stop_token stop);
+  result<semaphore_permit> acquire_blocking(std::size_t n, asyncband::stop_token stop);
   /// As acquire_blocking(n), for at most `timeout`: the permit, or timeout.
   template <class Rep, class Period>
   result<semaphore_permit> acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout);
@@ -331,3 +330,4 @@ inline void semaphore_permit::release(std::size_t n) noexcept {
 
 // The wait list and the acquisitions (the owned ones too): they need the complete class.
 #include "detail/semaphore_wait.hpp"
+#include "stop_token.hpp"

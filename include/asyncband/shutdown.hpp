@@ -9,13 +9,13 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <stop_token>
 #include <utility>
 
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 #include "wait_group.hpp"
 
 namespace asyncband {
@@ -29,7 +29,7 @@ class watcher;
 namespace detail {
 
 /// What every handle of a pair shares: the signal and the waiters for it. The signal is the
-/// std::stop_source itself (requested = shut down), so the receivers' stop tokens and
+/// asyncband::stop_source itself (requested = shut down), so the receivers' stop tokens and
 /// is_shutdown_now() can never disagree: there is one flag.
 class shutdown_state {
  public:
@@ -42,7 +42,7 @@ class shutdown_state {
   }
 
   [[nodiscard]] bool signalled() const noexcept { return source_.stop_requested(); }
-  [[nodiscard]] std::stop_token token() const noexcept { return source_.get_token(); }
+  [[nodiscard]] asyncband::stop_token token() const noexcept { return source_.get_token(); }
 
   /// The first call requests stop, which runs the tokens' stop callbacks on this thread, outside
   /// any lock of ours; then wakes the queued is_shutdown() waiters. Later calls return at once.
@@ -56,7 +56,7 @@ class shutdown_state {
   wait_queue& queue() noexcept { return queue_; }
 
  private:
-  std::stop_source source_;
+  asyncband::stop_source source_;
   wait_queue queue_;
 };
 
@@ -87,19 +87,19 @@ class shutdown_observer {
   /// A token stopped by shutdown(): give it to any stop-token-aware wait (an asyncband wait, a
   /// std::jthread, a std::condition_variable_any) to have shutdown cancel it. It stays valid
   /// after every handle is gone.
-  [[nodiscard]] std::stop_token stop_token() const noexcept { return state().token(); }
+  [[nodiscard]] asyncband::stop_token stop_token() const noexcept { return state().token(); }
 
   /// Waits for the shutdown signal. `co_await rx.is_shutdown();`
   auto is_shutdown() const noexcept { return forms::await(&state()); }
   /// Waits for the signal or until `stop` is requested; yields result<void> (ok or cancelled).
   /// (This handle's own stop_token() as `stop` makes the wait end cancelled, not ok.)
-  auto is_shutdown(std::stop_token stop) const noexcept {
+  auto is_shutdown(asyncband::stop_token stop) const noexcept {
     return forms::await_until_stopped(std::move(stop), &state());
   }
   /// Blocks the calling thread until the signal.
   void is_shutdown_blocking() const { forms::block(&state()); }
   /// Blocks the calling thread until the signal or until `stop` is requested.
-  result<void> is_shutdown_blocking(std::stop_token stop) const {
+  result<void> is_shutdown_blocking(asyncband::stop_token stop) const {
     return forms::block_until_stopped(std::move(stop), &state());
   }
   /// Blocks the calling thread until the signal or until `timeout` has passed.
@@ -147,7 +147,7 @@ class shutdown_observer {
 namespace shutdown {
 
 /// Creates a pair: the sender and the first receiver, sharing one state (allocated here; with
-/// std::stop_source's and the receivers' wait_group state: three allocations, none later: not
+/// asyncband::stop_source's and the receivers' wait_group state: three allocations, none later: not
 /// per copy, not per wait).
 [[nodiscard]] inline std::pair<sender, receiver> make_pair();
 
@@ -156,9 +156,9 @@ namespace shutdown {
 ///
 /// Contract
 /// - Signal: shutdown() is idempotent and noexcept. The first call (i) requests stop on the
-///   pair's std::stop_source: from then on is_shutdown_now() is true, every stop_token() is
+///   pair's asyncband::stop_source: from then on is_shutdown_now() is true, every stop_token() is
 ///   stopped, and an is_shutdown() wait starting completes at once; (ii) runs the stop callbacks
-///   registered on those tokens, on the calling thread (std::stop_source's rule), which cancels
+///   registered on those tokens, on the calling thread (asyncband::stop_source's rule), which cancels
 ///   asyncband waits given the token; (iii) wakes every pending is_shutdown() wait. A concurrent
 ///   later call returns at once, possibly before (iii).
 /// - Synchronization: everything done before the first shutdown() happens-before everything
@@ -222,11 +222,13 @@ class sender {
   /// Waits until every tracked receiver is gone. `co_await tx.wait_done();`
   auto wait_done() noexcept { return group().wait(); }
   /// Waits until every receiver is gone or `stop` is requested; yields result<void>.
-  auto wait_done(std::stop_token stop) noexcept { return group().wait(std::move(stop)); }
+  auto wait_done(asyncband::stop_token stop) noexcept { return group().wait(std::move(stop)); }
   /// Blocks the calling thread until every receiver is gone.
   void wait_done_blocking() { group().wait_blocking(); }
   /// Blocks the calling thread until every receiver is gone or `stop` is requested.
-  result<void> wait_done_blocking(std::stop_token stop) { return group().wait_blocking(std::move(stop)); }
+  result<void> wait_done_blocking(asyncband::stop_token stop) {
+    return group().wait_blocking(std::move(stop));
+  }
   /// Blocks the calling thread until every receiver is gone or `timeout` has passed.
   template <class Rep, class Period>
   result<void> wait_done_timeout(std::chrono::duration<Rep, Period> timeout) {

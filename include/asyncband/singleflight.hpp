@@ -8,11 +8,11 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <stop_token>
 #include <utility>
 
 #include "detail/keyed_cells.hpp"
 #include "once_cell.hpp"
+#include "stop_token.hpp"
 
 /// Coalescing of concurrent calls per key into one run, nothing cached: group.
 namespace asyncband::singleflight {
@@ -70,7 +70,7 @@ class group {
   }
   /// Yields result<V>: the result, or cancelled.
   template <class F>
-  auto work(const K& key, F f, std::stop_token stop) {
+  auto work(const K& key, F f, asyncband::stop_token stop) {
     return work_forms<F>::await_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin.
@@ -80,7 +80,7 @@ class group {
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
-  result<V> work_blocking(const K& key, F f, std::stop_token stop) {
+  result<V> work_blocking(const K& key, F f, asyncband::stop_token stop) {
     return work_forms<F>::block_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout` (a run, once started, is not bounded).
@@ -97,7 +97,7 @@ class group {
   }
   /// Yields result<init_result<V, E>>: cancelled, or as above.
   template <class F>
-  auto try_work(const K& key, F f, std::stop_token stop) {
+  auto try_work(const K& key, F f, asyncband::stop_token stop) {
     return try_work_forms<F>::await_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin.
@@ -107,7 +107,7 @@ class group {
   }
   /// The plain-thread twin, until `stop` is requested.
   template <class F>
-  auto try_work_blocking(const K& key, F f, std::stop_token stop) {
+  auto try_work_blocking(const K& key, F f, asyncband::stop_token stop) {
     return try_work_forms<F>::block_until_stopped(std::move(stop), join(key), std::move(f));
   }
   /// The plain-thread twin, waiting at most `timeout`.

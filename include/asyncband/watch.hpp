@@ -18,7 +18,6 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -27,6 +26,7 @@
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
 #include "result.hpp"
+#include "stop_token.hpp"
 
 /// One latest value with a version, from one sender to many receivers: channel().
 namespace asyncband::watch {
@@ -567,11 +567,13 @@ class [[nodiscard]] sender {
   /// Waits until every receiver is gone. `co_await tx.closed();`
   auto closed() { return closed_forms::await(live()); }
   /// As closed(), or until `stop` is requested; yields result<void>: ok or cancelled.
-  auto closed(std::stop_token stop) { return closed_forms::await_until_stopped(std::move(stop), live()); }
+  auto closed(asyncband::stop_token stop) {
+    return closed_forms::await_until_stopped(std::move(stop), live());
+  }
   /// Blocks the calling thread until every receiver is gone.
   void closed_blocking() { live()->park_until_no_receivers(); }
   /// As closed_blocking(), or until `stop` is requested: ok or cancelled.
-  result<void> closed_blocking(std::stop_token stop) {
+  result<void> closed_blocking(asyncband::stop_token stop) {
     return closed_forms::block_until_stopped(std::move(stop), live());
   }
   /// As closed_blocking(), for at most `timeout`: ok or timeout.
@@ -692,13 +694,13 @@ class [[nodiscard]] receiver {
   /// yields result<void>: ok, or closed.
   auto changed() { return changed_forms::await(live(), &seen_); }
   /// As changed(), or until `stop` is requested: ok, closed or cancelled.
-  auto changed(std::stop_token stop) {
+  auto changed(asyncband::stop_token stop) {
     return changed_forms::await_until_stopped(std::move(stop), live(), &seen_);
   }
   /// Blocks the calling thread until changed() would complete: ok or closed.
   result<void> changed_blocking() { return live()->park_until_changed(seen_); }
   /// As changed_blocking(), or until `stop` is requested: ok, closed or cancelled.
-  result<void> changed_blocking(std::stop_token stop) {
+  result<void> changed_blocking(asyncband::stop_token stop) {
     return changed_forms::block_until_stopped(std::move(stop), live(), &seen_);
   }
   /// As changed_blocking(), for at most `timeout`: ok, closed or timeout.
@@ -715,7 +717,7 @@ class [[nodiscard]] receiver {
   }
   /// As wait_for(pred), or until `stop` is requested: also cancelled.
   template <class Predicate>
-  auto wait_for(Predicate pred, std::stop_token stop) {
+  auto wait_for(Predicate pred, asyncband::stop_token stop) {
     return detail::wait_for_awaiter<T, Predicate, true>(live(), &seen_, std::move(pred), std::move(stop));
   }
   /// Blocks the calling thread until wait_for(pred) would complete: a guard, or closed.
@@ -725,7 +727,7 @@ class [[nodiscard]] receiver {
   }
   /// As wait_for_blocking(pred), or until `stop` is requested: also cancelled.
   template <class Predicate>
-  result<borrowed<T>> wait_for_blocking(Predicate pred, std::stop_token stop) {
+  result<borrowed<T>> wait_for_blocking(Predicate pred, asyncband::stop_token stop) {
     return block_wait_for(pred, std::move(stop), {});
   }
   /// As wait_for_blocking(pred), for at most `timeout` in all: also timeout.
@@ -751,7 +753,7 @@ class [[nodiscard]] receiver {
   }
 
   template <class Predicate>
-  result<borrowed<T>> block_wait_for(Predicate& pred, std::stop_token stop,
+  result<borrowed<T>> block_wait_for(Predicate& pred, asyncband::stop_token stop,
                                      asyncband::detail::steady_deadline deadline) {
     detail::state<T>* const s = live();
     for (;;) {
@@ -785,7 +787,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait
   using changed_pending = core::pending_wait<changed_wait<T>, Cancellable>;
 
  public:
-  wait_for_awaiter(state<T>* s, std::uint64_t* seen, Predicate pred, std::stop_token stop)
+  wait_for_awaiter(state<T>* s, std::uint64_t* seen, Predicate pred, asyncband::stop_token stop)
       : state_(s), seen_(seen), pred_(std::move(pred)), stop_(std::move(stop)) {}
   wait_for_awaiter(const wait_for_awaiter&) = delete;
   wait_for_awaiter& operator=(const wait_for_awaiter&) = delete;
@@ -885,7 +887,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait
   state<T>* state_;
   std::uint64_t* seen_;
   Predicate pred_;
-  std::stop_token stop_;
+  asyncband::stop_token stop_;
   core::resume_target self_;
   std::optional<changed_pending> changed_;
   std::optional<borrowed<T>> guard_;

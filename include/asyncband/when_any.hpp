@@ -13,7 +13,6 @@
 #include <ranges>
 #include <span>
 #include <stdexcept>
-#include <stop_token>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -22,6 +21,7 @@
 #include "detail/any_engine.hpp"
 #include "detail/wait_operation.hpp"
 #include "scheduler.hpp"
+#include "stop_token.hpp"
 
 namespace asyncband {
 namespace detail {
@@ -105,7 +105,7 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaite
   using result_type = any_result<detail::branch_outcome_t<Ops>...>;
 
   /// Built by when_any.
-  any_awaiter(std::stop_token stop, Ops&... ops) noexcept
+  any_awaiter(asyncband::stop_token stop, Ops&... ops) noexcept
       : ops_(ops...), stop_(std::move(stop)), engine_(table, this, branches_.data(), count) {}
   any_awaiter(const any_awaiter&) = delete;
   any_awaiter& operator=(const any_awaiter&) = delete;
@@ -219,7 +219,7 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaite
   };
 
   std::tuple<Ops&...> ops_;
-  std::stop_token stop_;
+  asyncband::stop_token stop_;
   std::array<detail::any_branch, count> branches_{};
   detail::any_engine_base engine_;
   std::size_t polled_ = detail::no_branch;
@@ -258,14 +258,14 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_awaite
 template <class... Ops>
   requires(sizeof...(Ops) > 0 && (detail::selectable<Ops> && ...))
 any_awaiter<std::remove_reference_t<Ops>...> when_any(Ops&&... ops) {
-  return any_awaiter<std::remove_reference_t<Ops>...>(std::stop_token{}, ops...);
+  return any_awaiter<std::remove_reference_t<Ops>...>(asyncband::stop_token{}, ops...);
 }
 
 /// As above; a stop request on `stop` that comes before any operation completes ends it with no
 /// winner, every operation cancelled.
 template <class... Ops>
   requires(sizeof...(Ops) > 0 && (detail::selectable<Ops> && ...))
-any_awaiter<std::remove_reference_t<Ops>...> when_any(std::stop_token stop, Ops&&... ops) {
+any_awaiter<std::remove_reference_t<Ops>...> when_any(asyncband::stop_token stop, Ops&&... ops) {
   return any_awaiter<std::remove_reference_t<Ops>...>(std::move(stop), ops...);
 }
 
@@ -342,13 +342,13 @@ class select_loop {
 
   /// One round: `co_await loop.next()` yields selection<outcome_type>& (valid until the next
   /// round). With `stop`: a stop request that comes first ends the round with no winner.
-  round next(std::stop_token stop = {}) { return round(*this, std::move(stop)); }
+  round next(asyncband::stop_token stop = {}) { return round(*this, std::move(stop)); }
 
   /// The awaiter of one round; lives in the awaiting frame.
   class [[nodiscard("co_await it: nothing waits until it is awaited")]] round {
    public:
     /// A round of `loop` (next() makes it).
-    round(select_loop& loop, std::stop_token stop) noexcept : loop_(&loop), stop_(std::move(stop)) {}
+    round(select_loop& loop, asyncband::stop_token stop) noexcept : loop_(&loop), stop_(std::move(stop)) {}
     round(const round&) = delete;
     round& operator=(const round&) = delete;
     /// Destroying the coroutine while it waits cancels every operation, passing on their grants.
@@ -417,7 +417,7 @@ class select_loop {
     };
 
     select_loop* loop_;
-    std::stop_token stop_;
+    asyncband::stop_token stop_;
     std::optional<detail::any_engine_base> engine_;  // built when the round is awaited
     std::size_t polled_ = detail::no_branch;
     bool suspended_ = false;
@@ -468,7 +468,7 @@ template <class Range, class Make>
 class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_of_awaiter {
  public:
   /// Built by when_any_of.
-  any_of_awaiter(Range& sources, Make make, std::stop_token stop)
+  any_of_awaiter(Range& sources, Make make, asyncband::stop_token stop)
       : loop_(sources, std::move(make)), round_(loop_, std::move(stop)) {}
   any_of_awaiter(const any_of_awaiter&) = delete;
   any_of_awaiter& operator=(const any_of_awaiter&) = delete;
@@ -496,7 +496,7 @@ class [[nodiscard("co_await it: nothing waits until it is awaited")]] any_of_awa
 /// selection<outcome>. Allocates the operations' storage once; for a select in a loop, use
 /// select_loop, which reuses it.
 template <class Range, class Make>
-any_of_awaiter<Range, Make> when_any_of(Range& sources, Make make, std::stop_token stop = {}) {
+any_of_awaiter<Range, Make> when_any_of(Range& sources, Make make, asyncband::stop_token stop = {}) {
   return {sources, std::move(make), std::move(stop)};
 }
 

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-# cmake -DCXX_COMPILER=... -DCXX_COMPILER_ID=GNU|Clang -DINCLUDE_DIR=... -DWORK_DIR=... -P run_nodiscard_test.cmake
+# cmake -DCXX_COMPILER=... -DCXX_COMPILER_ID=GNU|Clang [-DCXX_FLAGS=...] -DINCLUDE_DIR=... -DWORK_DIR=...
+#       -P run_nodiscard_test.cmake
 #
 # A co_await forgotten on a call that returns an awaiter (`m.lock();`, `tx.send(v);`) starts
 # nothing: the awaiter types are [[nodiscard("co_await it: ...")]]. Compiles one coroutine that
@@ -17,7 +18,7 @@ file(MAKE_DIRECTORY "${WORK_DIR}")
 set(prologue [=[
 #include <asyncband/asyncband.hpp>
 #include <asyncband/runtime/task.hpp>
-#include <stop_token>
+#include <asyncband/stop_token.hpp>
 #include <utility>
 
 inline int one() { return 1; }  // initialisers (the case list cannot hold a ';')
@@ -30,7 +31,7 @@ asyncband::runtime::task<void> body(asyncband::manual_reset_event& e, asyncband:
                                     asyncband::mpsc::sender<int>& tx, asyncband::once& o,
                                     asyncband::once_cell<int>& c, asyncband::singleflight::group<int, int>& g,
                                     asyncband::watch::sender<int>& wtx, asyncband::watch::receiver<int>& wrx,
-                                    std::stop_token stop) {
+                                    asyncband::stop_token stop) {
   (void)e; (void)l; (void)s; (void)m; (void)rw; (void)cv; (void)tx; (void)o; (void)c; (void)g; (void)stop;
   (void)wtx; (void)wrx;
 ]=])
@@ -56,7 +57,8 @@ set(cases
   "watch_wait_for|wrx.wait_for(positive)|1"
   "watch_closed_stop|wtx.closed(stop)|1")
 
-set(flags -std=c++20 -fsyntax-only -Wall -Wextra -Werror "-I${INCLUDE_DIR}")
+separate_arguments(flags UNIX_COMMAND "${CXX_FLAGS}")  # the build's CMAKE_CXX_FLAGS (-stdlib=libc++)
+list(APPEND flags -std=c++20 -fsyntax-only -Wall -Wextra -Werror "-I${INCLUDE_DIR}")
 if(CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND flags -ferror-limit=0)  # every case reports (clang stops at 20 errors otherwise)
 endif()

@@ -10,9 +10,9 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <memory>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -125,7 +125,7 @@ void record(recv_probe<T>& p, asyncband::result<T>& r) {
 
 /// `co_await rx.recv()`, or `co_await rx.recv(stop)` when `can_stop`, recorded in `p`.
 template <class Receiver, class T>
-task<void> receive(Receiver& rx, recv_probe<T>& p, bool can_stop = false, std::stop_token stop = {}) {
+task<void> receive(Receiver& rx, recv_probe<T>& p, bool can_stop = false, asyncband::stop_token stop = {}) {
   ++p.started;
   if (can_stop) {
     auto r = co_await rx.recv(std::move(stop));
@@ -157,7 +157,8 @@ struct send_probe : probe {
 /// when `can_stop`, recorded in `p`. The value is made inside the coroutine: a coroutine
 /// parameter of type T would add a move.
 template <class Sender, class T>
-task<void> send_value(Sender& tx, int v, send_probe<T>& p, bool can_stop = false, std::stop_token stop = {}) {
+task<void> send_value(Sender& tx, int v, send_probe<T>& p, bool can_stop = false,
+                      asyncband::stop_token stop = {}) {
   ++p.started;
   if (can_stop) {
     auto r = co_await tx.send(make<T>(v), std::move(stop));

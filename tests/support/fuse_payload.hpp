@@ -9,12 +9,12 @@
 #include <asyncband/block_on.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -110,7 +110,7 @@ template <class Receiver>
 received receive_by(receive_form form, Receiver& rx) {
   received out;
   const long moves_before = fuse_payload::moves.load();
-  std::stop_source never;
+  asyncband::stop_source never;
   try {
     switch (form) {
       case receive_form::try_recv: {

@@ -11,7 +11,7 @@
 //   Waker    what the completing side keeps (a guard it holds, its own handle, the stop source),
 //            derived from waker_base, outlives the row;
 //   setup    (World&, Waker&): before the waiter starts (take a lock, fill a channel);
-//   wait     (World&, std::stop_token) -> an awaitable (coroutine rows) or the blocking call's
+//   wait     (World&, asyncband::stop_token) -> an awaitable (coroutine rows) or the blocking call's
 //            result (thread rows);
 //   complete (World*, Waker&): the operation that completes the wait. The World is gone as soon
 //            as the waiter resumed, so it may touch the World only until then.
@@ -23,6 +23,7 @@
 #include <asyncband/detail/awaitable_traits.hpp>
 #include <asyncband/detail/waiter.hpp>
 #include <asyncband/result.hpp>
+#include <asyncband/stop_token.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <coroutine>
@@ -36,7 +37,6 @@
 #include <mutex>
 #include <optional>
 #include <ostream>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -190,14 +190,14 @@ std::string outcome_of(const Outcome& outcome) {
 
 /// Everything a row's completing side keeps has a stop source: the stop rows request stop.
 struct waker_base {
-  std::stop_source stop;
+  asyncband::stop_source stop;
 };
 
 /// Waits once, then destroys what it waited for and returns (its frame goes with it). The
 /// outcome (a guard, a permit, a value) is destroyed first, then the World.
 template <class World, class Wait>
-inline_coroutine destroying_waiter(std::unique_ptr<guarded<World>> world, Wait wait, std::stop_token token,
-                                   waiter_record& rec) {
+inline_coroutine destroying_waiter(std::unique_ptr<guarded<World>> world, Wait wait,
+                                   asyncband::stop_token token, waiter_record& rec) {
   ++rec.started;
   using outcome_type = asyncband::detail::await_result_t<decltype(wait(*world, token))>;
   if constexpr (std::is_void_v<outcome_type>) {
@@ -215,7 +215,7 @@ inline_coroutine destroying_waiter(std::unique_ptr<guarded<World>> world, Wait w
 
 /// Waits once and records it, destroying nothing: another waiter of the same row does.
 template <class World, class Wait>
-inline_coroutine bystander_waiter(World* world, Wait wait, std::stop_token token, waiter_record& rec) {
+inline_coroutine bystander_waiter(World* world, Wait wait, asyncband::stop_token token, waiter_record& rec) {
   ++rec.started;
   using outcome_type = asyncband::detail::await_result_t<decltype(wait(*world, token))>;
   if constexpr (std::is_void_v<outcome_type>) {
@@ -286,10 +286,10 @@ row pass_on_row(std::string name, Setup setup, WaitA wait_a, WaitB wait_b, Compl
             World* const raw = world.get();
             waiter_record a;
             waiter_record b;
-            std::stop_source stop_a;
+            asyncband::stop_source stop_a;
             const inline_coroutine co_a = bystander_waiter(raw, wait_a, stop_a.get_token(), a);
             const inline_coroutine co_b =
-                destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
+                destroying_waiter<World>(std::move(world), wait_b, asyncband::stop_token{}, b);
             ASSERT_EQ(a.started + b.started, 2);
             ASSERT_EQ(a.resumed + b.resumed, 0) << "a wait completed without suspending: fix the row's setup";
             {
@@ -308,7 +308,7 @@ row pass_on_row(std::string name, Setup setup, WaitA wait_a, WaitB wait_b, Compl
 /// Several waiters: `bystanders` coroutines waiting with `wait_a` (their tokens come from one stop
 /// source, `complete`'s third argument), then one waiting with `wait_b` that destroys everything.
 /// A bystander releases its outcome (a guard, a permit) as it returns, which may resume the next
-/// waiter inline. `complete(World*, Waker&, std::stop_source& bystanders)` starts it all: every
+/// waiter inline. `complete(World*, Waker&, asyncband::stop_source& bystanders)` starts it all: every
 /// bystander must end with `bystander_outcome`, and the last waiter with ok. With more bystanders
 /// than the nesting limit of inline resolution (16), the chain also runs through the deferred
 /// resolution of nested wake-ups.
@@ -320,13 +320,13 @@ row crowd_row(std::string name, int bystanders, const char* bystander_outcome, S
             Waker waker;
             setup(*world, waker);
             World* const raw = world.get();
-            std::stop_source stop_a;
+            asyncband::stop_source stop_a;
             std::vector<waiter_record> a(static_cast<std::size_t>(bystanders));
             std::vector<inline_coroutine> co_a;
             for (auto& rec : a) co_a.push_back(bystander_waiter(raw, wait_a, stop_a.get_token(), rec));
             waiter_record b;
             const inline_coroutine co_b =
-                destroying_waiter<World>(std::move(world), wait_b, std::stop_token{}, b);
+                destroying_waiter<World>(std::move(world), wait_b, asyncband::stop_token{}, b);
             for (const auto& rec : a) ASSERT_EQ(rec.resumed, 0) << "a wait completed without suspending";
             ASSERT_EQ(b.resumed, 0) << "a wait completed without suspending: fix the row's setup";
             complete(raw, waker, stop_a);

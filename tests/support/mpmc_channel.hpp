@@ -25,11 +25,11 @@
 #include <asyncband/auto_reset_event.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <asyncband/when_any.hpp>
 #include <cstddef>
 #include <deque>
 #include <optional>
-#include <stop_token>
 #include <vector>
 
 #include "channel_probes.hpp"
@@ -52,7 +52,7 @@ struct channel_fixture {
   std::vector<int> order;            // ids of the coroutines, in the order they resumed
   std::deque<recv_probe<T>> recvs;
   std::deque<send_probe<T>> sends;
-  std::deque<std::stop_source> stops;
+  std::deque<asyncband::stop_source> stops;
   std::vector<task<void>> tasks;
 
   /// A channel with room for `room` values, holding `filled` values 100, 101, ...
@@ -66,7 +66,7 @@ struct channel_fixture {
 
   /// Queues a receive (id `id`) on a new copy of the receiver, to start at a later step.
   recv_probe<T>& start_recv(int id, bool can_stop = stoppable) {
-    return queue(recvs, id, [this, can_stop](recv_probe<T>& p, std::stop_token stop) {
+    return queue(recvs, id, [this, can_stop](recv_probe<T>& p, asyncband::stop_token stop) {
       return receive(copies.emplace_back(c.rx), p, can_stop, std::move(stop));
     });
   }
@@ -78,7 +78,7 @@ struct channel_fixture {
   }
   /// Queues a send of `v` that may wait (bounded channels), to start at a later step.
   send_probe<T>& start_send(int v, bool can_stop = stoppable) {
-    return queue(sends, v, [this, v, can_stop](send_probe<T>& p, std::stop_token stop) {
+    return queue(sends, v, [this, v, can_stop](send_probe<T>& p, asyncband::stop_token stop) {
       return send_value(c.tx, v, p, can_stop, std::move(stop));
     });
   }
@@ -89,7 +89,7 @@ struct channel_fixture {
     return p;
   }
   /// The stop source of the `i`-th coroutine started (receives and sends together).
-  std::stop_source& stop(std::size_t i) { return stops[i]; }
+  asyncband::stop_source& stop(std::size_t i) { return stops[i]; }
   task<void>& task_of(std::size_t i) { return tasks[i]; }
 
  private:

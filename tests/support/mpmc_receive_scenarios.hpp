@@ -19,6 +19,7 @@
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/stop_token.hpp>
 #include <asyncband/when_any.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +28,6 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -56,7 +56,7 @@ void every_receive_form_yields_a_value_that_is_there() {
   auto c = Kind::template make<int>(8);
   typename Kind::template receiver<int> other = c.rx;
   for (int i = 1; i <= 7; ++i) Kind::put(c.tx, i);
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_EQ(*block_on(c.rx.recv()), 1);
   EXPECT_EQ(*block_on(other.recv(never.get_token())), 2);
   EXPECT_EQ(*c.rx.recv_blocking(), 3);
@@ -167,7 +167,7 @@ void expect_moved_from_halves(Sender& tx, Receiver& rx) {
   EXPECT_EQ(rx.receiver_count(), 0U);
   EXPECT_THROW((void)rx.try_recv(), std::logic_error);
   EXPECT_THROW((void)rx.recv(), std::logic_error);
-  std::stop_source never;
+  asyncband::stop_source never;
   EXPECT_THROW((void)rx.recv(never.get_token()), std::logic_error);
   EXPECT_THROW((void)rx.recv_blocking(), std::logic_error);
   EXPECT_THROW((void)rx.recv_timeout(1ms), std::logic_error);
@@ -537,7 +537,7 @@ void a_value_sent_while_the_only_receive_registers_completes_it_without_suspendi
 /// every receive form that takes a token ends cancelled at once and takes nothing, although a
 /// value is there.
 template <class Kind, class Channel>
-void receives_with_a_stopped_token_take_nothing(Channel& c, const std::stop_token& stopped) {
+void receives_with_a_stopped_token_take_nothing(Channel& c, const asyncband::stop_token& stopped) {
   Kind::put(c.tx, 3);
   EXPECT_TRUE(block_on(c.rx.recv(stopped)).cancelled());  // a value is there: still cancelled
   EXPECT_TRUE(c.rx.recv_blocking(stopped).cancelled());
@@ -993,7 +993,7 @@ void recv_blocking_of_two_threads_is_woken_by_sends_from_another_thread() {
 template <class Kind>
 void recv_blocking_with_a_stop_token_is_cancelled_from_another_thread_and_takes_nothing() {
   auto c = Kind::template make<int>(2);
-  std::stop_source stop;
+  asyncband::stop_source stop;
   std::latch waiting(1);
   std::optional<wait_status> status;
   std::thread receiver([&] {
@@ -1107,8 +1107,8 @@ void add_receive_lifetime_rows(std::vector<lifetime::row>& rows, const std::stri
   using namespace lifetime;
   using W = lifetime_world<Kind>;
   using K = lifetime_waker<Kind>;
-  const auto recv = [](W& w, std::stop_token) { return w.ch.rx.recv(); };
-  const auto recv_cancellable = [](W& w, std::stop_token t) { return w.ch.rx.recv(std::move(t)); };
+  const auto recv = [](W& w, asyncband::stop_token) { return w.ch.rx.recv(); };
+  const auto recv_cancellable = [](W& w, asyncband::stop_token t) { return w.ch.rx.recv(std::move(t)); };
   const auto offer = [](W* w, auto&) { (void)Kind::offer(w->ch.tx, 1); };
   rows.push_back(coroutine_row<W, K>(send_name + "_wakes_receive", "ok", no_setup{}, recv, offer));
   rows.push_back(coroutine_row<W, K>(send_name + "_wakes_cancellable_receive", "ok", no_setup{},
@@ -1132,7 +1132,7 @@ void add_receive_lifetime_rows(std::vector<lifetime::row>& rows, const std::stri
   rows.push_back(crowd_row<W, K>(
       "crowd_of_receives_served_one_by_one", 20, "ok", [](W& w, K& k) { k.tx.emplace(w.ch.tx); },
       recv_cancellable, recv,
-      [](W*, K& k, std::stop_source&) {
+      [](W*, K& k, asyncband::stop_source&) {
         for (int i = 0; i <= 20; ++i) {
           while (!Kind::offer(*k.tx, i).ok()) {
           }
@@ -1140,7 +1140,7 @@ void add_receive_lifetime_rows(std::vector<lifetime::row>& rows, const std::stri
       }));
   rows.push_back(thread_row<W, K>(
       send_name + "_wakes_blocked_receive_thread", "ok", no_setup{},
-      [](W& w, std::stop_token t) { return w.ch.rx.recv_blocking(std::move(t)); }, offer));
+      [](W& w, asyncband::stop_token t) { return w.ch.rx.recv_blocking(std::move(t)); }, offer));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1149,7 +1149,7 @@ void add_receive_lifetime_rows(std::vector<lifetime::row>& rows, const std::stri
 template <class Kind>
 void awaiting_a_receive_again_throws_logic_error() {
   auto c = Kind::template make<int>(2);
-  std::stop_source never;
+  asyncband::stop_source never;
   expect_awaiting_again_throws_logic_error([&c] { return c.rx.recv(); }, [&c] { Kind::put(c.tx, 1); });
   expect_awaiting_again_throws_logic_error([&c, &never] { return c.rx.recv(never.get_token()); },
                                            [&c] { Kind::put(c.tx, 2); });

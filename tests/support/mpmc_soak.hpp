@@ -28,6 +28,7 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <asyncband/when_any.hpp>
 #include <atomic>
 #include <chrono>
@@ -38,7 +39,6 @@
 #include <functional>
 #include <optional>
 #include <set>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <utility>
@@ -137,7 +137,7 @@ struct soak_world {
   int first_id = 0;
   std::uint64_t seed = 0;
   std::size_t room = 1;  // the bounded channel's capacity
-  std::stop_source stop;
+  asyncband::stop_source stop;
   asyncband::auto_reset_event race{false};  // the other branch of the when_any receives
   std::vector<soak_producer> producers;
   std::vector<soak_consumer> consumers;

@@ -27,6 +27,7 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -35,7 +36,6 @@
 #include <optional>
 #include <random>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -149,7 +149,7 @@ struct stop_aware {
   int id;
   asyncband::manual_reset_event* hold;
 
-  task<int> operator()(std::stop_token stop) const {
+  task<int> operator()(asyncband::stop_token stop) const {
     log->enter(id);
     const auto waited = co_await hold->wait(std::move(stop));
     log->leave();
@@ -241,11 +241,11 @@ struct held_key {
 
   [[nodiscard]] scripted<> waiter_init() { return {&log, 2}; }
   [[nodiscard]] auto wait() { return Calls::await(primitive, key, waiter_init()); }
-  [[nodiscard]] auto wait(std::stop_token stop) {
+  [[nodiscard]] auto wait(asyncband::stop_token stop) {
     return Calls::await(primitive, key, waiter_init(), std::move(stop));
   }
   auto wait_blocking() { return Calls::block(primitive, key, waiter_init()); }
-  auto wait_blocking(std::stop_token stop) {
+  auto wait_blocking(asyncband::stop_token stop) {
     return Calls::block(primitive, key, waiter_init(), std::move(stop));
   }
   template <class Rep, class Period>
@@ -325,13 +325,13 @@ std::vector<lifetime::row> held_run_rows(const std::string& prefix) {
   using waker = held_run_waker;
   const auto hold = [](world& w, waker& k) { k.start<Calls>(w.primitive); };
   const auto own_init = []() -> task<int> { co_return 2; };
-  const auto call = [own_init](world& w, const std::stop_token& /*unused*/) {
+  const auto call = [own_init](world& w, const asyncband::stop_token& /*unused*/) {
     return Calls::await(w.primitive, 1, own_init);
   };
-  const auto call_until = [own_init](world& w, std::stop_token stop) {
+  const auto call_until = [own_init](world& w, asyncband::stop_token stop) {
     return Calls::await(w.primitive, 1, own_init, std::move(stop));
   };
-  const auto call_blocking = [own_init](world& w, std::stop_token stop) {
+  const auto call_blocking = [own_init](world& w, asyncband::stop_token stop) {
     return Calls::block(w.primitive, 1, own_init, std::move(stop));
   };
   const auto succeed = [](world* /*unused*/, waker& k) { k.release(ending::value); };
@@ -349,7 +349,7 @@ std::vector<lifetime::row> held_run_rows(const std::string& prefix) {
                                                      call_until, call, fail));
   rows.push_back(lifetime::crowd_row<world, waker>(
       prefix + "_run_completed_crowd", 20, "ok", hold, call, call,
-      [](world* /*unused*/, waker& k, std::stop_source& /*unused*/) { k.release(ending::value); }));
+      [](world* /*unused*/, waker& k, asyncband::stop_source& /*unused*/) { k.release(ending::value); }));
   rows.push_back(lifetime::thread_row<world, waker>(prefix + "_run_completed_blocked_thread", "ok", hold,
                                                     call_blocking, succeed));
   rows.push_back(lifetime::thread_row<world, waker>(prefix + "_run_failed_blocked_thread", "ok", hold,
@@ -504,8 +504,8 @@ class stress_round {
   stress_init<Yield> init(stress_caller& c) {
     return {&keys_[c.key], &c, &pool_};
   }
-  std::stop_token token(const stress_caller& c) const {
-    return c.stoppable() ? stop_.get_token() : std::stop_token{};
+  asyncband::stop_token token(const stress_caller& c) const {
+    return c.stoppable() ? stop_.get_token() : asyncband::stop_token{};
   }
 
   /// Requests stop from a pool thread; a participant, so that the round outlives it.
@@ -554,7 +554,7 @@ class stress_round {
   typename Calls::primitive_type primitive_;
   stress_key keys_[keys];
   std::vector<std::unique_ptr<stress_caller>> callers_;
-  std::stop_source stop_;
+  asyncband::stop_source stop_;
   completion finished_;
 };
 

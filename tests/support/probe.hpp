@@ -9,12 +9,12 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <chrono>
 #include <coroutine>
 #include <cstddef>
 #include <exception>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -84,7 +84,7 @@ task<void> plain_waiter(Primitive& primitive, Probe& p) {
 
 /// Waits once with `primitive.wait(token)` and records it in `p`.
 template <class Primitive, class Probe>
-task<void> stoppable_waiter(Primitive& primitive, std::stop_token token, Probe& p) {
+task<void> stoppable_waiter(Primitive& primitive, asyncband::stop_token token, Probe& p) {
   ++p.started;
   auto r = co_await primitive.wait(std::move(token));
   detail::record_result(p, primitive, r);
@@ -94,7 +94,7 @@ task<void> stoppable_waiter(Primitive& primitive, std::stop_token token, Probe& 
 /// with `token` at odd ones.
 template <class Primitive, class Probes>
 void spawn_alternating_waiters(test_scheduler& s, Primitive& primitive, Probes& probes,
-                               const std::stop_token& token) {
+                               const asyncband::stop_token& token) {
   std::size_t i = 0;
   for (auto& p : probes) {
     if (i++ % 2 == 0) {

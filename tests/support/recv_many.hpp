@@ -22,6 +22,7 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <asyncband/when_any.hpp>
 #include <chrono>
 #include <cstddef>
@@ -29,7 +30,6 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -70,7 +70,7 @@ void record_many(many_probe<T>& p, const asyncband::result<std::size_t>& r) {
 /// a payload_error from a throwing move is recorded too.
 template <class Receiver, class T>
 task<void> receive_many(Receiver& rx, std::size_t limit, many_probe<T>& p, bool can_stop = false,
-                        std::stop_token stop = {}) {
+                        asyncband::stop_token stop = {}) {
   ++p.started;
   try {
     if (can_stop) {
@@ -171,7 +171,7 @@ template <class Kind>
 struct batch_fixture {
   decltype(Kind::template make<int>(1)) c;
   test_scheduler s;
-  std::stop_source stop;
+  asyncband::stop_source stop;
 
   explicit batch_fixture(std::size_t room) : c(Kind::template make<int>(room)) {}
 
@@ -197,7 +197,7 @@ void every_form_appends_in_order_up_to_the_limit() {
   auto c = Kind::template make<int>(8);
   for (int v = 1; v <= 7; ++v) Kind::put(c.tx, v);
   std::vector<int> buffer{-1};
-  std::stop_source never;
+  asyncband::stop_source never;
   auto a = c.rx.try_recv_many(buffer, 2);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(*a, 2U);
@@ -237,7 +237,7 @@ void a_limit_of_zero_yields_zero_at_once() {
   EXPECT_EQ(take(c.rx), 1);
   EXPECT_EQ(*c.rx.recv_many_blocking(buffer, 0), 0U) << "empty: no wait";
   EXPECT_EQ(*c.rx.try_recv_many(buffer, 0), 0U);
-  std::stop_source stopped;
+  asyncband::stop_source stopped;
   stopped.request_stop();
   EXPECT_TRUE(c.rx.recv_many_blocking(buffer, 0, stopped.get_token()).cancelled());
   c.rx.close();

@@ -13,11 +13,11 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/test_scheduler.hpp>
+#include <asyncband/stop_token.hpp>
 #include <chrono>
 #include <latch>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <thread>
 
 #include "thread_hook.hpp"
@@ -37,7 +37,7 @@ template <class Receiver>
 asyncband::runtime::task<void> second_receive(Receiver& rx, bool stoppable, int& refused) {
   try {
     if (stoppable) {
-      (void)co_await rx.recv(std::stop_token{});
+      (void)co_await rx.recv(asyncband::stop_token{});
     } else {
       (void)co_await rx.recv();
     }
@@ -59,7 +59,7 @@ void every_other_receive_throws(Receiver& rx, asyncband::runtime::test_scheduler
   ASSERT_EQ(refused, 2) << "a second receive in a coroutine was accepted";
   EXPECT_THROW((void)asyncband::block_on(rx.recv()), std::logic_error);
   EXPECT_THROW((void)rx.recv_blocking(), std::logic_error);
-  EXPECT_THROW((void)rx.recv_blocking(std::stop_token{}), std::logic_error);
+  EXPECT_THROW((void)rx.recv_blocking(asyncband::stop_token{}), std::logic_error);
   EXPECT_THROW((void)rx.recv_timeout(std::chrono::milliseconds(0)), std::logic_error);
 }
 

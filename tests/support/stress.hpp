@@ -9,13 +9,13 @@
 #include <asyncband/result.hpp>
 #include <asyncband/runtime/task.hpp>
 #include <asyncband/runtime/thread_pool.hpp>
+#include <asyncband/stop_token.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -59,22 +59,22 @@ class stress_budget {
 /// that took a token so far, and later waits take the next epoch's token.
 class stop_epoch {
  public:
-  std::stop_token token() {
+  asyncband::stop_token token() {
     const std::lock_guard lock(mutex_);
     return source_.get_token();
   }
   void cancel_current() {
-    std::stop_source old;
+    asyncband::stop_source old;
     {
       const std::lock_guard lock(mutex_);
-      old = std::exchange(source_, std::stop_source{});
+      old = std::exchange(source_, asyncband::stop_source{});
     }
     old.request_stop();  // outside the lock: it runs the waits' stop callbacks
   }
 
  private:
   std::mutex mutex_;
-  std::stop_source source_;
+  asyncband::stop_source source_;
 };
 
 /// Counts participants down to zero; the waiting thread may destroy it as soon as a wait
@@ -177,7 +177,7 @@ asyncband::runtime::task<void> stress_waiter(Round& r, Primitive& primitive, boo
 
 /// Requests stop from a pool thread.
 inline asyncband::runtime::task<void> pool_request_stop(asyncband::runtime::thread_pool& pool,
-                                                        std::stop_source& src) {
+                                                        asyncband::stop_source& src) {
   co_await pool.schedule();
   src.request_stop();
 }

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <asyncband/block_on.hpp>
+#include <asyncband/stop_token.hpp>
 #include <optional>
-#include <stop_token>
 #include <thread>
 
 #include "probe.hpp"
@@ -27,7 +27,7 @@ inline constexpr test_point before_suspension[] = {test_point::published, test_p
 template <class Probe = probe>
 struct suspended_waiters {
   test_scheduler s;
-  std::stop_source stop_a;
+  asyncband::stop_source stop_a;
   Probe a;
   Probe b;
 
@@ -43,7 +43,7 @@ struct suspended_waiters {
 template <class Primitive>
 void already_stopped_token_cancels_at_once(Primitive& primitive) {
   test_scheduler s;
-  std::stop_source src;
+  asyncband::stop_source src;
   src.request_stop();
   probe p;
   s.spawn(stoppable_waiter(primitive, src.get_token(), p));
@@ -70,7 +70,7 @@ template <class Primitive, class Wake>
 void wake_at_point_completes_without_suspending(test_point point, bool stoppable, Primitive& primitive,
                                                 Wake wake) {
   test_scheduler s;
-  std::stop_source src;
+  asyncband::stop_source src;
   probe p;
   s.at(point, [&] { wake(primitive); });
   if (stoppable) {
@@ -107,7 +107,7 @@ void wake_before_suspension_completes_without_suspending(Make make, Wake wake, C
 template <class Primitive, class Wake>
 void stop_at_point_cancels_without_suspending(test_point point, Primitive& primitive, Wake wake) {
   test_scheduler s;
-  std::stop_source src;
+  asyncband::stop_source src;
   probe p;
   s.at(point, [&] { src.request_stop(); });
   s.spawn(stoppable_waiter(primitive, src.get_token(), p));
@@ -201,7 +201,7 @@ void stop_after_wake_is_ok(Primitive& primitive, Wake wake) {
 template <class Primitive, class Wake>
 void destroying_suspended_waiters_unlinks_them(Primitive& primitive, Wake wake) {
   test_scheduler s;
-  std::stop_source src;
+  asyncband::stop_source src;
   probe doomed_head, doomed_plain, doomed_stoppable, doomed_tail;
   probe first, survivor;
   auto t_head = plain_waiter(primitive, doomed_head);
@@ -247,7 +247,7 @@ void wait_timeout_completes_when_woken_by_another_thread(Primitive& primitive, W
 /// wait_blocking(token) on another thread ends cancelled when this thread requests stop.
 template <class Primitive>
 void blocking_wait_is_cancelled_by_another_thread(Primitive& primitive) {
-  std::stop_source src;
+  asyncband::stop_source src;
   std::optional<wait_status> status;
   std::thread waiter([&] { status = primitive.wait_blocking(src.get_token()).status(); });
   src.request_stop();
@@ -258,7 +258,7 @@ void blocking_wait_is_cancelled_by_another_thread(Primitive& primitive) {
 /// wait_blocking(token) on another thread, with a token never stopped, ends ok once `wake` runs.
 template <class Primitive, class Wake>
 void blocking_wait_is_woken_by_another_thread(Primitive& primitive, Wake wake) {
-  std::stop_source unused;
+  asyncband::stop_source unused;
   std::optional<wait_status> status;
   std::thread woken([&] { status = primitive.wait_blocking(unused.get_token()).status(); });
   wake(primitive);
@@ -271,7 +271,7 @@ void blocking_wait_is_woken_by_another_thread(Primitive& primitive, Wake wake) {
 /// cancelled at once). Returns the task's probe, for the caller's own checks.
 template <class Probe = probe, class Primitive, class Wake>
 Probe block_on_waits_complete_when_woken_by_another_thread(Primitive& primitive, Wake wake) {
-  std::stop_source src;
+  asyncband::stop_source src;
   src.request_stop();
   EXPECT_TRUE(asyncband::block_on(primitive.wait(src.get_token())).cancelled());
 
@@ -279,7 +279,7 @@ Probe block_on_waits_complete_when_woken_by_another_thread(Primitive& primitive,
   Probe p;
   std::thread waiter([&] {
     asyncband::block_on(primitive.wait());
-    status = asyncband::block_on(primitive.wait(std::stop_token{})).status();
+    status = asyncband::block_on(primitive.wait(asyncband::stop_token{})).status();
     asyncband::block_on(plain_waiter(primitive, p));  // a task without a scheduler, resumed inline
   });
   wake(primitive);
@@ -292,7 +292,7 @@ Probe block_on_waits_complete_when_woken_by_another_thread(Primitive& primitive,
 /// block_on(wait(token)) on another thread ends cancelled when this thread requests stop.
 template <class Primitive>
 void block_on_wait_is_cancelled_by_another_thread(Primitive& primitive) {
-  std::stop_source src;
+  asyncband::stop_source src;
   std::optional<wait_status> status;
   std::thread waiter([&] { status = asyncband::block_on(primitive.wait(src.get_token())).status(); });
   src.request_stop();  // resumes the block_on driver inline on this thread if it had suspended

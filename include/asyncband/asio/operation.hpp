@@ -44,13 +44,13 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "../asyncband.hpp"
 #include "../detail/spin_lock.hpp"
 #include "../detail/wait_operation.hpp"
+#include "../stop_token.hpp"
 #include "error.hpp"
 
 namespace asyncband::asio {
@@ -69,14 +69,14 @@ template <class F>
 concept awaiter_factory =
     std::invocable<std::decay_t<F>&> && selectable_awaiter<std::invoke_result_t<std::decay_t<F>&>>;
 
-/// A callable taking a std::stop_token and returning by value an awaiter of several waits in a
-/// row built with that token (`[&](std::stop_token stop) { return cv.wait(std::move(g), stop); }`):
+/// A callable taking an asyncband::stop_token and returning by value an awaiter of several waits in a
+/// row built with that token (`[&](asyncband::stop_token stop) { return cv.wait(std::move(g), stop); }`):
 /// a condvar wait or wait_while, watch's wait_for. The operation cancels it by requesting that
 /// stop.
 template <class F>
 concept staged_factory =
-    std::invocable<std::decay_t<F>&, std::stop_token> &&
-    asyncband::detail::staged_awaiter<std::invoke_result_t<std::decay_t<F>&, std::stop_token>>;
+    std::invocable<std::decay_t<F>&, asyncband::stop_token> &&
+    asyncband::detail::staged_awaiter<std::invoke_result_t<std::decay_t<F>&, asyncband::stop_token>>;
 
 /// What async_op and async_outcome accept: either kind of factory.
 template <class F>
@@ -862,7 +862,7 @@ class staged_driver {
     return Outcome(wait_status::cancelled);
   }
 
-  std::stop_source stop_;  // before the awaiter, which is built with its token
+  asyncband::stop_source stop_;  // before the awaiter, which is built with its token
   Awaiter awaiter_;
 };
 
@@ -1093,7 +1093,7 @@ auto pick_driver() {
   if constexpr (awaiter_factory<F>) {
     return std::type_identity<branch_driver<std::invoke_result_t<F&>>>{};
   } else {
-    return std::type_identity<staged_driver<std::invoke_result_t<F&, std::stop_token>>>{};
+    return std::type_identity<staged_driver<std::invoke_result_t<F&, asyncband::stop_token>>>{};
   }
 }
 template <operation_factory F>
@@ -1311,7 +1311,7 @@ template <asio_executor Executor, asyncband::detail::condvar_guard Guard, class 
 auto async_condvar_wait(const Executor& ex, condvar& cv, Guard guard, CompletionToken&& token) {
   return asio::async_op(
       ex,
-      [&cv, g = std::move(guard)](std::stop_token stop) mutable {
+      [&cv, g = std::move(guard)](asyncband::stop_token stop) mutable {
         return cv.wait(std::move(g), std::move(stop));
       },
       std::forward<CompletionToken>(token));
@@ -1331,7 +1331,7 @@ auto async_condvar_wait_while(const Executor& ex, condvar& cv, Guard guard, Pred
                               CompletionToken&& token) {
   return asio::async_op(
       ex,
-      [&cv, g = std::move(guard), p = std::move(keep_waiting)](std::stop_token stop) mutable {
+      [&cv, g = std::move(guard), p = std::move(keep_waiting)](asyncband::stop_token stop) mutable {
         return cv.wait_while(std::move(g), std::move(p), std::move(stop));
       },
       std::forward<CompletionToken>(token));
@@ -1346,20 +1346,20 @@ auto async_condvar_wait_while(condvar& cv, Guard guard, Predicate keep_waiting, 
 /// watch::receiver::wait_for(pred, stop): yields std::optional<watch::borrowed<T>>, a guard on
 /// the first version for which pred holds; closed once the sender is gone.
 template <asio_executor Executor, class Receiver, class Predicate, class CompletionToken>
-  requires requires(Receiver& rx, Predicate p, std::stop_token stop) {
+  requires requires(Receiver& rx, Predicate p, asyncband::stop_token stop) {
     { rx.wait_for(std::move(p), std::move(stop)) } -> asyncband::detail::staged_awaiter;
   }
 auto async_wait_for(const Executor& ex, Receiver& rx, Predicate pred, CompletionToken&& token) {
   return asio::async_op(
       ex,
-      [&rx, p = std::move(pred)](std::stop_token stop) mutable {
+      [&rx, p = std::move(pred)](asyncband::stop_token stop) mutable {
         return rx.wait_for(std::move(p), std::move(stop));
       },
       std::forward<CompletionToken>(token));
 }
 /// As above, on the handler's associated executor or asio::system_executor.
 template <class Receiver, class Predicate, class CompletionToken>
-  requires requires(Receiver& rx, Predicate p, std::stop_token stop) {
+  requires requires(Receiver& rx, Predicate p, asyncband::stop_token stop) {
     { rx.wait_for(std::move(p), std::move(stop)) } -> asyncband::detail::staged_awaiter;
   }
 auto async_wait_for(Receiver& rx, Predicate pred, CompletionToken&& token) {

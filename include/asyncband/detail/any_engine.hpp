@@ -22,9 +22,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
-#include <stop_token>
 #include <thread>
 
+#include "../stop_token.hpp"
 #include "waiter.hpp"
 
 namespace asyncband::detail {
@@ -68,7 +68,7 @@ class any_engine_base {
   /// await_suspend: publishes the branches in order until one wins. Returns true if the coroutine
   /// stays suspended (the last unit's release resumes it through `parent`), false if every
   /// branch is already settled. Out of line, and nothing touches the frame after the release.
-  [[gnu::noinline]] bool start(resume_target parent, const std::stop_token& stop) noexcept {
+  [[gnu::noinline]] bool start(resume_target parent, const asyncband::stop_token& stop) noexcept {
     parent_ = parent;
     if (stop.stop_possible()) {
       ::new (static_cast<void*>(stop_storage_)) stop_callback_type(stop, on_stop{this});
@@ -130,7 +130,7 @@ class any_engine_base {
     any_engine_base* engine;
     void operator()() const noexcept { engine->stop_requested(); }
   };
-  using stop_callback_type = std::stop_callback<on_stop>;
+  using stop_callback_type = asyncband::stop_callback<on_stop>;
 
   static constexpr std::uint32_t won_bit = 1;
   static constexpr std::uint32_t setup_done_bit = 2;

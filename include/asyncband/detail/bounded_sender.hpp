@@ -7,11 +7,11 @@
 #include <cstddef>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "../stop_token.hpp"
 #include "bounded_permit.hpp"
 #include "bounded_send.hpp"
 #include "sender_handle.hpp"
@@ -56,7 +56,7 @@ class bounded_sender : public sender_handle<State> {
         s, std::move(value), &s->capacity(), std::size_t{1}, permit_itself{});
   }
   /// As above; also ends cancelled (with the value) when `stop` is requested first.
-  auto send(T value, std::stop_token stop) {
+  auto send(T value, asyncband::stop_token stop) {
     using acquire = wait_awaiter<semaphore_acquire<permit_itself, true>, true>;
     state_type* const s = live();
     return bounded_send_awaiter<State, acquire>(s, std::move(value), std::move(stop), &s->capacity(),
@@ -77,7 +77,7 @@ class bounded_sender : public sender_handle<State> {
                                std::move(value));
   }
   /// As send_blocking(value), or until `stop` is requested (then cancelled, with the value).
-  send_result<T> send_blocking(T value, std::stop_token stop) {
+  send_result<T> send_blocking(T value, asyncband::stop_token stop) {
     state_type& s = *live();
     return finish_bounded_send(
         s,
@@ -97,13 +97,13 @@ class bounded_sender : public sender_handle<State> {
   /// send, or closed. The permit must not outlive this sender.
   auto reserve() { return reserve_many(1); }
   /// As reserve(); also ends cancelled when `stop` is requested first.
-  auto reserve(std::stop_token stop) { return reserve_many(1, std::move(stop)); }
+  auto reserve(asyncband::stop_token stop) { return reserve_many(1, std::move(stop)); }
   /// n units at once, for n later sends. Throws std::invalid_argument unless 1 <= n <= capacity().
   auto reserve_many(std::size_t n) {
     return capacity_forms_for<make_permit>::await(&live()->capacity(), checked(n), make_permit{state_});
   }
   /// As reserve_many(n); also ends cancelled when `stop` is requested first.
-  auto reserve_many(std::size_t n, std::stop_token stop) {
+  auto reserve_many(std::size_t n, asyncband::stop_token stop) {
     return capacity_forms_for<make_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                 checked(n), make_permit{state_});
   }
@@ -127,7 +127,7 @@ class bounded_sender : public sender_handle<State> {
                                                         make_owned_permit{state_});
   }
   /// As reserve_owned(n); also ends cancelled when `stop` is requested first.
-  auto reserve_owned(std::size_t n, std::stop_token stop) {
+  auto reserve_owned(std::size_t n, asyncband::stop_token stop) {
     return capacity_forms_for<make_owned_permit>::await_until_stopped(std::move(stop), &live()->capacity(),
                                                                       checked(n), make_owned_permit{state_});
   }

@@ -51,7 +51,7 @@ using place = asyncband::detail::ring_place;
 /// - a cancelled send or reservation, which need not hold one itself (a stop callback on
 ///   another thread, the Asio cancellation slot or the context's shutdown, a when_any sweep):
 ///   the waiting side holds a reference and cannot go on before the cancellation returns.
-///   ~std::stop_callback, run on every way out of the wait, waits for a callback in progress;
+///   ~asyncband::stop_callback, run on every way out of the wait, waits for a callback in progress;
 ///   Asio's emit is synchronized with the handler, and the primitive must outlive a pending
 ///   operation (asio.hpp); the when_any sweeper holds a unit of the combinator, so the winner
 ///   does not resume before the sweep ends.

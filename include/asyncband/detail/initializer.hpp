@@ -26,12 +26,12 @@
 #include <coroutine>
 #include <exception>
 #include <functional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 
 #include "../block_on.hpp"
 #include "../result.hpp"
+#include "../stop_token.hpp"
 #include "awaitable_traits.hpp"
 #include "once_gate.hpp"
 #include "wait_functions.hpp"
@@ -46,8 +46,8 @@ struct once_ops;
 /// Calls the caller's initialiser, with the call's stop token if it takes one (so it can pass the
 /// token on to what it awaits).
 template <class F>
-decltype(auto) invoke_initializer(F& f, const std::stop_token& stop) {
-  if constexpr (std::is_invocable_v<F&, std::stop_token>) {
+decltype(auto) invoke_initializer(F& f, const asyncband::stop_token& stop) {
+  if constexpr (std::is_invocable_v<F&, asyncband::stop_token>) {
     return std::invoke(f, stop);
   } else {
     return std::invoke(f);
@@ -56,7 +56,7 @@ decltype(auto) invoke_initializer(F& f, const std::stop_token& stop) {
 
 template <class F>
 using initializer_call_t =
-    decltype(invoke_initializer(std::declval<F&>(), std::declval<const std::stop_token&>()));
+    decltype(invoke_initializer(std::declval<F&>(), std::declval<const asyncband::stop_token&>()));
 
 /// Whether `co_await r` is well-formed for a coroutine without an await_transform.
 template <class R>
@@ -139,7 +139,7 @@ class [[nodiscard]] initializer_run {
 /// The blocking forms' run, on the calling thread: an awaitable initialiser through block_on, a
 /// plain function called directly.
 template <class Op>
-void run_initializer_blocking(Op& op, run_grant& grant, const std::stop_token& stop) {
+void run_initializer_blocking(Op& op, run_grant& grant, const asyncband::stop_token& stop) {
   using F = typename Op::initializer_type;
   const auto call = [&]() -> decltype(auto) {
     if constexpr (awaitable_result<initializer_call_t<F>>) {
@@ -160,7 +160,7 @@ void run_initializer_blocking(Op& op, run_grant& grant, const std::stop_token& s
 /// `grant` live in the awaiter, which outlives the run.
 /// A plain function (no awaitable) runs in it too: on the caller's scheduler, not the waker's.
 template <class Op>
-initializer_run run_initializer(Op& op, run_grant& grant, std::stop_token stop) {
+initializer_run run_initializer(Op& op, run_grant& grant, asyncband::stop_token stop) {
   using F = typename Op::initializer_type;
   if constexpr (!awaitable_result<initializer_call_t<F>>) {
     run_initializer_blocking(op, grant, stop);  // nothing to await: it does not block
@@ -194,7 +194,7 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
   using outcome_type = std::conditional_t<Cancellable, result<yield_type>, yield_type>;
 
   template <class... Args>
-  explicit once_awaiter(std::stop_token stop, Args&&... args)
+  explicit once_awaiter(asyncband::stop_token stop, Args&&... args)
       : op_(std::forward<Args>(args)...), stop_(stop), wait_(std::move(stop), &op_.gate(), true) {}
 
   bool await_ready() noexcept { return wait_.try_complete(); }
@@ -270,7 +270,7 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
   // Destroyed in reverse: a run still in progress first (its frame), then the grant it held
   // (the run passes on), then the wait, then the op (which may own the gate's storage).
   Op op_;
-  std::stop_token stop_;
+  asyncband::stop_token stop_;
   pending_wait<once_gate::node, Cancellable> wait_;
   std::coroutine_handle<> caller_;
   scheduler_ref scheduler_;
@@ -282,7 +282,7 @@ class [[nodiscard("co_await it: nothing waits or runs until it is awaited")]] on
 /// The blocking twin of once_awaiter. A deadline bounds the wait for the gate, not a run.
 template <class Op, bool Cancellable>
 std::conditional_t<Cancellable, result<typename Op::yield_type>, typename Op::yield_type> block_once(
-    std::stop_token stop, steady_deadline deadline, Op& op) {
+    asyncband::stop_token stop, steady_deadline deadline, Op& op) {
   using outcome_type =
       std::conditional_t<Cancellable, result<typename Op::yield_type>, typename Op::yield_type>;
   auto waited = block_wait<once_gate::node, Cancellable>(stop, deadline, &op.gate(), true);
@@ -310,7 +310,7 @@ struct once_forms {
     return once_awaiter<Op, false>({}, std::forward<Args>(args)...);
   }
   template <class... Args>
-  static auto await_until_stopped(std::stop_token stop, Args&&... args) {
+  static auto await_until_stopped(asyncband::stop_token stop, Args&&... args) {
     return once_awaiter<Op, true>(std::move(stop), std::forward<Args>(args)...);
   }
   template <class... Args>
@@ -319,7 +319,7 @@ struct once_forms {
     return block_once<Op, false>({}, {}, op);
   }
   template <class... Args>
-  static auto block_until_stopped(std::stop_token stop, Args&&... args) {
+  static auto block_until_stopped(asyncband::stop_token stop, Args&&... args) {
     Op op(std::forward<Args>(args)...);
     return block_once<Op, true>(std::move(stop), {}, op);
   }

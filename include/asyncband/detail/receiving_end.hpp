@@ -9,12 +9,12 @@
 #include <cstddef>
 #include <exception>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "../result.hpp"
+#include "../stop_token.hpp"
 #include "debug_access.hpp"
 #include "wait_functions.hpp"
 
@@ -119,13 +119,13 @@ class receiving_end {
   /// `co_await rx.recv()` yields result<T>: a value, or closed.
   [[nodiscard]] auto recv() { return recv_forms::await(live()); }
   /// As above; also ends cancelled when `stop` is requested first.
-  [[nodiscard]] auto recv(std::stop_token stop) {
+  [[nodiscard]] auto recv(asyncband::stop_token stop) {
     return recv_forms::await_until_stopped(std::move(stop), live());
   }
   /// recv() for a plain thread: blocks until a value arrives, or closed.
   result<T> recv_blocking() { return recv_forms::block(live()); }
   /// As recv_blocking(), or until `stop` is requested (then cancelled).
-  result<T> recv_blocking(std::stop_token stop) {
+  result<T> recv_blocking(asyncband::stop_token stop) {
     return recv_forms::block_until_stopped(std::move(stop), live());
   }
   /// As recv_blocking(), for at most `timeout` (then timeout).
@@ -151,7 +151,7 @@ class receiving_end {
   /// As above; also ends cancelled (nothing appended) when `stop` is requested first.
   template <class Alloc>
     requires batches
-  [[nodiscard]] auto recv_many(std::vector<T, Alloc>& buffer, std::size_t limit, std::stop_token stop) {
+  [[nodiscard]] auto recv_many(std::vector<T, Alloc>& buffer, std::size_t limit, asyncband::stop_token stop) {
     return many_forms<std::vector<T, Alloc>>::await_until_stopped(std::move(stop), live(), buffer, limit);
   }
   /// recv_many() for a plain thread: blocks until a value arrives (then takes the batch), or
@@ -165,7 +165,7 @@ class receiving_end {
   template <class Alloc>
     requires batches
   result<std::size_t> recv_many_blocking(std::vector<T, Alloc>& buffer, std::size_t limit,
-                                         std::stop_token stop) {
+                                         asyncband::stop_token stop) {
     return many_forms<std::vector<T, Alloc>>::block_until_stopped(std::move(stop), live(), buffer, limit);
   }
   /// As recv_many_blocking(buffer, limit), for at most `timeout` (then timeout).

@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <coroutine>
 #include <cstddef>
-#include <stop_token>
 #include <utility>
 
 #include "../semaphore.hpp"
+#include "../stop_token.hpp"
 #include "owned_guard.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
@@ -148,7 +148,8 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
 
   /// Builds the waiting operation (the awaiter's arguments move into its node) and publishes it.
   bool publish(resume_target target, commit_point* commit) noexcept {
-    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, semaphore_, count_, std::move(make_));
+    ::new (static_cast<void*>(&wait_))
+        wait_type(asyncband::stop_token{}, semaphore_, count_, std::move(make_));
     semaphore_ = nullptr;
     return wait_.publish(target, nothing_to_do{}, commit);
   }
@@ -208,7 +209,8 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   /// Builds the waiting operation from the source (which empties) and publishes it.
   bool publish(resume_target target, commit_point* commit) noexcept {
     const Source s = std::exchange(source_, Source{});
-    ::new (static_cast<void*>(&wait_)) wait_type(std::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
+    ::new (static_cast<void*>(&wait_))
+        wait_type(asyncband::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
     return wait_.publish(target, nothing_to_do{}, commit);
   }
 
@@ -320,13 +322,13 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
 inline auto semaphore::acquire(std::size_t n) {
   return acquire_forms::await(this, checked(n), detail::permit_itself{});
 }
-inline auto semaphore::acquire(std::size_t n, std::stop_token stop) {
+inline auto semaphore::acquire(std::size_t n, asyncband::stop_token stop) {
   return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
 }
 inline semaphore_permit semaphore::acquire_blocking(std::size_t n) {
   return acquire_forms::block(this, checked(n), detail::permit_itself{});
 }
-inline result<semaphore_permit> semaphore::acquire_blocking(std::size_t n, std::stop_token stop) {
+inline result<semaphore_permit> semaphore::acquire_blocking(std::size_t n, asyncband::stop_token stop) {
   return acquire_forms::block_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
 }
 template <class Rep, class Period>
@@ -419,7 +421,7 @@ inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n = 1) {
                                             detail::make_owned_semaphore_permit{std::move(s)});
 }
 /// Yields result<owned_semaphore_permit>: ok, or cancelled.
-inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n, std::stop_token stop) {
+inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n, asyncband::stop_token stop) {
   semaphore* raw = s.get();
   return detail::owned_acquire_forms::await_until_stopped(std::move(stop), raw,
                                                           detail::checked_owned_count(n),
@@ -434,7 +436,7 @@ inline owned_semaphore_permit acquire_owned_blocking(std::shared_ptr<semaphore> 
 }
 /// As acquire_owned_blocking(s, n), or until `stop` is requested: the permits, or cancelled.
 inline result<owned_semaphore_permit> acquire_owned_blocking(std::shared_ptr<semaphore> s, std::size_t n,
-                                                             std::stop_token stop) {
+                                                             asyncband::stop_token stop) {
   semaphore* raw = s.get();
   return detail::owned_acquire_forms::block_until_stopped(std::move(stop), raw,
                                                           detail::checked_owned_count(n),

@@ -6,10 +6,10 @@
 #include <chrono>
 #include <cstddef>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "../result.hpp"
+#include "../stop_token.hpp"
 #include "debug_access.hpp"
 
 namespace asyncband::detail {
@@ -66,11 +66,11 @@ class sender_handle {
   /// wait. `co_await tx.closed();`
   auto closed() { return live()->closed_event().wait(); }
   /// As closed(), or until `stop` is requested; yields result<void>: ok or cancelled.
-  auto closed(std::stop_token stop) { return live()->closed_event().wait(std::move(stop)); }
+  auto closed(asyncband::stop_token stop) { return live()->closed_event().wait(std::move(stop)); }
   /// closed() for a plain thread: blocks until the channel is closed.
   void closed_blocking() { live()->closed_event().wait_blocking(); }
   /// As closed_blocking(), or until `stop` is requested: ok or cancelled.
-  result<void> closed_blocking(std::stop_token stop) {
+  result<void> closed_blocking(asyncband::stop_token stop) {
     return live()->closed_event().wait_blocking(std::move(stop));
   }
   /// As closed_blocking(), for at most `timeout`: ok or timeout.

@@ -12,9 +12,9 @@
 #pragma once
 
 #include <chrono>
-#include <stop_token>
 #include <utility>
 
+#include "../stop_token.hpp"
 #include "wait_operation.hpp"
 
 namespace asyncband::detail {
@@ -41,7 +41,7 @@ struct wait_forms {
     return wait_awaiter<Node, false>({}, std::forward<Args>(args)...);
   }
   template <class... Args>
-  static auto await_until_stopped(std::stop_token stop, Args&&... args) {
+  static auto await_until_stopped(asyncband::stop_token stop, Args&&... args) {
     return wait_awaiter<Node, true>(std::move(stop), std::forward<Args>(args)...);
   }
   template <class... Args>
@@ -49,7 +49,7 @@ struct wait_forms {
     return block_wait<Node, false>({}, {}, std::forward<Args>(args)...);
   }
   template <class... Args>
-  static auto block_until_stopped(std::stop_token stop, Args&&... args) {
+  static auto block_until_stopped(asyncband::stop_token stop, Args&&... args) {
     return block_wait<Node, true>(std::move(stop), {}, std::forward<Args>(args)...);
   }
   template <class Rep, class Period, class... Args>
@@ -80,7 +80,7 @@ class wait_functions {
   auto wait() noexcept { return wait_awaiter<typename Owner::wait_node, false>({}, self()); }
 
   /// Waits until completion or until `stop` is requested; yields result<...>.
-  auto wait(std::stop_token stop) noexcept {
+  auto wait(asyncband::stop_token stop) noexcept {
     return wait_awaiter<typename Owner::wait_node, true>(std::move(stop), self());
   }
 
@@ -89,7 +89,7 @@ class wait_functions {
   decltype(auto) wait_blocking() { return block_wait<typename Owner::wait_node, false>({}, {}, self()); }
 
   /// Blocks the calling thread until completion or until `stop` is requested.
-  auto wait_blocking(std::stop_token stop) {
+  auto wait_blocking(asyncband::stop_token stop) {
     return block_wait<typename Owner::wait_node, true>(std::move(stop), {}, self());
   }
 

@@ -33,13 +33,13 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "../result.hpp"
 #include "../scheduler.hpp"
+#include "../stop_token.hpp"
 #include "spin_lock.hpp"
 #include "waiter.hpp"
 
@@ -92,7 +92,7 @@ struct cancel_on_stop {
 template <class Node, bool Cancellable>
 class stop_registration {
  public:
-  explicit stop_registration(std::stop_token t) noexcept : token_(std::move(t)) {}
+  explicit stop_registration(asyncband::stop_token t) noexcept : token_(std::move(t)) {}
   stop_registration(const stop_registration&) = delete;
   stop_registration& operator=(const stop_registration&) = delete;
   ~stop_registration() { disarm(); }
@@ -114,15 +114,15 @@ class stop_registration {
   }
 
  private:
-  using callback_type = std::stop_callback<cancel_on_stop<Node>>;
-  std::stop_token token_;
+  using callback_type = asyncband::stop_callback<cancel_on_stop<Node>>;
+  asyncband::stop_token token_;
   bool armed_ = false;
   alignas(callback_type) unsigned char storage_[sizeof(callback_type)];
 };
 
 template <class Node>
 struct stop_registration<Node, false> {
-  explicit stop_registration(const std::stop_token& /*unused*/) noexcept {}
+  explicit stop_registration(const asyncband::stop_token& /*unused*/) noexcept {}
   [[nodiscard]] static bool stop_requested() noexcept { return false; }
   static void arm(Node& /*unused*/) noexcept {}
   static void disarm() noexcept {}
@@ -205,7 +205,7 @@ template <wait_node Node, bool Cancellable>
 class pending_wait {
  public:
   template <class... Args>
-  explicit pending_wait(std::stop_token token, Args&&... args)
+  explicit pending_wait(asyncband::stop_token token, Args&&... args)
       : node_(std::forward<Args>(args)...), stop_(std::move(token)) {}
   pending_wait(const pending_wait&) = delete;
   pending_wait& operator=(const pending_wait&) = delete;
@@ -348,7 +348,7 @@ template <wait_node Node, bool Cancellable>
 class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] wait_awaiter {
  public:
   template <class... Args>
-  explicit wait_awaiter(std::stop_token token, Args&&... args)
+  explicit wait_awaiter(asyncband::stop_token token, Args&&... args)
       : wait_(std::move(token), std::forward<Args>(args)...) {}
 
   bool await_ready() noexcept { return wait_.try_complete(); }
@@ -465,7 +465,8 @@ bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
 /// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
 /// of a coroutine suspended. A deadline that passes first cancels with `timeout`.
 template <wait_node Node, bool Cancellable, class... Args>
-wait_yield_t<Node, Cancellable> block_wait(std::stop_token token, steady_deadline deadline, Args&&... args) {
+wait_yield_t<Node, Cancellable> block_wait(asyncband::stop_token token, steady_deadline deadline,
+                                           Args&&... args) {
   pending_wait<Node, Cancellable> wait(std::move(token), std::forward<Args>(args)...);
   if (wait.try_complete() || spin_before_parking(wait)) return wait.finish();
   if (!deadline) {

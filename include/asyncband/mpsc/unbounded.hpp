@@ -10,13 +10,13 @@
 #include <cstddef>
 #include <new>
 #include <stdexcept>
-#include <stop_token>
 #include <utility>
 
 #include "../detail/channel_core.hpp"
 #include "../detail/unbounded_sender.hpp"
 #include "../detail/wait_functions.hpp"
 #include "../result.hpp"
+#include "../stop_token.hpp"
 
 namespace asyncband::mpsc {
 

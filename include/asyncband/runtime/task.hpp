@@ -13,7 +13,6 @@
 #include <coroutine>
 #include <exception>
 #include <optional>
-#include <stop_token>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -21,6 +20,7 @@
 #include "../detail/awaitable_traits.hpp"
 #include "../manual_reset_event.hpp"
 #include "../scheduler.hpp"
+#include "../stop_token.hpp"
 
 /// The optional runtime (the primitives do not need it): task, spawn() and join_handle,
 /// thread_pool, when_all(), and the deterministic test_scheduler for race tests.
@@ -365,7 +365,7 @@ class join_handle {
 
   /// `co_await h.wait(stop)` waits for the task to finish without taking its result: ok, or
   /// cancelled if `stop` is requested first. After ok, awaiting or joining does not wait.
-  auto wait(std::stop_token stop) noexcept { return root_.promise().finished.wait(std::move(stop)); }
+  auto wait(asyncband::stop_token stop) noexcept { return root_.promise().finished.wait(std::move(stop)); }
 
   /// Blocks the calling thread until the task finishes; returns its result (rethrows its
   /// exception). Not from a thread the task needs (the only worker of its pool).
