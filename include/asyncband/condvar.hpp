@@ -105,6 +105,7 @@ class unlocked_guard<owned_mapped_mutex_guard<U>> : public unlocked_guard_base<U
   std::shared_ptr<const void> owner_;
 };
 
+/// Whether `Guard` is one of a mutex's guards (the four unlocked_guard takes apart).
 template <class Guard>
 inline constexpr bool is_mutex_guard = false;
 template <class T>
