@@ -47,6 +47,10 @@
 //   channel/reserve_cancel/asyncband: try_reserve, then drop the permit.
 //   channel/permit_send_threads_c4096_p8/asyncband: threads_c4096_p8 with every send made as
 //   reserve_blocking() + permit.send(): compare with threads_c4096_p8/asyncband.
+// - channel/batch_threads_c{C}_p{P} and channel/batch_coro_w{W}_c{C}_p{P}: the consumer's two
+//   ways to receive, side by side in one case: asyncband, a recv loop (recv_blocking; co_await
+//   recv), as threads_* and coro_*; asyncband_recv_many, batches of up to kBatchLimit values
+//   (recv_many_blocking; co_await recv_many) into a buffer reused across batches.
 //
 // Every sample's time is its whole batch (ms), not a time per message; items/s is messages per
 // second and csw/msg the process's context switches per message. On a machine with few cores
@@ -214,7 +218,10 @@ class message_check<inline_message> {
   bool bad_ = false;
 };
 
-template <class T, bool ThroughPermits = false>
+/// The most values one batch receive takes (recv_many's limit) in the batch_* cases.
+constexpr std::size_t kBatchLimit = 64;
+
+template <class T, bool ThroughPermits = false, bool Batches = false>
 class asyncband_threads {
  public:
   explicit asyncband_threads(std::size_t capacity) : channel_(asyncband::mpsc::bounded<T>(capacity)) {}
@@ -237,17 +244,33 @@ class asyncband_threads {
   };
   producer make_producer() { return producer(channel_.first); }
 
+  /// One value at a time: recv_blocking; or (Batches) the next value of the last batch, and a
+  /// recv_many_blocking of up to kBatchLimit when it is used up.
   class consumer {
    public:
-    explicit consumer(asyncband::mpsc::receiver<T>& rx) : rx_(&rx) {}
+    explicit consumer(asyncband::mpsc::receiver<T>& rx) : rx_(&rx) {
+      if constexpr (Batches) batch_.reserve(kBatchLimit);
+    }
     T recv() {
-      auto r = rx_->recv_blocking();
-      if (!r) impossible("asyncband: recv_blocking failed");
-      return std::move(*r);
+      if constexpr (Batches) {
+        if (next_ == batch_.size()) {
+          batch_.clear();
+          next_ = 0;
+          if (!rx_->recv_many_blocking(batch_, kBatchLimit))
+            impossible("asyncband: recv_many_blocking failed");
+        }
+        return std::move(batch_[next_++]);
+      } else {
+        auto r = rx_->recv_blocking();
+        if (!r) impossible("asyncband: recv_blocking failed");
+        return std::move(*r);
+      }
     }
 
    private:
     asyncband::mpsc::receiver<T>* rx_;
+    std::vector<T> batch_;
+    std::size_t next_ = 0;
   };
   consumer make_consumer() { return consumer(channel_.second); }
 
@@ -471,6 +494,21 @@ task<void> asyncband_consumer(thread_pool& pool, asyncband::mpsc::receiver<u64>&
   }
 }
 
+/// asyncband_consumer in batches of up to kBatchLimit (co_await recv_many), into one buffer.
+task<void> asyncband_batch_consumer(thread_pool& pool, asyncband::mpsc::receiver<u64>& rx, u64 count,
+                                    u64& sum) {
+  co_await pool.schedule();
+  std::vector<u64> batch;
+  batch.reserve(kBatchLimit);
+  for (u64 received = 0; received < count; received += batch.size()) {
+    batch.clear();
+    auto got = co_await rx.recv_many(batch, kBatchLimit);
+    if (!got) impossible("asyncband: recv_many failed");
+    for (const u64 v : batch) sum += v;
+  }
+}
+
+template <bool Batches = false>
 void coro_asyncband(benchmark::State& state, int workers, std::size_t capacity, int producers) {
   thread_pool pool(static_cast<std::size_t>(workers));
   auto channel = asyncband::mpsc::bounded<u64>(capacity);
@@ -481,7 +519,11 @@ void coro_asyncband(benchmark::State& state, int workers, std::size_t capacity, 
     u64 sum = 0;
     std::vector<task<void>> tasks;
     tasks.reserve(static_cast<std::size_t>(producers) + 1);
-    tasks.push_back(asyncband_consumer(pool, channel.second, total, sum));
+    if constexpr (Batches) {
+      tasks.push_back(asyncband_batch_consumer(pool, channel.second, total, sum));
+    } else {
+      tasks.push_back(asyncband_consumer(pool, channel.second, total, sum));
+    }
     for (int p = 0; p < producers; ++p)
       tasks.push_back(
           asyncband_producer(pool, channel.first, static_cast<u64>(p) * per_producer, per_producer));
@@ -580,6 +622,8 @@ template <class T>
 using asyncband_plain = asyncband_threads<T, false>;
 template <class T>
 using asyncband_permits = asyncband_threads<T, true>;
+template <class T>
+using asyncband_batches = asyncband_threads<T, false, true>;
 
 /// Every impl of one plain-thread case, in the report's column order.
 template <class T>
@@ -591,6 +635,38 @@ void register_thread_impls(const std::string& case_name, std::size_t capacity, i
   register_threads<moodycamel_threads, T>(prefix + "moodycamel", capacity, producers, samples);
   register_threads<tbb_threads, T>(prefix + "tbb", capacity, producers, samples);
   register_threads<std_threads, T>(prefix + "std", capacity, producers, samples);
+}
+
+template <bool Batches>
+void register_coro(const std::string& name, int workers, std::size_t capacity, int producers) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [workers, capacity, producers](benchmark::State& state) {
+                                 coro_asyncband<Batches>(state, workers, capacity, producers);
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(kCoroSamples);
+}
+
+/// The batch_* cases: a recv loop against recv_many, for the same producers.
+void register_batches() {
+  for (const std::size_t capacity : kCapacities) {
+    for (const int producers : {1, 4}) {
+      const std::string prefix =
+          "channel/batch_threads_c" + std::to_string(capacity) + "_p" + std::to_string(producers) + "/";
+      register_threads<asyncband_plain, u64>(prefix + "asyncband", capacity, producers, kThreadSamples);
+      register_threads<asyncband_batches, u64>(prefix + "asyncband_recv_many", capacity, producers,
+                                               kThreadSamples);
+    }
+  }
+  for (const int workers : kWorkers) {
+    for (const std::size_t capacity : kCapacities) {
+      const std::string prefix =
+          "channel/batch_coro_w" + std::to_string(workers) + "_c" + std::to_string(capacity) + "_p4/";
+      register_coro<false>(prefix + "asyncband", workers, capacity, 4);
+      register_coro<true>(prefix + "asyncband_recv_many", workers, capacity, 4);
+    }
+  }
 }
 
 void register_all() {
@@ -614,13 +690,7 @@ void register_all() {
       for (const int producers : kCoroProducers) {
         const std::string prefix = "channel/coro_w" + std::to_string(workers) + "_c" +
                                    std::to_string(capacity) + "_p" + std::to_string(producers) + "/";
-        benchmark::RegisterBenchmark((prefix + "asyncband").c_str(),
-                                     [workers, capacity, producers](benchmark::State& state) {
-                                       coro_asyncband(state, workers, capacity, producers);
-                                     })
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond)
-            ->Iterations(kCoroSamples);
+        register_coro<false>(prefix + "asyncband", workers, capacity, producers);
         benchmark::RegisterBenchmark((prefix + "asio").c_str(),
                                      [workers, capacity, producers](benchmark::State& state) {
                                        coro_asio(state, workers, capacity, producers);
@@ -644,6 +714,7 @@ void register_all() {
   benchmark::RegisterBenchmark("channel/reserve_cancel/asyncband", reserve_cancel_asyncband);
   register_threads<asyncband_permits, u64>("channel/permit_send_threads_c4096_p8/asyncband", 4096, 8,
                                            kThreadSamples);
+  register_batches();
 }
 
 }  // namespace

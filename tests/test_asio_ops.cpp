@@ -1098,6 +1098,52 @@ TEST_F(asio_ops, a_coroutine_pending_on_an_operation_keeps_the_context_running) 
   EXPECT_TRUE(notified);
 }
 
+// Issue 17: the condvar forms take any guard of a mutex and complete with the same type: a
+// mapped guard (wait_while on the part, through an awaitable) and an owned one (a handler).
+TEST_F(asio_ops, condvar_waits_take_mapped_and_owned_guards_and_give_the_same_type_back) {
+  struct two {
+    int a = 0;
+    int b = 0;
+  };
+  auto m = std::make_shared<ab::mutex<two>>();
+  ab::condvar cv;
+  std::optional<int> part;
+  net::co_spawn(
+      ioc,
+      [&]() -> net::awaitable<void> {
+        auto mapped = (*m->try_lock()).map([](two& v) -> int& { return v.b; });
+        auto g = co_await ab::asio::async_condvar_wait_while(
+            cv, std::move(mapped), [](const int& b) { return b == 0; }, net::use_awaitable);
+        static_assert(std::is_same_v<decltype(g), std::optional<ab::mapped_mutex_guard<int>>>);
+        if (g) part = **g;
+      },
+      net::detached);
+  ioc.poll();
+  m->try_lock().value()->b = 5;  // free while the wait waits
+  cv.notify_one();
+  ioc.restart();
+  ioc.poll();
+  EXPECT_EQ(part, 5);
+
+  std::optional<ab::owned_mutex_guard<two>> owned;
+  ab::asio::async_condvar_wait(
+      cv, *ab::try_lock_owned(m),
+      net::bind_executor(ioc, [&](error_code ec, std::optional<ab::owned_mutex_guard<two>> g) {
+        if (!ec) owned = std::move(g);
+      }));
+  ioc.restart();
+  ioc.poll();
+  EXPECT_FALSE(m->is_locked());
+  cv.notify_one();
+  ioc.restart();
+  ioc.poll();
+  ASSERT_TRUE(owned.has_value());
+  EXPECT_EQ((*owned)->b, 5);
+  EXPECT_TRUE(m->is_locked());
+  owned.reset();
+  EXPECT_FALSE(m->is_locked());
+}
+
 TEST_F(asio_ops, a_wait_resolved_before_it_is_listed_completes_once_posted) {
   // The wake-up comes between the publication that left the receive pending and its listing
   // with the context (on another thread in real life; here at the test point, on this one):

@@ -95,16 +95,15 @@ void record(cv_probe& p, const int_mutex& m, result<guard_t>& r) {
   p.finish(r.status());
 }
 
-/// Locks `m`, waits on `cv` in form `f` (the stoppable forms with `stop`), records the outcome in
-/// `p`, and unlocks when it ends.
-task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, asyncband::stop_token stop, cv_probe& p) {
+/// Locks with `co_await lock()`, waits on `cv` in form `f` (wait_while with `keep_waiting`, the
+/// stoppable forms with `stop`), hands the outcome to `record`, and unlocks when it ends. The
+/// waiter of every guard kind.
+template <class Probe, class Lock, class KeepWaiting, class Record>
+task<void> waiter_in_form(condvar& cv, Lock lock, wait_form f, asyncband::stop_token stop, Probe& p,
+                          KeepWaiting keep_waiting, Record record) {
   ++p.started;
-  guard_t guard = co_await m.lock();
-  const auto keep_waiting = [&p](const int& v) {
-    ++p.checks;
-    return v < p.until;
-  };
-  result<guard_t> r = wait_status::closed;
+  auto guard = co_await lock();
+  result<decltype(guard)> r = wait_status::closed;
   switch (f) {
     case wait_form::wait:
       r = co_await cv.wait(std::move(guard));
@@ -119,13 +118,25 @@ task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, asyncband::stop_tok
       r = co_await cv.wait_while(std::move(guard), keep_waiting, std::move(stop));
       break;
   }
-  record(p, m, r);
+  record(r);
+}
+
+/// Locks `m`, waits on `cv` in form `f` (the stoppable forms with `stop`), records the outcome in
+/// `p`, and unlocks when it ends.
+task<void> cv_waiter(condvar& cv, int_mutex& m, wait_form f, asyncband::stop_token stop, cv_probe& p) {
+  return waiter_in_form(
+      cv, [&m] { return m.lock(); }, f, std::move(stop), p,
+      [&p](const int& v) {
+        ++p.checks;
+        return v < p.until;
+      },
+      [&p, &m](result<guard_t>& r) { record(p, m, r); });
 }
 
 /// The blocking twin of the form `f` on this thread; a plain form's guard is reported as ok.
-result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, asyncband::stop_token stop,
-                                 int until) {
-  const auto keep_waiting = [until](const int& v) { return v < until; };
+template <class Guard, class KeepWaiting>
+result<Guard> wait_blocking_in(wait_form f, condvar& cv, Guard guard, asyncband::stop_token stop,
+                               KeepWaiting keep_waiting) {
   switch (f) {
     case wait_form::wait:
       return cv.wait_blocking(std::move(guard));
@@ -137,6 +148,11 @@ result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, asyncb
       return cv.wait_while_blocking(std::move(guard), keep_waiting, std::move(stop));
   }
   return wait_status::closed;
+}
+result<guard_t> wait_blocking_in(wait_form f, condvar& cv, guard_t guard, asyncband::stop_token stop,
+                                 int until) {
+  return wait_blocking_in(f, cv, std::move(guard), std::move(stop),
+                          [until](const int& v) { return v < until; });
 }
 
 /// The mutex now (it must be free).
@@ -1560,6 +1576,312 @@ TEST(CondvarPassOn, ABlockingWaiterPassesANotifyOneOnOnlyToWaitersRegisteredBefo
   cv.notify_one();
   s.run();
   EXPECT_EQ(late.resumed, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 17: waits on every guard of a mutex (owned, mapped, owned and mapped), each giving back
+// the same guard type, re-locked, of the same value.
+
+/// The value of the mutex of these tests: `gate` tells the test that a waiting thread has
+/// registered; the mapped guards map to `part`, which the predicates read.
+struct gated {
+  int gate = 0;
+  int part = 0;
+};
+using gated_mutex = asyncband::mutex<gated>;
+
+int& part_of(gated& g) {
+  return g.part;
+}
+
+enum class guard_kind { plain, owned, mapped, owned_mapped };
+
+/// The guard of kind K of `m`, which must be free now (blocking: locks it).
+template <guard_kind K>
+auto guard_of(const std::shared_ptr<gated_mutex>& m, bool blocking = false) {
+  if constexpr (K == guard_kind::plain) {
+    return blocking ? m->lock_blocking() : *m->try_lock();
+  } else if constexpr (K == guard_kind::owned) {
+    return blocking ? asyncband::lock_owned_blocking(m) : *asyncband::try_lock_owned(m);
+  } else if constexpr (K == guard_kind::mapped) {
+    return (blocking ? m->lock_blocking() : *m->try_lock()).map(part_of);
+  } else {
+    return (blocking ? asyncband::lock_owned_blocking(m) : *asyncband::try_lock_owned(m)).map(part_of);
+  }
+}
+template <guard_kind K>
+using guard_of_t = decltype(guard_of<K>(std::shared_ptr<gated_mutex>()));
+
+/// A predicate for any guard's value.
+struct never_wait {
+  template <class V>
+  bool operator()(V& /*unused*/) const noexcept {
+    return false;
+  }
+};
+
+// Every wait form yields the guard type it was given (in a result<> for the stoppable ones).
+template <class G>
+constexpr bool yields_its_guard() {
+  using P = never_wait;
+  using std::declval;
+  using stop = asyncband::stop_token;
+  return std::is_same_v<decltype(declval<condvar&>().wait(declval<G>()).await_resume()), G> &&
+         std::is_same_v<decltype(declval<condvar&>().wait(declval<G>(), stop()).await_resume()), result<G>> &&
+         std::is_same_v<decltype(declval<condvar&>().wait_while(declval<G>(), P()).await_resume()), G> &&
+         std::is_same_v<decltype(declval<condvar&>().wait_while(declval<G>(), P(), stop()).await_resume()),
+                        result<G>> &&
+         std::is_same_v<decltype(declval<condvar&>().wait_blocking(declval<G>())), G> &&
+         std::is_same_v<decltype(declval<condvar&>().wait_blocking(declval<G>(), stop())), result<G>> &&
+         std::is_same_v<decltype(declval<condvar&>().wait_while_blocking(declval<G>(), P())), G> &&
+         std::is_same_v<decltype(declval<condvar&>().wait_while_blocking(declval<G>(), P(), stop())),
+                        result<G>>;
+}
+static_assert(std::is_same_v<guard_of_t<guard_kind::owned_mapped>, asyncband::owned_mapped_mutex_guard<int>>);
+static_assert(yields_its_guard<guard_of_t<guard_kind::plain>>());
+static_assert(yields_its_guard<guard_of_t<guard_kind::owned>>());
+static_assert(yields_its_guard<guard_of_t<guard_kind::mapped>>());
+static_assert(yields_its_guard<guard_of_t<guard_kind::owned_mapped>>());
+
+/// The part a guard of any kind gives access to.
+int& part_in(gated& g) {
+  return g.part;
+}
+int& part_in(int& part) {
+  return part;
+}
+
+/// What a waiter on a guard of some kind reports beyond the probe.
+struct kind_probe : probe {
+  int until = 1;              ///< the wait_while forms wait while `part` is below it
+  bool held = false;          ///< after an ok wait: the guard owns the lock, the mutex is locked
+  int value = -1;             ///< after an ok wait: `part` seen through the guard given back
+  const int* part = nullptr;  ///< after an ok wait: where that guard's `part` is
+  bool locked_after = true;   ///< after a cancelled wait: the mutex was locked
+};
+
+template <class Guard>
+void record_kind(kind_probe& p, const std::weak_ptr<gated_mutex>& m, result<Guard>& r) {
+  const std::shared_ptr<gated_mutex> alive = m.lock();
+  if (r.ok()) {
+    p.held = r->owns_lock() && alive && alive->is_locked();
+    p.part = &part_in(**r);
+    p.value = *p.part;
+  } else {
+    p.locked_after = alive && alive->is_locked();
+  }
+  p.finish(r.status());
+}
+
+/// A guard at hand, as an awaitable that never suspends (waiter_in_form's `lock`).
+template <class Guard>
+struct ready_guard {
+  Guard guard;
+  [[nodiscard]] static bool await_ready() noexcept { return true; }
+  static void await_suspend(std::coroutine_handle<> /*unused*/) noexcept {}
+  Guard await_resume() { return std::move(guard); }
+};
+
+/// Takes a guard of kind K of the mutex (free now) and waits on `cv` in form `f`; records the
+/// outcome and drops the guard. Holds no reference to the mutex of its own: an owned guard's is
+/// the only one it keeps.
+template <guard_kind K>
+task<void> kind_waiter(condvar& cv, std::weak_ptr<gated_mutex> m, wait_form f, asyncband::stop_token stop,
+                       kind_probe& p) {
+  return waiter_in_form(
+      cv, [m] { return ready_guard<guard_of_t<K>>{guard_of<K>(m.lock())}; }, f, std::move(stop), p,
+      [&p](auto& v) { return part_in(v) < p.until; }, [&p, m](auto& r) { record_kind(p, m, r); });
+}
+
+/// Sets `part` (under the mutex, which must be free) and notifies one waiter.
+void set_part_and_notify_one(gated_mutex& m, condvar& cv, int v) {
+  m.try_lock().value()->part = v;
+  cv.notify_one();
+}
+
+/// A wait of each form on a guard of kind K unlocks the mutex while it waits, and gives back a
+/// guard of kind K holding the mutex, of the same part; wait_while checks the part again after
+/// each wake-up.
+template <guard_kind K>
+void every_form_gives_back_the_same_guard_relocked() {
+  for (const wait_form f : all_forms) {
+    SCOPED_TRACE(name(f));
+    test_scheduler s;
+    auto m = std::make_shared<gated_mutex>();
+    const int* const part = &m->try_lock().value()->part;
+    condvar cv;
+    asyncband::stop_source src;
+    kind_probe p;
+    p.until = 2;
+    s.spawn(kind_waiter<K>(cv, m, f, src.get_token(), p));
+    s.run();
+    EXPECT_EQ(p.started, 1);
+    EXPECT_EQ(p.resumed, 0);
+    EXPECT_FALSE(m->is_locked()) << "a waiting waiter does not hold the mutex";
+    set_part_and_notify_one(*m, cv, 1);
+    s.run();
+    const bool loops = f == wait_form::wait_while || f == wait_form::wait_while_stoppable;
+    EXPECT_EQ(p.resumed, loops ? 0 : 1) << "wait_while checks the part again: 1 < 2";
+    if (loops) {
+      EXPECT_FALSE(m->is_locked());
+      set_part_and_notify_one(*m, cv, 2);
+      s.run();
+    }
+    EXPECT_EQ(p.resumed, 1);
+    EXPECT_EQ(p.status, wait_status::ok);
+    EXPECT_TRUE(p.held);
+    EXPECT_EQ(p.part, part) << "the same part";
+    EXPECT_EQ(p.value, loops ? 2 : 1);
+    EXPECT_FALSE(m->is_locked());
+  }
+}
+
+/// Cancelled while it waits for the notification, or while it re-locks (the notification it
+/// consumed then goes to the next waiter), a wait on a guard of kind K ends without the mutex.
+template <guard_kind K>
+void a_cancelled_wait_ends_without_the_mutex() {
+  for (const wait_form f : stoppable_forms) {
+    for (const bool relocking : {false, true}) {
+      SCOPED_TRACE(testing::Message() << name(f) << (relocking ? ", while re-locking" : ", while notified"));
+      test_scheduler s;
+      auto m = std::make_shared<gated_mutex>();
+      condvar cv;
+      asyncband::stop_source stop_a;
+      kind_probe a;
+      kind_probe b;
+      s.spawn(kind_waiter<K>(cv, m, f, stop_a.get_token(), a));
+      s.spawn(kind_waiter<guard_kind::plain>(cv, m, wait_form::wait, asyncband::stop_token(), b));
+      s.run();
+      std::optional<asyncband::mutex_guard<gated>> held;
+      if (relocking) {
+        held = m->try_lock();
+        cv.notify_one();
+        EXPECT_EQ(s.ready_count(), 0U) << "`a` re-locks";
+      }
+      stop_a.request_stop();
+      s.run();
+      EXPECT_EQ(a.resumed, 1);
+      EXPECT_EQ(a.status, wait_status::cancelled);
+      EXPECT_FALSE(relocking ? a.held : a.locked_after);
+      EXPECT_EQ(b.resumed, 0);
+      if (relocking) {
+        held.reset();  // `b` got the notification `a` consumed: it takes the mutex now
+      } else {
+        cv.notify_one();
+      }
+      s.run();
+      EXPECT_EQ(b.resumed, 1);
+      EXPECT_EQ(b.status, wait_status::ok);
+      EXPECT_FALSE(m->is_locked());
+    }
+  }
+}
+
+/// An owned guard's wait keeps the mutex alive while it has it unlocked, even when nobody else
+/// holds a reference; the guard given back (or a cancelled wait) then lets it go.
+template <guard_kind K>
+void an_owned_wait_keeps_the_mutex_alive() {
+  for (const bool cancelled : {false, true}) {
+    SCOPED_TRACE(cancelled ? "cancelled" : "notified");
+    test_scheduler s;
+    condvar cv;
+    asyncband::stop_source stop;
+    kind_probe p;
+    std::weak_ptr<gated_mutex> weak;
+    {
+      auto m = std::make_shared<gated_mutex>();
+      weak = m;
+      s.spawn(kind_waiter<K>(cv, m, wait_form::wait_stoppable, stop.get_token(), p));
+      s.run();
+      EXPECT_EQ(p.started, 1);
+      EXPECT_EQ(p.resumed, 0);
+      m->try_lock().value()->part = 7;
+    }
+    EXPECT_FALSE(weak.expired()) << "the waiting wait holds the mutex";
+    if (cancelled) {
+      stop.request_stop();
+    } else {
+      cv.notify_one();
+    }
+    s.run();
+    EXPECT_EQ(p.status, cancelled ? wait_status::cancelled : wait_status::ok);
+    if (!cancelled) {
+      EXPECT_TRUE(p.held);
+      EXPECT_EQ(p.value, 7);
+    }
+    EXPECT_TRUE(weak.expired()) << "the guard given back (or the cancelled wait) let it go";
+  }
+}
+
+/// The blocking twins on a guard of kind K, notified from this thread, give back a guard of
+/// kind K of the same part; a stop from this thread ends the stoppable ones without the mutex.
+template <guard_kind K>
+void blocking_waits_give_back_the_same_guard() {
+  for (const wait_form f : all_forms) {
+    for (const bool stopped : {false, true}) {
+      if (stopped && f != wait_form::wait_stoppable && f != wait_form::wait_while_stoppable) continue;
+      SCOPED_TRACE(testing::Message() << name(f) << (stopped ? ", stopped" : ""));
+      auto m = std::make_shared<gated_mutex>();
+      const int* const part = &m->try_lock().value()->part;
+      condvar cv;
+      asyncband::stop_source src;
+      kind_probe p;
+      std::atomic<bool> registered{false};
+      waiting_thread waiter([&] {
+        auto g = guard_of<K>(m, true);
+        const thread_hook hook(test_point::before_arm, [&registered] { registered.store(true); });
+        auto r =
+            wait_blocking_in(f, cv, std::move(g), src.get_token(), [](auto& v) { return part_in(v) < 1; });
+        record_kind(p, m, r);
+      });
+      while (!registered.load()) std::this_thread::yield();  // registered: the mutex is free
+      if (stopped) {
+        src.request_stop();
+      } else {
+        m->lock_blocking()->part = 1;
+        cv.notify_one();
+      }
+      waiter.join([&] {
+        m->lock_blocking()->part = 1;
+        cv.notify_all();
+      });
+      EXPECT_EQ(p.status, stopped ? wait_status::cancelled : wait_status::ok);
+      if (stopped) {
+        EXPECT_FALSE(p.locked_after);
+      } else {
+        EXPECT_TRUE(p.held);
+        EXPECT_EQ(p.part, part);
+        EXPECT_EQ(p.value, 1);
+      }
+      EXPECT_FALSE(m->is_locked());
+    }
+  }
+}
+
+TEST(CondvarGuards, EveryFormGivesBackTheSameGuardReLocked) {
+  every_form_gives_back_the_same_guard_relocked<guard_kind::plain>();
+  every_form_gives_back_the_same_guard_relocked<guard_kind::owned>();
+  every_form_gives_back_the_same_guard_relocked<guard_kind::mapped>();
+  every_form_gives_back_the_same_guard_relocked<guard_kind::owned_mapped>();
+}
+
+TEST(CondvarGuards, ACancelledWaitOnAnyGuardEndsWithoutTheMutexAndPassesItsNotificationOn) {
+  a_cancelled_wait_ends_without_the_mutex<guard_kind::plain>();
+  a_cancelled_wait_ends_without_the_mutex<guard_kind::owned>();
+  a_cancelled_wait_ends_without_the_mutex<guard_kind::mapped>();
+  a_cancelled_wait_ends_without_the_mutex<guard_kind::owned_mapped>();
+}
+
+TEST(CondvarGuards, AnOwnedGuardsWaitKeepsTheMutexAliveUntilItEnds) {
+  an_owned_wait_keeps_the_mutex_alive<guard_kind::owned>();
+  an_owned_wait_keeps_the_mutex_alive<guard_kind::owned_mapped>();
+}
+
+TEST(CondvarGuards, BlockingWaitsOnAnyGuardGiveBackTheSameGuard) {
+  blocking_waits_give_back_the_same_guard<guard_kind::plain>();
+  blocking_waits_give_back_the_same_guard<guard_kind::owned>();
+  blocking_waits_give_back_the_same_guard<guard_kind::mapped>();
+  blocking_waits_give_back_the_same_guard<guard_kind::owned_mapped>();
 }
 
 }  // namespace

@@ -43,6 +43,7 @@
 #include "support/mpmc_receive_scenarios.hpp"
 #include "support/mpmc_soak.hpp"
 #include "support/probe.hpp"
+#include "support/recv_many.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 
@@ -1701,6 +1702,53 @@ TEST(MpmcBoundedClosed, AClosedWaitResumedInlineByTheLastReceiverGoingMayDestroy
   drop(c.rx);
   EXPECT_TRUE(done);
   EXPECT_EQ(tx, nullptr);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Batch receives (issue 17): recv_many, try_recv_many and their blocking twins
+// (support/recv_many.hpp).
+
+namespace {
+
+using namespace asyncband_test::recv_many_scenarios;
+
+TEST(MpmcBoundedRecvMany, EveryFormAppendsInOrderUpToTheLimit) {
+  every_form_appends_in_order_up_to_the_limit<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ALimitOfZeroYieldsZeroAtOnce) {
+  a_limit_of_zero_yields_zero_at_once<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, AWaitingBatchReceiveTakesTheValuesSentBeforeItRuns) {
+  a_waiting_batch_receive_takes_the_values_sent_before_it_runs<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, BatchesDrainAClosedChannelThenEndClosed) {
+  batches_drain_a_closed_channel_then_end_closed<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ACancelledOrDestroyedBatchReceiveTakesNothing) {
+  a_cancelled_or_destroyed_batch_receive_takes_nothing<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ABatchReceiveWokenThenStoppedPassesItsValueOn) {
+  EXPECT_EQ(a_batch_receive_woken_then_stopped<bounded_kind>(), wait_status::cancelled);
+}
+TEST(MpmcBoundedRecvMany, BatchAndSingleReceivesKeepTheirFifoOrder) {
+  batch_receives_keep_the_fifo_order_of_the_receives<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ABatchReceiveThatLosesAWhenAnyTakesNothing) {
+  a_batch_receive_that_loses_a_when_any_takes_nothing<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ABatchGivesItsCapacityBackInOneHandOut) {
+  a_batch_gives_its_capacity_back_in_one_hand_out<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, AThrowingMoveKeepsTheValuesAppendedAndLeavesTheRest) {
+  a_throwing_move_keeps_the_values_appended_and_leaves_the_rest<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ABufferThatCannotGrowTakesNothing) {
+  a_buffer_that_cannot_grow_takes_nothing<bounded_kind>();
+}
+TEST(MpmcBoundedRecvMany, ProducerAndConsumerThreadsExchangeEveryValueOnceInBatches) {
+  threads_receive_every_value_once_in_batches<bounded_kind>(2, 16);
 }
 
 }  // namespace

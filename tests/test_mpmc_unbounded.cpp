@@ -42,6 +42,7 @@
 #include "support/mpmc_receive_scenarios.hpp"
 #include "support/mpmc_soak.hpp"
 #include "support/probe.hpp"
+#include "support/recv_many.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
 
@@ -997,6 +998,50 @@ TEST(MpmcUnboundedStress, ThreadsSendReceiveCancelAndCloseDeliverOrHandBackEvery
                       return stress_round<unbounded_kind>(
                           round, finals, 5, stress_send_one, [](int mode) { return mode == 2; }, totals);
                     });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Batch receives (issue 17): recv_many, try_recv_many and their blocking twins
+// (support/recv_many.hpp).
+
+namespace {
+
+using namespace asyncband_test::recv_many_scenarios;
+
+TEST(MpmcUnboundedRecvMany, EveryFormAppendsInOrderUpToTheLimit) {
+  every_form_appends_in_order_up_to_the_limit<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, ALimitOfZeroYieldsZeroAtOnce) {
+  a_limit_of_zero_yields_zero_at_once<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, AWaitingBatchReceiveTakesTheValuesSentBeforeItRuns) {
+  a_waiting_batch_receive_takes_the_values_sent_before_it_runs<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, BatchesDrainAClosedChannelThenEndClosed) {
+  batches_drain_a_closed_channel_then_end_closed<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, ACancelledOrDestroyedBatchReceiveTakesNothing) {
+  a_cancelled_or_destroyed_batch_receive_takes_nothing<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, ABatchReceiveWokenThenStoppedPassesItsValueOn) {
+  EXPECT_EQ(a_batch_receive_woken_then_stopped<unbounded_kind>(), wait_status::cancelled);
+}
+TEST(MpmcUnboundedRecvMany, BatchAndSingleReceivesKeepTheirFifoOrder) {
+  batch_receives_keep_the_fifo_order_of_the_receives<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, ABatchReceiveThatLosesAWhenAnyTakesNothing) {
+  a_batch_receive_that_loses_a_when_any_takes_nothing<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, AThrowingMoveKeepsTheValuesAppendedAndLeavesTheRest) {
+  a_throwing_move_keeps_the_values_appended_and_leaves_the_rest<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, ABufferThatCannotGrowTakesNothing) {
+  a_buffer_that_cannot_grow_takes_nothing<unbounded_kind>();
+}
+TEST(MpmcUnboundedRecvMany, ProducerAndConsumerThreadsExchangeEveryValueOnceInBatches) {
+  threads_receive_every_value_once_in_batches<unbounded_kind>(2, 16);
 }
 
 }  // namespace

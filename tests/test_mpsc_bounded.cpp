@@ -56,6 +56,7 @@
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
+#include "support/recv_many.hpp"
 #include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -3631,3 +3632,59 @@ TEST(MpscBoundedLifetime, ASenderWokenByCloseMayDropTheClosingReceiver) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Batch receives (issue 17): recv_many, try_recv_many and their blocking twins
+// (support/recv_many.hpp).
+
+namespace {
+
+using namespace asyncband_test::recv_many_scenarios;
+
+struct bounded_factory {
+  template <class T>
+  static auto make(std::size_t capacity) {
+    return mpsc::bounded<T>(capacity);
+  }
+};
+/// How the batch receive scenarios use a bounded MPSC channel.
+using batch_kind = channel_kind<mpsc::sender, mpsc::receiver, bounded_factory>;
+
+}  // namespace
+
+TEST(MpscBoundedRecvMany, EveryFormAppendsInOrderUpToTheLimit) {
+  every_form_appends_in_order_up_to_the_limit<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, ALimitOfZeroYieldsZeroAtOnce) {
+  a_limit_of_zero_yields_zero_at_once<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, AWaitingBatchReceiveTakesTheValuesSentBeforeItRuns) {
+  a_waiting_batch_receive_takes_the_values_sent_before_it_runs<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, BatchesDrainAClosedChannelThenEndClosed) {
+  batches_drain_a_closed_channel_then_end_closed<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, ACancelledOrDestroyedBatchReceiveTakesNothing) {
+  a_cancelled_or_destroyed_batch_receive_takes_nothing<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, AStopAfterTheWakeUpIsTooLateAndTheBatchTakesTheValues) {
+  EXPECT_EQ(a_batch_receive_woken_then_stopped<batch_kind>(), wait_status::ok);
+}
+TEST(MpscBoundedRecvMany, ABatchReceiveThatLosesAWhenAnyTakesNothing) {
+  a_batch_receive_that_loses_a_when_any_takes_nothing<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, ABatchGivesItsCapacityBackInOneHandOut) {
+  a_batch_gives_its_capacity_back_in_one_hand_out<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, AThrowingMoveKeepsTheValuesAppendedAndLeavesTheRest) {
+  a_throwing_move_keeps_the_values_appended_and_leaves_the_rest<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, ABufferThatCannotGrowTakesNothing) {
+  a_buffer_that_cannot_grow_takes_nothing<batch_kind>();
+}
+TEST(MpscBoundedRecvMany, ABatchReceiveIsOneReceiveAtATime) {
+  a_batch_receive_is_one_receive_at_a_time<batch_kind>(true);
+}
+TEST(MpscBoundedRecvMany, ProducerThreadsAndABatchReceivingThreadExchangeEveryValueOnceInOrder) {
+  threads_receive_every_value_once_in_batches<batch_kind>(1, 16);
+}

@@ -43,6 +43,7 @@
 #include "support/last_one_out.hpp"
 #include "support/lifetime.hpp"
 #include "support/probe.hpp"
+#include "support/recv_many.hpp"
 #include "support/second_receive.hpp"
 #include "support/stress.hpp"
 #include "support/thread_hook.hpp"
@@ -1855,4 +1856,57 @@ TEST(UnboundedMisuse, ASecondReceiveWhileAThreadReceivesThrowsAndTheFirstComplet
   auto c = unbounded<int>();  // no structured bindings: clang 14 cannot capture them
   a_second_receive_throws_while_a_thread_receives(c.second,
                                                   [&c](int v) { ASSERT_TRUE(c.first.send(v).ok()); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batch receives (issue 17): recv_many, try_recv_many and their blocking twins
+// (support/recv_many.hpp).
+
+namespace {
+
+using namespace asyncband_test::recv_many_scenarios;
+
+struct unbounded_factory {
+  template <class T>
+  static auto make(std::size_t /*room*/) {
+    return unbounded<T>();
+  }
+};
+/// How the batch receive scenarios use an unbounded MPSC channel.
+using batch_kind = channel_kind<unbounded_sender, unbounded_receiver, unbounded_factory>;
+
+}  // namespace
+
+TEST(UnboundedRecvMany, EveryFormAppendsInOrderUpToTheLimit) {
+  every_form_appends_in_order_up_to_the_limit<batch_kind>();
+}
+TEST(UnboundedRecvMany, ALimitOfZeroYieldsZeroAtOnce) {
+  a_limit_of_zero_yields_zero_at_once<batch_kind>();
+}
+TEST(UnboundedRecvMany, AWaitingBatchReceiveTakesTheValuesSentBeforeItRuns) {
+  a_waiting_batch_receive_takes_the_values_sent_before_it_runs<batch_kind>();
+}
+TEST(UnboundedRecvMany, BatchesDrainAClosedChannelThenEndClosed) {
+  batches_drain_a_closed_channel_then_end_closed<batch_kind>();
+}
+TEST(UnboundedRecvMany, ACancelledOrDestroyedBatchReceiveTakesNothing) {
+  a_cancelled_or_destroyed_batch_receive_takes_nothing<batch_kind>();
+}
+TEST(UnboundedRecvMany, AStopAfterTheWakeUpIsTooLateAndTheBatchTakesTheValues) {
+  EXPECT_EQ(a_batch_receive_woken_then_stopped<batch_kind>(), wait_status::ok);
+}
+TEST(UnboundedRecvMany, ABatchReceiveThatLosesAWhenAnyTakesNothing) {
+  a_batch_receive_that_loses_a_when_any_takes_nothing<batch_kind>();
+}
+TEST(UnboundedRecvMany, AThrowingMoveKeepsTheValuesAppendedAndLeavesTheRest) {
+  a_throwing_move_keeps_the_values_appended_and_leaves_the_rest<batch_kind>();
+}
+TEST(UnboundedRecvMany, ABufferThatCannotGrowTakesNothing) {
+  a_buffer_that_cannot_grow_takes_nothing<batch_kind>();
+}
+TEST(UnboundedRecvMany, ABatchReceiveIsOneReceiveAtATime) {
+  a_batch_receive_is_one_receive_at_a_time<batch_kind>(false);
+}
+TEST(UnboundedRecvMany, ProducerThreadsAndABatchReceivingThreadExchangeEveryValueOnceInOrder) {
+  threads_receive_every_value_once_in_batches<batch_kind>(1, 16);
 }

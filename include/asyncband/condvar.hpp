@@ -8,6 +8,7 @@
 #include <coroutine>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -25,11 +26,113 @@ namespace asyncband {
 namespace detail {
 /// wait() is wait_while() with a predicate that asks to wait exactly once.
 struct wait_once {};
+
+/// What every guard taken apart for a condvar wait keeps: the value it gives access to (the
+/// mutex's, or a part of it: it stays where it is while the mutex is unlocked, since the mutex's
+/// value never moves) and the mutex's semaphore, to re-lock it.
+template <class Value>
+class unlocked_guard_base {
+ public:
+  using value_type = Value;
+  [[nodiscard]] Value& value() const noexcept { return *value_; }
+  [[nodiscard]] semaphore& lock() const noexcept { return *lock_; }
+
+ protected:
+  unlocked_guard_base(Value* value, const semaphore_permit& held) noexcept
+      : value_(value), lock_(held.semaphore()) {
+    assert(held && "asyncband::condvar: a wait on a guard that does not own its lock");
+  }
+
+ private:
+  Value* value_;
+  semaphore* lock_;
+};
+
+/// A guard taken apart for a condvar wait: `unlocked_guard<Guard>(guard)` takes everything but
+/// the lock (then lock_of(guard) moves the lock out), and relocked(permit) puts a guard of the
+/// same type, of the same value, back together around the re-locked mutex. Defined for the four
+/// guards of a mutex.
+template <class T>
+class unlocked_guard<mutex_guard<T>> : public unlocked_guard_base<T> {
+ public:
+  explicit unlocked_guard(mutex_guard<T>& g) noexcept
+      : unlocked_guard_base<T>(&*g, g.permit_), mutex_(std::exchange(g.mutex_, nullptr)) {}
+  static semaphore_permit&& lock_of(mutex_guard<T>& g) noexcept { return std::move(g.permit_); }
+  mutex_guard<T> relocked(semaphore_permit&& held) noexcept { return {std::move(held), mutex_}; }
+
+ private:
+  mutex<T>* mutex_;
+};
+
+/// An owned guard keeps its reference to the mutex here while the wait has it unlocked.
+template <class T>
+class unlocked_guard<owned_mutex_guard<T>> : public unlocked_guard_base<T> {
+ public:
+  explicit unlocked_guard(owned_mutex_guard<T>& g) noexcept
+      : unlocked_guard_base<T>(&*g, g.held_.permit()), owner_(g.held_.take_owner()) {}
+  static semaphore_permit&& lock_of(owned_mutex_guard<T>& g) noexcept { return std::move(g.held_.permit()); }
+  owned_mutex_guard<T> relocked(semaphore_permit&& held) noexcept {
+    return {std::move(owner_), std::move(held)};
+  }
+
+ private:
+  std::shared_ptr<mutex<T>> owner_;
+};
+
+template <class U>
+class unlocked_guard<mapped_mutex_guard<U>> : public unlocked_guard_base<U> {
+ public:
+  explicit unlocked_guard(mapped_mutex_guard<U>& g) noexcept : unlocked_guard_base<U>(g.value_, g.permit_) {}
+  static semaphore_permit&& lock_of(mapped_mutex_guard<U>& g) noexcept { return std::move(g.permit_); }
+  mapped_mutex_guard<U> relocked(semaphore_permit&& held) noexcept {
+    return {std::move(held), &this->value()};
+  }
+};
+
+template <class U>
+class unlocked_guard<owned_mapped_mutex_guard<U>> : public unlocked_guard_base<U> {
+ public:
+  explicit unlocked_guard(owned_mapped_mutex_guard<U>& g) noexcept
+      : unlocked_guard_base<U>(g.value_, g.held_.permit()), owner_(g.held_.take_owner()) {}
+  static semaphore_permit&& lock_of(owned_mapped_mutex_guard<U>& g) noexcept {
+    return std::move(g.held_.permit());
+  }
+  owned_mapped_mutex_guard<U> relocked(semaphore_permit&& held) noexcept {
+    return {std::move(owner_), &this->value(), std::move(held)};
+  }
+
+ private:
+  std::shared_ptr<const void> owner_;
+};
+
+/// Whether `Guard` is one of a mutex's guards (the four unlocked_guard takes apart).
+template <class Guard>
+inline constexpr bool is_mutex_guard = false;
+template <class T>
+inline constexpr bool is_mutex_guard<mutex_guard<T>> = true;
+template <class T>
+inline constexpr bool is_mutex_guard<owned_mutex_guard<T>> = true;
+template <class U>
+inline constexpr bool is_mutex_guard<mapped_mutex_guard<U>> = true;
+template <class U>
+inline constexpr bool is_mutex_guard<owned_mapped_mutex_guard<U>> = true;
+
+/// A guard a condvar can wait on: mutex_guard, owned_mutex_guard, mapped_mutex_guard,
+/// owned_mapped_mutex_guard.
+template <class Guard>
+concept condvar_guard = is_mutex_guard<Guard>;
 }  // namespace detail
 
 /// A condition variable for asyncband::mutex.
 ///
 /// Contract
+/// - Guards: every wait takes any guard of a mutex (mutex_guard, owned_mutex_guard,
+///   mapped_mutex_guard, owned_mapped_mutex_guard) and gives back the same type, re-locked, of
+///   the same value: a mapped guard's part is the same object (the mutex's value does not move
+///   while unlocked; if another holder destroys that part meanwhile, the guard given back, and
+///   the predicate, refer to nothing: map again after the wait instead), an owned guard keeps
+///   the mutex alive throughout. The predicate of wait_while gets what the guard gives access
+///   to (the part, for a mapped guard).
 /// - A wait registers itself with the condvar before it unlocks the mutex, so a notification
 ///   made after the waiter's last check under the mutex is never lost. Then it waits for a
 ///   notification, and then re-locks the mutex (a FIFO mutex acquisition like any other).
@@ -57,9 +160,9 @@ class condvar {
   class notify_node;
   friend class detail::queued_waiter<condvar>;
   friend struct asyncband::detail::debug_access;
-  template <class T, bool Cancellable, class Predicate>
+  template <class Guard, bool Cancellable, class Predicate>
   class waiting;
-  template <class T, bool Cancellable, class Predicate>
+  template <class Guard, bool Cancellable, class Predicate>
   friend class waiting;
 
   using relock_node = detail::semaphore_acquire<detail::permit_itself>;
@@ -77,49 +180,50 @@ class condvar {
   /// Wakes every registered waiter.
   void notify_all() noexcept { queue_.wake_all(); }
 
-  /// `guard = co_await cv.wait(std::move(guard));` Precondition: guard.owns_lock().
-  template <class T>
-  auto wait(mutex_guard<T> guard) {
-    return waiting<T, false, detail::wait_once>(*this, std::move(guard), {}, {});
+  /// `guard = co_await cv.wait(std::move(guard));` Precondition: guard.owns_lock(). `Guard` is
+  /// any guard of a mutex; the wait yields the same type.
+  template <detail::condvar_guard Guard>
+  auto wait(Guard guard) {
+    return waiting<Guard, false, detail::wait_once>(*this, std::move(guard), {}, {});
   }
-  /// Yields result<mutex_guard<T>>: ok (mutex held), or cancelled (mutex not held).
-  template <class T>
-  auto wait(mutex_guard<T> guard, asyncband::stop_token stop) {
-    return waiting<T, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
+  /// Yields result<Guard>: ok (mutex held), or cancelled (mutex not held).
+  template <detail::condvar_guard Guard>
+  auto wait(Guard guard, asyncband::stop_token stop) {
+    return waiting<Guard, true, detail::wait_once>(*this, std::move(guard), {}, std::move(stop));
   }
-  /// Waits while `keep_waiting(value)` is true; yields the guard.
-  template <class T, class Predicate>
-  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting) {
-    return waiting<T, false, Predicate>(*this, std::move(guard), std::move(keep_waiting), {});
+  /// Waits while `keep_waiting(value)` is true (the guard's value: a mapped guard's part); yields
+  /// the guard.
+  template <detail::condvar_guard Guard, class Predicate>
+  auto wait_while(Guard guard, Predicate keep_waiting) {
+    return waiting<Guard, false, Predicate>(*this, std::move(guard), std::move(keep_waiting), {});
   }
-  /// Yields result<mutex_guard<T>>: ok (mutex held, keep_waiting false), or cancelled.
-  template <class T, class Predicate>
-  auto wait_while(mutex_guard<T> guard, Predicate keep_waiting, asyncband::stop_token stop) {
-    return waiting<T, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
+  /// Yields result<Guard>: ok (mutex held, keep_waiting false), or cancelled.
+  template <detail::condvar_guard Guard, class Predicate>
+  auto wait_while(Guard guard, Predicate keep_waiting, asyncband::stop_token stop) {
+    return waiting<Guard, true, Predicate>(*this, std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
-  /// wait(guard) for a plain thread: unlocks, blocks until notified, relocks; yields the guard.
-  /// Precondition: guard.owns_lock().
-  template <class T>
-  mutex_guard<T> wait_blocking(mutex_guard<T> guard) {
+  /// wait(guard) for a plain thread: unlocks, blocks until notified, relocks; yields the guard
+  /// (the same type). Precondition: guard.owns_lock().
+  template <detail::condvar_guard Guard>
+  Guard wait_blocking(Guard guard) {
     return block<false>(std::move(guard), detail::wait_once{}, {});
   }
   /// As wait_blocking(guard), or until `stop` is requested: ok (mutex held), or cancelled (mutex
   /// not held).
-  template <class T>
-  result<mutex_guard<T>> wait_blocking(mutex_guard<T> guard, asyncband::stop_token stop) {
+  template <detail::condvar_guard Guard>
+  result<Guard> wait_blocking(Guard guard, asyncband::stop_token stop) {
     return block<true>(std::move(guard), detail::wait_once{}, std::move(stop));
   }
   /// wait_while(guard, keep_waiting) for a plain thread; yields the guard.
-  template <class T, class Predicate>
-  mutex_guard<T> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting) {
+  template <detail::condvar_guard Guard, class Predicate>
+  Guard wait_while_blocking(Guard guard, Predicate keep_waiting) {
     return block<false>(std::move(guard), std::move(keep_waiting), {});
   }
   /// As wait_while_blocking(guard, keep_waiting), or until `stop` is requested: ok (mutex held,
   /// keep_waiting false), or cancelled (mutex not held).
-  template <class T, class Predicate>
-  result<mutex_guard<T>> wait_while_blocking(mutex_guard<T> guard, Predicate keep_waiting,
-                                             asyncband::stop_token stop) {
+  template <detail::condvar_guard Guard, class Predicate>
+  result<Guard> wait_while_blocking(Guard guard, Predicate keep_waiting, asyncband::stop_token stop) {
     return block<true>(std::move(guard), std::move(keep_waiting), std::move(stop));
   }
 
@@ -187,15 +291,6 @@ class condvar {
     }
   }
 
-  template <class T>
-  static mutex_guard<T> make_guard(semaphore_permit&& held, mutex<T>* m) noexcept {
-    return mutex_guard<T>(std::move(held), m);
-  }
-  template <class T>
-  static semaphore_permit&& permit_of(mutex_guard<T>& guard) noexcept {
-    return std::move(guard.permit_);
-  }
-
   /// Ends the notification stage: true if notified (and not cancelled since).
   template <bool Cancellable>
   static bool notified(detail::pending_wait<notify_node, Cancellable>& w) {
@@ -207,12 +302,12 @@ class condvar {
     }
   }
 
-  template <bool Cancellable, class T>
-  using yield_t = std::conditional_t<Cancellable, result<mutex_guard<T>>, mutex_guard<T>>;
+  template <bool Cancellable, class Guard>
+  using yield_t = std::conditional_t<Cancellable, result<Guard>, Guard>;
 
   /// Only a cancellable wait ends cancelled; the plain one's stop token never stops.
-  template <bool Cancellable, class T>
-  static yield_t<Cancellable, T> cancelled() noexcept {
+  template <bool Cancellable, class Guard>
+  static yield_t<Cancellable, Guard> cancelled() noexcept {
     if constexpr (Cancellable) {
       return wait_status::cancelled;
     } else {
@@ -220,8 +315,8 @@ class condvar {
     }
   }
 
-  template <bool Cancellable, class T, class Predicate>
-  yield_t<Cancellable, T> block(mutex_guard<T> guard, Predicate predicate, asyncband::stop_token stop);
+  template <bool Cancellable, class Guard, class Predicate>
+  yield_t<Cancellable, Guard> block(Guard guard, Predicate predicate, asyncband::stop_token stop);
 
   // mutable: debug.hpp counts the waiters of a const one
   mutable detail::wait_queue queue_;
@@ -230,19 +325,20 @@ class condvar {
 
 /// The awaiter of a condvar wait: two waits in a row (the notification, then the mutex), driven
 /// from callbacks so that the coroutine suspends once. Lives in the awaiting frame.
-template <class T, bool Cancellable, class Predicate>
+template <class Guard, bool Cancellable, class Predicate>
 class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] condvar::waiting
     : public detail::staged_awaiter_base<Cancellable> {
   friend struct detail::staged_access;
   using notified_wait = detail::pending_wait<notify_node, Cancellable>;
   using relock_wait = detail::pending_wait<relock_node, Cancellable>;
-  using yield_type = yield_t<Cancellable, T>;
+  using yield_type = yield_t<Cancellable, Guard>;
+  using parts = detail::unlocked_guard<Guard>;
 
  public:
-  waiting(condvar& cv, mutex_guard<T>&& guard, Predicate predicate, asyncband::stop_token stop)
+  waiting(condvar& cv, Guard&& guard, Predicate predicate, asyncband::stop_token stop)
       : condvar_(&cv),
-        mutex_(guard.mutex()),
-        held_(permit_of(guard)),
+        guard_(guard),
+        held_(parts::lock_of(guard)),
         predicate_(std::move(predicate)),
         stop_(std::move(stop)) {}
   waiting(const waiting&) = delete;
@@ -260,7 +356,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   bool await_ready() {
     if (notified_) [[unlikely]]
       detail::throw_awaited_again();
-    if (!keep_waiting(predicate_, mutex_->value_, false)) return true;  // holds already
+    if (!keep_waiting(predicate_, guard_.value(), false)) return true;  // holds already
     if (!stop_.stop_requested()) return false;
     outcome_ = wait_status::cancelled;
     return true;
@@ -282,7 +378,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
         return outcome_;
       }
     }
-    return make_guard(std::move(held_), mutex_);
+    return guard_.relocked(std::move(held_));
   }
 
  private:
@@ -322,8 +418,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   bool after_notification() noexcept {
     notify_bound_ = notified_->node().notify_bound;
     if (!notified(*notified_)) return finish(wait_status::cancelled);
-    relock_wait& w = relock_.emplace(stop_, &detail::mutex_access::semaphore_of(*mutex_), std::size_t{1},
-                                     detail::permit_itself{});
+    relock_wait& w = relock_.emplace(stop_, &guard_.lock(), std::size_t{1}, detail::permit_itself{});
     if (!w.try_complete() && w.publish(detail::resume_target::continuation(&on_relocked, this))) return true;
     return after_relock();
   }
@@ -341,7 +436,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
       held_ = std::move(relocked);
     }
     try {
-      if (!keep_waiting(predicate_, mutex_->value_, true)) return finish(wait_status::ok);
+      if (!keep_waiting(predicate_, guard_.value(), true)) return finish(wait_status::ok);
     } catch (...) {
       error_ = std::current_exception();
       return finish(wait_status::ok);
@@ -364,7 +459,7 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   }
 
   condvar* condvar_;
-  mutex<T>* mutex_;
+  parts guard_;  // before everything that may touch the mutex: an owned guard's reference goes last
   semaphore_permit held_;
   Predicate predicate_;
   asyncband::stop_token stop_;
@@ -376,36 +471,36 @@ class [[nodiscard("co_await it: a wait does nothing until it is awaited")]] cond
   std::exception_ptr error_;
 };
 
-template <bool Cancellable, class T, class Predicate>
-condvar::yield_t<Cancellable, T> condvar::block(mutex_guard<T> guard, Predicate predicate,
-                                                asyncband::stop_token stop) {
-  mutex<T>* const m = guard.mutex();
-  semaphore_permit held = permit_of(guard);
+template <bool Cancellable, class Guard, class Predicate>
+condvar::yield_t<Cancellable, Guard> condvar::block(Guard guard, Predicate predicate,
+                                                    asyncband::stop_token stop) {
+  detail::unlocked_guard<Guard> parts(guard);
+  semaphore_permit held = detail::unlocked_guard<Guard>::lock_of(guard);
   std::uint64_t notify_bound = 0;
-  for (bool woken = false; keep_waiting(predicate, m->value_, woken); woken = true) {
+  for (bool woken = false; keep_waiting(predicate, parts.value(), woken); woken = true) {
     {
       detail::pending_wait<notify_node, Cancellable> notified(stop, this);
-      if (notified.try_complete()) return cancelled<Cancellable, T>();
+      if (notified.try_complete()) return cancelled<Cancellable, Guard>();
       detail::parker park;
       const bool pending = notified.publish(detail::resume_target(&detail::parker::unpark_thunk, &park),
                                             [&held]() noexcept { held.release(); });
       if (pending) park.park();
       notify_bound = notified.node().notify_bound;
-      if (!condvar::notified(notified)) return cancelled<Cancellable, T>();
+      if (!condvar::notified(notified)) return cancelled<Cancellable, Guard>();
     }
-    auto relocked = detail::block_wait<relock_node, Cancellable>(
-        stop, {}, &detail::mutex_access::semaphore_of(*m), std::size_t{1}, detail::permit_itself{});
+    auto relocked = detail::block_wait<relock_node, Cancellable>(stop, {}, &parts.lock(), std::size_t{1},
+                                                                 detail::permit_itself{});
     if constexpr (Cancellable) {
       if (!relocked.ok()) {
         pass_on(notify_bound);
-        return cancelled<Cancellable, T>();
+        return cancelled<Cancellable, Guard>();
       }
       held = std::move(*relocked);
     } else {
       held = std::move(relocked);
     }
   }
-  return make_guard(std::move(held), m);
+  return parts.relocked(std::move(held));
 }
 
 }  // namespace asyncband

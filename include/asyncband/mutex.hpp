@@ -21,17 +21,18 @@ namespace asyncband {
 
 template <class T>
 class mutex;
-class condvar;
 
 namespace detail {
 struct mutex_access;
+template <class Guard>
+class unlocked_guard;
 }  // namespace detail
 
 template <class U>
 class owned_mapped_mutex_guard;
 
-/// Access to part of a mutex's value (from mutex_guard::map); unlocks on destruction. It cannot
-/// wait on a condvar, which needs the whole mutex.
+/// Access to part of a mutex's value (from mutex_guard::map); unlocks on destruction. A condvar
+/// wait on it re-locks the mutex and gives back a guard of the same part.
 template <class U>
 class [[nodiscard]] mapped_mutex_guard {
  public:
@@ -76,6 +77,8 @@ class [[nodiscard]] mapped_mutex_guard {
   friend class mapped_mutex_guard;
   template <class>
   friend class mutex_guard;
+  template <class>
+  friend class detail::unlocked_guard;
   mapped_mutex_guard(semaphore_permit&& permit, U* value) noexcept
       : value_(value), permit_(std::move(permit)) {}
 
@@ -146,7 +149,8 @@ class [[nodiscard]] mutex_guard {
 
  private:
   friend class asyncband::mutex<T>;
-  friend class asyncband::condvar;
+  template <class>
+  friend class detail::unlocked_guard;
   mutex_guard(semaphore_permit&& permit, asyncband::mutex<T>* m) noexcept
       : permit_(std::move(permit)), mutex_(m) {}
 
@@ -196,6 +200,8 @@ class [[nodiscard]] owned_mutex_guard {
 
  private:
   friend struct detail::mutex_access;
+  template <class>
+  friend class detail::unlocked_guard;
   owned_mutex_guard(std::shared_ptr<asyncband::mutex<T>> m, semaphore_permit&& permit) noexcept
       : held_(std::move(m), std::move(permit)) {}
 
@@ -253,6 +259,8 @@ class [[nodiscard]] owned_mapped_mutex_guard {
   friend class owned_mapped_mutex_guard;
   template <class>
   friend class owned_mutex_guard;
+  template <class>
+  friend class detail::unlocked_guard;
   using owning = detail::owning_permit<const void>;  // the mutex, whatever its T
   owned_mapped_mutex_guard(std::shared_ptr<const void> owner, U* value, semaphore_permit&& permit) noexcept
       : value_(value), held_(std::move(owner), std::move(permit)) {}
@@ -284,7 +292,6 @@ template <class T = std::monostate>
 class mutex {
   friend class mutex_guard<T>;
   friend class owned_mutex_guard<T>;
-  friend class condvar;
   friend struct detail::mutex_access;
   friend struct asyncband::detail::debug_access;
 
@@ -364,7 +371,7 @@ class mutex {
 
 namespace detail {
 
-/// The owned-guard functions and condvar reach a mutex's semaphore through here.
+/// The owned-guard functions reach a mutex's semaphore through here.
 struct mutex_access {
   template <class T>
   static semaphore& semaphore_of(mutex<T>& m) noexcept {

@@ -38,6 +38,8 @@ template <class T>
 class bounded_state;
 template <class T>
 class unbounded_state;
+template <class State, class T>
+class value_takes;
 }  // namespace mpmc::detail
 namespace broadcast::detail {
 template <class T, bool Lossless>
@@ -103,6 +105,8 @@ class semaphore {
   friend class mpmc::detail::bounded_state;
   template <class T>
   friend class mpmc::detail::unbounded_state;
+  template <class State, class T>
+  friend class mpmc::detail::value_takes;  // a batch's units of the values' semaphore
   template <class T, bool Lossless>
   friend class broadcast::detail::ring;  // close()
   template <class T>
@@ -201,6 +205,8 @@ class semaphore {
 
   /// Lock-free: takes n permits if nobody is queued and enough are available.
   bool try_take(std::size_t n) noexcept { return word_.try_take(n); }
+  /// Lock-free: takes up to n of the permits available if nobody is queued; returns how many.
+  std::size_t try_take_some(std::size_t n) noexcept { return word_.try_take_some(n); }
 
   /// Under the lock, for a waiter about to queue: takes n permits if it can (true); otherwise
   /// gives it every available permit as a partial grant, marks the state contended (false), and

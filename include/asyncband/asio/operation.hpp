@@ -1303,11 +1303,12 @@ auto async_send(Sender& tx, T value, CompletionToken&& token) {
 }
 
 /// condvar::wait(guard, stop): unlocks, waits for a notification, re-locks; yields
-/// std::optional<mutex_guard<T>>, engaged unless the error_code is set (then the mutex is not
-/// held). Cancellation has the wait's stop semantics at either stage; honoured for terminal and
+/// std::optional<Guard> (any guard of a mutex: mutex_guard, owned_mutex_guard, a mapped one;
+/// the same type back), engaged unless the error_code is set (then the mutex is not held).
+/// Cancellation has the wait's stop semantics at either stage; honoured for terminal and
 /// partial cancellation (the mutex is unlocked either way: not "total").
-template <asio_executor Executor, class T, class CompletionToken>
-auto async_condvar_wait(const Executor& ex, condvar& cv, mutex_guard<T> guard, CompletionToken&& token) {
+template <asio_executor Executor, asyncband::detail::condvar_guard Guard, class CompletionToken>
+auto async_condvar_wait(const Executor& ex, condvar& cv, Guard guard, CompletionToken&& token) {
   return asio::async_op(
       ex,
       [&cv, g = std::move(guard)](asyncband::stop_token stop) mutable {
@@ -1316,16 +1317,17 @@ auto async_condvar_wait(const Executor& ex, condvar& cv, mutex_guard<T> guard, C
       std::forward<CompletionToken>(token));
 }
 /// As above, on the handler's associated executor or asio::system_executor.
-template <class T, class CompletionToken>
-auto async_condvar_wait(condvar& cv, mutex_guard<T> guard, CompletionToken&& token) {
+template <asyncband::detail::condvar_guard Guard, class CompletionToken>
+auto async_condvar_wait(condvar& cv, Guard guard, CompletionToken&& token) {
   return asio::async_condvar_wait(boost::asio::system_executor(), cv, std::move(guard),
                                   std::forward<CompletionToken>(token));
 }
 
 /// condvar::wait_while(guard, keep_waiting, stop): waits until keep_waiting(value) is false;
-/// yields std::optional<mutex_guard<T>> as async_condvar_wait.
-template <asio_executor Executor, class T, class Predicate, class CompletionToken>
-auto async_condvar_wait_while(const Executor& ex, condvar& cv, mutex_guard<T> guard, Predicate keep_waiting,
+/// yields std::optional<Guard> as async_condvar_wait.
+template <asio_executor Executor, asyncband::detail::condvar_guard Guard, class Predicate,
+          class CompletionToken>
+auto async_condvar_wait_while(const Executor& ex, condvar& cv, Guard guard, Predicate keep_waiting,
                               CompletionToken&& token) {
   return asio::async_op(
       ex,
@@ -1335,9 +1337,8 @@ auto async_condvar_wait_while(const Executor& ex, condvar& cv, mutex_guard<T> gu
       std::forward<CompletionToken>(token));
 }
 /// As above, on the handler's associated executor or asio::system_executor.
-template <class T, class Predicate, class CompletionToken>
-auto async_condvar_wait_while(condvar& cv, mutex_guard<T> guard, Predicate keep_waiting,
-                              CompletionToken&& token) {
+template <asyncband::detail::condvar_guard Guard, class Predicate, class CompletionToken>
+auto async_condvar_wait_while(condvar& cv, Guard guard, Predicate keep_waiting, CompletionToken&& token) {
   return asio::async_condvar_wait_while(boost::asio::system_executor(), cv, std::move(guard),
                                         std::move(keep_waiting), std::forward<CompletionToken>(token));
 }

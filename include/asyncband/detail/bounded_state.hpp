@@ -3,6 +3,7 @@
 // (a semaphore whose tickets are the ring's places), its ring and its receiving end.
 #pragma once
 
+#include <algorithm>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
@@ -172,9 +173,12 @@ class bounded_state : public channel_core<bounded_state<T>> {
   }
   /// After an ok completion of the receiver's wait: a value is at the head, past empty cells.
   result<T> take_head() {
-    skip_empty();
-    if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
-    return pop<result<T>>();
+    return after_wake<result<T>>([this] { return pop<result<T>>(); });
+  }
+  /// The same for a batch receive: up to `limit` values appended to `out`.
+  template <class Buffer>
+  result<std::size_t> take_head_many(Buffer& out, std::size_t limit) {
+    return after_wake<result<std::size_t>>([this, &out, limit] { return pop_many(out, limit); });
   }
 
   /// Precondition: head_has_value(). Moves the head's value once, into `Outcome` built in
@@ -189,16 +193,46 @@ class bounded_state : public channel_core<bounded_state<T>> {
     });
   }
 
+  /// Precondition: head_has_value(). Moves up to `limit` of the values published from the head
+  /// on into `out` (appended, in order), passing the empty cells among them; their cells go on
+  /// one by one, their units of capacity back in one give (one hand-out to the senders waiting).
+  /// Room for them is made first (if that throws, nothing is taken). If a move throws, the
+  /// values before it stay appended and their units go back, the value stays at the head, and
+  /// the exception propagates.
+  template <class Buffer>
+  std::size_t pop_many(Buffer& out, std::size_t limit) {
+    const std::size_t n = std::min(limit, len());  // places claimed: at least those published
+    asyncband::detail::make_room(out, n);
+    std::size_t taken = 0;
+    std::size_t passed = 0;
+    try {
+      for (; taken != n && ring_.published(head_); ++passed) {
+        if (!ring_.empty_at(head_)) {
+          T& value = ring_.at(head_).value();
+          out.push_back(std::move(value));
+          value.~T();
+          ++taken;
+        }
+        ring_.hand_on(head_++);
+      }
+    } catch (...) {
+      return_units(passed);
+      throw;
+    }
+    return_units(passed);
+    return taken;
+  }
+
   /// try_recv: a value, empty, or closed. Throws std::logic_error while a receive is
   /// pending: that receive's senders own the cursor while it sleeps (they pass empty cells).
   try_recv_result<T> try_pop() {
-    receiving_.check();
-    skip_empty();
-    if (head_has_value()) return checked_pop();
-    if (!finished()) return recv_status::empty;
-    skip_empty();
-    if (head_has_value()) return checked_pop();
-    return recv_status::closed;
+    return try_receive<try_recv_result<T>>([this] { return pop<try_recv_result<T>>(); });
+  }
+  /// try_recv_many: ok with how many values were appended (up to `limit`), empty, or
+  /// closed; throws as try_pop() does.
+  template <class Buffer>
+  try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
+    return try_receive<try_recv_result<std::size_t>>([this, &out, limit] { return pop_many(out, limit); });
   }
 
   asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
@@ -233,10 +267,26 @@ class bounded_state : public channel_core<bounded_state<T>> {
  private:
   friend class receiver<T>;
 
-  /// try_recv's take: not while a receive is pending (the value is that receive's).
-  try_recv_result<T> checked_pop() {
+  /// After an ok wake-up, `take()` from the head past its empty cells (closed if no value is
+  /// there: defensive, an ok wake-up guarantees one).
+  template <class Outcome, class Take>
+  Outcome after_wake(Take take) {
+    skip_empty();
+    if (!head_has_value()) return wait_status::closed;
+    return take();
+  }
+
+  /// A try form: `take()` if a value is at the head (past empty cells), else empty or
+  /// closed. Not while a receive is pending (std::logic_error).
+  template <class Outcome, class Take>
+  Outcome try_receive(Take take) {
     receiving_.check();
-    return pop<try_recv_result<T>>();
+    skip_empty();
+    if (head_has_value()) return take();
+    if (!finished()) return recv_status::empty;
+    skip_empty();
+    if (head_has_value()) return take();
+    return recv_status::closed;
   }
 
   /// The debug check of the destructor: every unit of capacity is back (the receiver's going

@@ -230,14 +230,49 @@ class recv_wait : public asyncband::detail::waiter {
   /// The outcome itself, built in place from the head's cell: finish_wait returns it as is.
   result<T> take() { return state_->take_head(); }
 
+ protected:
+  [[nodiscard]] State* state() const noexcept { return state_; }
+
  private:
   State* state_;
 };
 
-/// What both MPSC receivers are: a receiving end (every receive form; destroying it disconnects
-/// the channel, State::receiver_leaves) with try_recv, close and len.
+/// A batch receive (recv_many): waits as a receive does, then appends to a `Buffer` (a
+/// std::vector<T, A>) up to `limit` of the values at the head, and yields how many. Limit 0:
+/// ready at once, yields 0 without touching the channel.
+template <class State, class T, class Buffer>
+class recv_many_wait : public recv_wait<State, T> {
+ public:
+  using value_type = std::size_t;
+
+  /// Throws std::logic_error if another receive is in progress (one receive at a time).
+  recv_many_wait(State* s, Buffer& buffer, std::size_t limit)
+      : recv_wait<State, T>(s), buffer_(&buffer), limit_(limit) {}
+
+  bool try_ready() noexcept { return limit_ == 0 || recv_wait<State, T>::try_ready(); }
+  result<std::size_t> take() {
+    if (limit_ == 0) return std::size_t{0};
+    return this->state()->take_head_many(*buffer_, limit_);
+  }
+
+ private:
+  Buffer* buffer_;
+  std::size_t limit_;
+};
+
+/// The batch receive node of the MPSC channel `State`, as a template of the buffer type
+/// (receiving_end's ManyWait).
 template <class State, class T>
-class receiver_handle : public asyncband::detail::receiving_end<State, recv_wait<State, T>> {
+struct batch_of {
+  template <class Buffer>
+  using wait = recv_many_wait<State, T, Buffer>;
+};
+
+/// What both MPSC receivers are: a receiving end (every receive form, batches included;
+/// destroying it disconnects the channel, State::receiver_leaves) with try_recv, close and len.
+template <class State, class T>
+class receiver_handle
+    : public asyncband::detail::receiving_end<State, recv_wait<State, T>, batch_of<State, T>::template wait> {
  public:
   /// A value now: ok, empty, or closed.
   /// Throws std::logic_error if it would take a value while a receive is pending (one receive
@@ -256,7 +291,7 @@ class receiver_handle : public asyncband::detail::receiving_end<State, recv_wait
 
  protected:
   explicit receiver_handle(State* s) noexcept
-      : asyncband::detail::receiving_end<State, recv_wait<State, T>>(s) {}
+      : asyncband::detail::receiving_end<State, recv_wait<State, T>, batch_of<State, T>::template wait>(s) {}
 };
 
 }  // namespace asyncband::mpsc::detail

@@ -4,6 +4,7 @@
 // (receivers wait on it).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "../result.hpp"
 #include "../semaphore.hpp"
 #include "mpmc_handles.hpp"
+#include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 #include "value_ring.hpp"
@@ -125,7 +127,7 @@ class parked_places {
 /// waits for a receive to take it, and no receive for such a send. Only if that storage cannot
 /// be allocated does the value hold its cell until a receive takes it.
 template <class T>
-class bounded_state : public handle_counts<bounded_state<T>> {
+class bounded_state : public handle_counts<bounded_state<T>>, public value_takes<bounded_state<T>, T> {
  public:
   using value_type = T;
   static constexpr bool multi_consumer = true;
@@ -206,24 +208,6 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   // --- receiving ---------------------------------------------------------------------------------
   semaphore& items() noexcept { return items_; }
 
-  /// With a unit of `items_` (which this consumes): moves the value it stands for into
-  /// `Outcome`, built in place. If that move throws, the value is parked for the next receive,
-  /// a unit for it goes back to `items_`, and the exception propagates.
-  template <class Outcome>
-  Outcome take(semaphore_permit&& unit) {
-    static_cast<void>(unit.forget());  // the unit is the value's: it ends with the value's cell
-    parked_value<T> v;
-    if (parked_.pop(v)) return take_parked<Outcome>(v);
-    return take_at<Outcome>(claim());
-  }
-
-  /// A value now (ok), or empty, or closed (and nothing left to receive).
-  try_recv_result<T> try_take() {
-    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
-      return take<try_recv_result<T>>(std::move(*unit));
-    return drained() ? recv_status::closed : recv_status::empty;
-  }
-
   /// Values accepted and not yet received (including sends still being written, and the places
   /// of sends whose construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
@@ -232,6 +216,56 @@ class bounded_state : public handle_counts<bounded_state<T>> {
   }
 
  private:
+  // --- what value_takes needs (see there) --------------------------------------------------------
+  friend class value_takes<bounded_state<T>, T>;
+
+  /// The value a unit of `items_` stands for, claimed: a parked one, or the one at its place
+  /// (held in its cell: `in_cell`, at `p`).
+  struct claimed_value {
+    parked_value<T> v;
+    bool parked = false;
+  };
+
+  /// A parked value first (ahead of newer places), else the next place's.
+  claimed_value claim_value() noexcept {
+    claimed_value c;
+    if (parked_.pop(c.v)) {
+      c.parked = true;
+    } else {
+      const place p = claim();
+      c.v = {&ring_.at(p).value(), nullptr, p, true};
+    }
+    return c;
+  }
+  static T& value_of(const claimed_value& c) noexcept { return *c.v.value; }
+
+  /// Its value moved out: destroys what is left of it, frees the storage it was parked in, and
+  /// hands its cell on if it held one.
+  void release(const claimed_value& c) noexcept {
+    c.v.value->~T();
+    delete c.v.block;
+    if (c.v.in_cell) {
+      ring_.hand_on(c.v.p);
+      if (c.parked) parked_.taken_from_cell();
+    }
+  }
+
+  /// Its move threw: parked (again) for the next receive, with a unit of `items_`.
+  void park(const claimed_value& c) noexcept {
+    if (!c.parked) return park(c.v.p, *c.v.value);
+    parked_.push(c.v, true);
+    items_.template give<false>(1);  // after the park: the receive given this unit finds it
+  }
+
+  /// n values were taken and their cells handed on: passes the empty places they held up, then
+  /// returns their units of capacity, in one give.
+  void done_with_values(std::size_t n) noexcept {
+    if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
+    // Last: it may resume a send inline. (So may the units of the empty places passed above; the
+    // caller holds a handle, so the state outlives what they resume.)
+    capacity_.template give<false>(n);
+  }
+
   /// Closed, and every unit of capacity is back: every accepted value was received, and no
   /// permit or send in flight can publish any more.
   [[nodiscard]] bool drained() const noexcept {
@@ -308,51 +342,6 @@ class bounded_state : public handle_counts<bounded_state<T>> {
     if (ring_.published(p)) return;
     asyncband::detail::at_test_point(asyncband::detail::test_point::awaiting_publication);
     ring_.await_publication(p);
-  }
-
-  /// Moves the value at claimed place p out. If the move throws, the value is parked.
-  template <class Outcome>
-  Outcome take_at(place p) {
-    T& value = ring_.at(p).value();
-    try {
-      return asyncband::detail::take_into<Outcome>(value, [this, &value, p]() noexcept {
-        value.~T();
-        ring_.hand_on(p);
-        done_with_a_value();
-      });
-    } catch (...) {
-      park(p, value);
-      throw;
-    }
-  }
-
-  /// Moves a parked value out. If the move throws again, it is parked again.
-  template <class Outcome>
-  Outcome take_parked(const parked_value<T>& v) {
-    try {
-      return asyncband::detail::take_into<Outcome>(*v.value, [this, v]() noexcept {
-        v.value->~T();
-        delete v.block;
-        if (v.in_cell) {
-          ring_.hand_on(v.p);
-          parked_.taken_from_cell();
-        }
-        done_with_a_value();
-      });
-    } catch (...) {
-      parked_.push(v, true);
-      items_.template give<false>(1);  // after the park: the receive given this unit finds it
-      throw;
-    }
-  }
-
-  /// A value was taken and its cell handed on: passes the empty places it held up, then returns
-  /// its unit of capacity.
-  void done_with_a_value() noexcept {
-    if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
-    // Last: it may resume a send inline. (So may the units of the empty places passed above; the
-    // caller holds a handle, so the state outlives what they resume.)
-    capacity_.template give<false>(1);
   }
 
   /// A receive could not move the value at place p out: the value stays where it is, for the

@@ -32,6 +32,39 @@ class recv_wait : public asyncband::detail::semaphore_waiter {
   State* state_;
 };
 
+/// A batch receive (recv_many): an acquisition of one unit of `items_` as a receive's, then
+/// the take of up to `limit` values into a `Buffer` (std::vector<T, A>): the value of that unit
+/// and those of the units try-acquired with it (value_takes::take_many); yields how many. Limit 0:
+/// acquires nothing, ready at once, yields 0.
+template <class State, class Buffer>
+class recv_many_wait : public asyncband::detail::semaphore_waiter {
+ public:
+  using value_type = std::size_t;
+  using outcome_type = result<std::size_t>;
+  static constexpr bool fallible = true;
+
+  recv_many_wait(State* s, Buffer& buffer, std::size_t limit) noexcept
+      : semaphore_waiter(&s->items(), limit == 0 ? 0 : 1), state_(s), buffer_(&buffer), limit_(limit) {}
+
+  outcome_type take() {
+    if (limit_ == 0) return std::size_t{0};
+    return state_->take_many(take_permit(), *buffer_, limit_);
+  }
+
+ private:
+  State* state_;
+  Buffer* buffer_;
+  std::size_t limit_;
+};
+
+/// The batch receive node of the MPMC channel `State`, as a template of the buffer type
+/// (receiving_end's ManyWait).
+template <class State>
+struct batch_of {
+  template <class Buffer>
+  using wait = recv_many_wait<State, Buffer>;
+};
+
 /// The receiving half of an MPMC channel (mpmc::receiver, mpmc::unbounded_receiver). Copyable: every copy is
 /// a receiver, and each value goes to exactly one receive of one of them. When the last receiver goes, the
 /// channel is closed: later sends hand their value back, senders waiting for capacity end closed,
@@ -54,6 +87,12 @@ class recv_wait : public asyncband::detail::semaphore_waiter {
 /// - Every receive form moves the value exactly once, from the channel into the result. If that
 ///   move throws, the exception propagates and the value stays in the channel, for the next
 ///   receive (ahead of the others).
+/// - recv_many(buffer, limit) (and try_recv_many, the blocking twins, recv_many_timeout) is one
+///   receive in the FIFO order above, which then also takes, up to `limit` in all, the values no
+///   other receive waits for, appending them to `buffer` in one step (one wake-up; bounded: one
+///   return of their capacity). `limit` 0 yields 0 at once. If a value's move throws, the values
+///   before it stay appended, it stays in the channel (ahead of the others), the rest of the batch
+///   goes to the next receives, and the exception propagates.
 /// - Several receives may be in progress at once, from any copies, threads or coroutines. Each
 ///   receiver must outlive its own receives (their awaiters included).
 /// - A receive may wait for a value being constructed by another thread (spinning, then
@@ -61,8 +100,9 @@ class recv_wait : public asyncband::detail::semaphore_waiter {
 ///   inside the construction of a value sent to the same channel on the same thread (through
 ///   code that construction resumes inline) never finishes; debug builds assert.
 template <class State>
-class receiver_base : public asyncband::detail::receiving_end<State, recv_wait<State>> {
-  using base = asyncband::detail::receiving_end<State, recv_wait<State>>;
+class receiver_base
+    : public asyncband::detail::receiving_end<State, recv_wait<State>, batch_of<State>::template wait> {
+  using base = asyncband::detail::receiving_end<State, recv_wait<State>, batch_of<State>::template wait>;
   using T = typename State::value_type;
 
  public:

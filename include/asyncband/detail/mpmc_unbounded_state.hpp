@@ -3,6 +3,7 @@
 // linked list of messages, and a semaphore counting the values no receive has claimed.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "../result.hpp"
 #include "../semaphore.hpp"
 #include "mpmc_handles.hpp"
+#include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 
@@ -54,7 +56,7 @@ struct message {
 /// before the receives end closed. When the channel is closed and nothing is pending, `items_`
 /// is closed: its count is 0 then, and every waiting and later receive ends closed.
 template <class T>
-class unbounded_state : public handle_counts<unbounded_state<T>> {
+class unbounded_state : public handle_counts<unbounded_state<T>>, public value_takes<unbounded_state<T>, T> {
   using message_type = message<T>;
 
  public:
@@ -126,39 +128,28 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   // --- receiving ---------------------------------------------------------------------------------
   semaphore& items() noexcept { return items_; }
 
-  /// With a unit of `items_` (which this consumes): moves the value it stands for into
-  /// `Outcome`, built in place. If that move throws, the message is parked for the next
-  /// receive, a unit for it goes back to `items_`, and the exception propagates.
-  template <class Outcome>
-  Outcome take(semaphore_permit&& unit) {
-    static_cast<void>(unit.forget());
-    message_type* const m = claim();
-    try {
-      return asyncband::detail::take_into<Outcome>(m->value(), [this, m]() noexcept {
-        m->value().~T();
-        m->drop();
-        received_one();
-      });
-    } catch (...) {
-      park(m);
-      throw;
-    }
-  }
-
-  /// A value now (ok), or empty, or closed (and nothing left to receive).
-  try_recv_result<T> try_take() {
-    if (std::optional<semaphore_permit> unit = items_.try_acquire(1))
-      return take<try_recv_result<T>>(std::move(*unit));
-    return closed() && pending_.load(std::memory_order_seq_cst) == 0 ? recv_status::closed
-                                                                     : recv_status::empty;
-  }
-
   /// Values sent (or being sent) and not yet received.
   [[nodiscard]] std::size_t len() const noexcept { return pending_.load(std::memory_order_acquire); }
 
  private:
+  // --- what value_takes needs (see there) --------------------------------------------------------
+  friend class value_takes<unbounded_state<T>, T>;
+  using claimed_value = message_type*;
+
+  static T& value_of(message_type* m) noexcept { return m->value(); }
+  /// Its value moved out: destroys what is left of it and drops the value's reference.
+  static void release(message_type* m) noexcept {
+    m->value().~T();
+    m->drop();
+  }
+  /// n values left the channel (received, destroyed, or withdrawn by their sends): if they were
+  /// the last of a closed channel, receives end closed.
+  void done_with_values(std::size_t n) noexcept {
+    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && closed()) end();
+  }
+
   /// The message a unit of `items_` stands for: a parked one first, else the one after the head.
-  message_type* claim() noexcept {
+  message_type* claim_value() noexcept {
     message_type* old_head = nullptr;
     message_type* m = nullptr;
     {
@@ -171,6 +162,11 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
     }
     old_head->drop();  // its link's reference: the head is past it
     return m;
+  }
+
+  /// Closed, and nothing pending: nothing left to receive, and nothing can come.
+  [[nodiscard]] bool drained() const noexcept {
+    return closed() && pending_.load(std::memory_order_seq_cst) == 0;
   }
 
   /// A receive whose move threw gives its message to the next receive.
@@ -192,15 +188,10 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
       ~withdraw() {
         m->value().~T();
         delete m;
-        self->received_one();
+        self->done_with_values(1);
       }
     } const done{this, m};
     return {send_status::closed, std::move(m->value())};
-  }
-
-  /// A value left the channel (received, destroyed, or withdrawn by its send).
-  void received_one() noexcept {
-    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && closed()) end();
   }
 
   /// Closed and nothing pending: waiting and later receives end closed.
@@ -210,10 +201,9 @@ class unbounded_state : public handle_counts<unbounded_state<T>> {
   /// Takes (and forgets) the unit of each value left, then destroys the value.
   void discard_received_by_nobody() noexcept {
     while (items_.try_take(1)) {
-      message_type* const m = claim();
-      m->value().~T();
-      m->drop();
-      received_one();
+      message_type* const m = claim_value();
+      release(m);
+      done_with_values(1);
     }
   }
 

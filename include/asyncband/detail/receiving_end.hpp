@@ -3,12 +3,15 @@
 // the shared state, with every receive form of one wait node.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <exception>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../result.hpp"
 #include "../stop_token.hpp"
@@ -33,6 +36,20 @@ Outcome take_into(T& source, Release release) {
     }
   } const guard{release, std::is_nothrow_move_constructible_v<T> ? 0 : std::uncaught_exceptions()};
   return Outcome(std::in_place, std::move(source));
+}
+
+/// Before a batch receive takes anything: room in `buffer` for `n` more values, so that each
+/// append only move-constructs its value (a reallocation in the middle of a batch could throw
+/// after values left the channel, or move the values already appended with a throwing move).
+/// Grows geometrically, as push_back does: a caller appending batch after batch without clearing
+/// pays amortized O(1) per value. If this throws, nothing has left the channel.
+template <class Vector>
+void make_room(Vector& buffer, std::size_t n) {
+  const std::size_t size = buffer.size();
+  if (buffer.capacity() - size >= n) return;
+  const std::size_t doubled =
+      buffer.capacity() > buffer.max_size() / 2 ? buffer.max_size() : 2 * buffer.capacity();
+  buffer.reserve(std::max(size + n, doubled));
 }
 
 /// The receiver's word saying that one of its receives is in progress: a receive node holds it
@@ -64,13 +81,23 @@ class receive_in_progress {
   std::atomic<bool> busy_{false};
 };
 
-/// The receiving half of a channel (oneshot, MPSC). `Wait` is the channel's receive node, built
-/// from a `State*`; destroying or overwriting the handle calls `State::receiver_leaves()` once.
-/// A moved-from handle throws std::logic_error from every receive.
-template <class State, class Wait>
+/// The `ManyWait` of a receiving end without batch receives (the oneshot's): never defined.
+template <class Buffer>
+class no_batch_receive;
+
+/// The receiving half of a channel (oneshot, MPSC, MPMC). `Wait` is the channel's receive node,
+/// built from a `State*`; `ManyWait<Buffer>` its batch receive node, built from a `State*`, a
+/// `Buffer&` and a limit, whose take() appends to the buffer and yields how many it appended
+/// (`State::try_receive_many(buffer, limit)` is the try form). Destroying or overwriting the
+/// handle calls `State::receiver_leaves()` once. A moved-from handle throws std::logic_error
+/// from every receive.
+template <class State, class Wait, template <class> class ManyWait = no_batch_receive>
 class receiving_end {
   using recv_forms = wait_forms<Wait>;
   using T = typename Wait::value_type;
+  template <class Buffer>
+  using many_forms = wait_forms<ManyWait<Buffer>>;
+  static constexpr bool batches = !std::is_same_v<ManyWait<std::vector<T>>, no_batch_receive<std::vector<T>>>;
 
  public:
   /// Takes over `other`'s channel; `other` is left moved-from (its receives throw).
@@ -105,6 +132,58 @@ class receiving_end {
   template <class Rep, class Period>
   result<T> recv_timeout(std::chrono::duration<Rep, Period> timeout) {
     return recv_forms::block_for(timeout, live());
+  }
+
+  /// `co_await rx.recv_many(buffer, limit)` yields result<std::size_t>: waits as recv() does
+  /// for one value, then appends to `buffer` up to `limit` values that are in the channel now
+  /// (at least one), in order, and yields how many; or closed (nothing appended). One wake-up
+  /// and, on a bounded channel, one return of capacity for the whole batch. `limit` 0 yields 0
+  /// at once without looking at the channel (tokio's rule). The buffer is grown (geometrically)
+  /// before any value is taken, so only the values' own moves can throw then: the values
+  /// appended before a throwing move stay appended (their capacity comes back), the value
+  /// whose move threw stays in the channel as after a throwing recv(), and the exception
+  /// propagates. `buffer` must outlive the receive.
+  template <class Alloc>
+    requires batches
+  [[nodiscard]] auto recv_many(std::vector<T, Alloc>& buffer, std::size_t limit) {
+    return many_forms<std::vector<T, Alloc>>::await(live(), buffer, limit);
+  }
+  /// As above; also ends cancelled (nothing appended) when `stop` is requested first.
+  template <class Alloc>
+    requires batches
+  [[nodiscard]] auto recv_many(std::vector<T, Alloc>& buffer, std::size_t limit, asyncband::stop_token stop) {
+    return many_forms<std::vector<T, Alloc>>::await_until_stopped(std::move(stop), live(), buffer, limit);
+  }
+  /// recv_many() for a plain thread: blocks until a value arrives (then takes the batch), or
+  /// closed.
+  template <class Alloc>
+    requires batches
+  result<std::size_t> recv_many_blocking(std::vector<T, Alloc>& buffer, std::size_t limit) {
+    return many_forms<std::vector<T, Alloc>>::block(live(), buffer, limit);
+  }
+  /// As recv_many_blocking(buffer, limit), or until `stop` is requested (then cancelled).
+  template <class Alloc>
+    requires batches
+  result<std::size_t> recv_many_blocking(std::vector<T, Alloc>& buffer, std::size_t limit,
+                                         asyncband::stop_token stop) {
+    return many_forms<std::vector<T, Alloc>>::block_until_stopped(std::move(stop), live(), buffer, limit);
+  }
+  /// As recv_many_blocking(buffer, limit), for at most `timeout` (then timeout).
+  template <class Alloc, class Rep, class Period>
+    requires batches
+  result<std::size_t> recv_many_timeout(std::vector<T, Alloc>& buffer, std::size_t limit,
+                                        std::chrono::duration<Rep, Period> timeout) {
+    return many_forms<std::vector<T, Alloc>>::block_for(timeout, live(), buffer, limit);
+  }
+  /// recv_many without waiting: appends up to `limit` values that are there now and yields ok
+  /// with how many (at least one), or empty, or closed (nothing appended). `limit` 0:
+  /// ok with 0 at once. Throws as recv_many does, and wherever try_recv() throws.
+  template <class Alloc>
+    requires batches
+  try_recv_result<std::size_t> try_recv_many(std::vector<T, Alloc>& buffer, std::size_t limit) {
+    State* const s = live();
+    if (limit == 0) return std::size_t{0};
+    return s->try_receive_many(buffer, limit);
   }
 
  protected:

@@ -58,6 +58,19 @@ class semaphore_word {
     return false;
   }
 
+  /// Takes up to n of what is available if nobody is queued; returns how many (0 while anybody
+  /// is queued: no barging). An MPMC batch receive takes the values there beyond its first.
+  std::size_t try_take_some(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & contended) == 0 && count_of(s) != 0 && n != 0) {
+      const std::size_t taken = std::min(count_of(s), n);
+      if (state_.compare_exchange_weak(s, s - encode(taken), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return taken;
+    }
+    return 0;
+  }
+
   /// Adds n if nobody is queued and nothing is owed; reports overflow above max instead.
   add_outcome try_add(std::size_t n) noexcept {
     std::uint64_t s = guess_before_give(n);

@@ -72,6 +72,11 @@ std::pair<sender<T>, receiver<T>> bounded(std::size_t capacity);
 /// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
 ///   channel into the result; if that move throws, the exception propagates and the value stays
 ///   in the channel, for the next receive.
+/// - recv_many(buffer, limit) (and try_recv_many, the blocking twins, recv_many_timeout) waits as
+///   recv() does, then appends up to `limit` of the values there to `buffer` in one step: one
+///   wake-up and one return of their capacity. It is a receive (one at a time, as above).
+///   `limit` 0 yields 0 at once. If a value's move throws, the values before it stay appended,
+///   it stays at the head, and the exception propagates (detail::receiving_end::recv_many).
 /// - A receive whose next value is being constructed by another thread waits for that move
 ///   construction (spinning, then yielding; a stop request or deadline is looked at after it)
 ///   rather than sleeping: this saves every send a fence. So T's move constructor must not

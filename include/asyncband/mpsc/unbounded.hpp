@@ -4,6 +4,7 @@
 
 #include "../version.hpp"  // first: a build below C++20 stops there, with one message
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -114,6 +115,12 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     if (!head_has_value()) return wait_status::closed;  // defensive: an ok wake-up guarantees one
     return pop<result<T>>();
   }
+  /// The same for a batch receive: up to `limit` values appended to `out`.
+  template <class Buffer>
+  result<std::size_t> take_head_many(Buffer& out, std::size_t limit) {
+    if (!head_has_value()) return wait_status::closed;  // defensive, as above
+    return pop_many(out, limit);
+  }
 
   /// Precondition: head_has_value(). Moves the value once, into `Outcome` built in place, and
   /// only then frees its node: if that move throws, the value stays where it is, for the next
@@ -127,11 +134,41 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     });
   }
 
+  /// Precondition: head_has_value(). Moves up to `limit` of the values linked from the head on
+  /// into `out` (appended, in order), freeing each node once its value is out; the count of
+  /// values pending drops once for the batch. Room is made first (if that throws, nothing is
+  /// taken). If a move throws, the values before it stay appended, the value stays at the head,
+  /// and the exception propagates.
+  template <class Buffer>
+  std::size_t pop_many(Buffer& out, std::size_t limit) {
+    const std::size_t n = std::min(limit, len());  // values pending: at least those linked
+    asyncband::detail::make_room(out, n);
+    std::size_t taken = 0;
+    try {
+      for (node<T>* next = next_of_head(); taken != n && next != nullptr; next = next_of_head(), ++taken) {
+        out.push_back(std::move(next->value()));
+        next->value().~T();
+        advance_head_to(next);
+      }
+    } catch (...) {
+      received(taken);
+      throw;
+    }
+    received(taken);
+    return taken;
+  }
+
   try_recv_result<T> try_pop() {
-    if (head_has_value()) return checked_pop();
-    if (!finished()) return recv_status::empty;
-    if (head_has_value()) return checked_pop();
-    return recv_status::closed;
+    return try_receive<try_recv_result<T>>([this] { return checked_pop(); });
+  }
+  /// try_recv_many: ok with how many values were appended (up to `limit`), empty, or
+  /// closed. Throws std::logic_error if it would take a value while a receive is pending.
+  template <class Buffer>
+  try_recv_result<std::size_t> try_receive_many(Buffer& out, std::size_t limit) {
+    return try_receive<try_recv_result<std::size_t>>([this, &out, limit] {
+      receiving_.check();
+      return pop_many(out, limit);
+    });
   }
 
   asyncband::detail::receive_in_progress& receiving() noexcept { return receiving_; }
@@ -163,12 +200,29 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
     return pop<try_recv_result<T>>();
   }
 
+  /// A try form: `take()` if a value is at the head, else empty or closed.
+  template <class Outcome, class Take>
+  Outcome try_receive(Take take) {
+    if (head_has_value()) return take();
+    if (!finished()) return recv_status::empty;
+    if (head_has_value()) return take();
+    return recv_status::closed;
+  }
+
   [[nodiscard]] node<T>* next_of_head() const noexcept { return head_->next.load(std::memory_order_acquire); }
 
   void move_head_to(node<T>* next) noexcept {
+    advance_head_to(next);
+    received(1);
+  }
+  /// The head moves to `next`, whose value is gone; the old head is freed.
+  void advance_head_to(node<T>* next) noexcept {
     node<T>* const old = std::exchange(head_, next);
     if (old != &stub_) delete old;
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  /// `n` values left the channel (received or destroyed).
+  void received(std::size_t n) noexcept {
+    if (n != 0) pending_.fetch_sub(n, std::memory_order_acq_rel);
   }
 
   /// A send that counted itself found the channel closed: if it was the last one the closed
@@ -219,6 +273,11 @@ std::pair<unbounded_sender<T>, unbounded_receiver<T>> unbounded() {
 /// - Every receive form (block_on(rx.recv()) included) moves the value exactly once, from the
 ///   channel into the result; if that move throws, the exception propagates and the value stays
 ///   in the channel, for the next receive.
+/// - recv_many(buffer, limit) (and try_recv_many, the blocking twins, recv_many_timeout) waits as
+///   recv() does, then appends up to `limit` of the values there to `buffer` in one step: one
+///   wake-up. It is a receive (one at a time, as above).
+///   `limit` 0 yields 0 at once. If a value's move throws, the values before it stay appended,
+///   it stays at the head, and the exception propagates (detail::receiving_end::recv_many).
 template <class T>
 class [[nodiscard]] unbounded_receiver : public detail::receiver_handle<detail::unbounded_state<T>, T> {
   // Every receive form comes from receiver_handle.
