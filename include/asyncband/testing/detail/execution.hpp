@@ -554,6 +554,7 @@ class execution : public std::enable_shared_from_this<execution> {
 
 /// A scheduling point for an operation that must not throw (atomics), if this thread is a
 /// model thread.
+// NOLINTNEXTLINE(bugprone-exception-escape): point() throws only where its last argument allows.
 inline void nothrow_point(const char* op, const char* kind, const void* object) noexcept {
   if (execution* e = current()) e->point(op, kind, object, false);
 }
