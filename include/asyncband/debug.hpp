@@ -214,8 +214,8 @@ struct debug_access {
   static State* state(const sender_handle<State>& tx) noexcept {
     return tx.state_;
   }
-  template <class State, class Wait>
-  static State* state(const receiving_end<State, Wait>& rx) noexcept {
+  template <class State, class Wait, template <class> class ManyWait>
+  static State* state(const receiving_end<State, Wait, ManyWait>& rx) noexcept {
     return rx.state_;
   }
   /// A broadcast receiver's ring: null once moved from.
