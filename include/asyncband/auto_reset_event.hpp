@@ -8,6 +8,7 @@
 #include <cassert>
 #include <cstdint>
 
+#include "detail/atomic.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -146,7 +147,7 @@ class auto_reset_event : public detail::wait_functions<auto_reset_event> {
   // change only under the lock, except a permit stored or taken while nobody waits.
   static constexpr std::uint8_t permit = 1;
   static constexpr std::uint8_t waiting = 2;
-  std::atomic<std::uint8_t> state_{0};
+  asyncband::detail::atomic<std::uint8_t> state_{0};
   // mutable: debug.hpp counts the waiters of a const one
   mutable detail::wait_queue queue_;
 };

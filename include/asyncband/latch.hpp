@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "detail/atomic.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -124,7 +125,7 @@ class latch : public detail::wait_functions<latch> {
   // The remaining count, and (waiters_flag) whether a waiter may be queued.
   static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1}
                                                  << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
-  std::atomic<std::ptrdiff_t> state_;
+  asyncband::detail::atomic<std::ptrdiff_t> state_;
   // mutable: debug.hpp counts the waiters of a const one
   mutable detail::wait_queue queue_;
 };

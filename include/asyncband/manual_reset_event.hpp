@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cassert>
 
+#include "detail/atomic.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -109,7 +110,7 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   // set_bit and waiting_bit are never both set: set() clears the mark, and no wait queues while
   // the event is set. Changed outside the lock only from 0 to set (set's CAS) and from set to 0
   // (reset's CAS), never while anybody is marked as queued.
-  std::atomic<unsigned> state_;
+  asyncband::detail::atomic<unsigned> state_;
   // mutable: debug.hpp counts the waiters of a const one
   mutable detail::wait_queue queue_;
 };

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/atomic.hpp"
 #include "detail/receiving_end.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -134,7 +135,7 @@ class state {
   }
 
  private:
-  std::atomic<std::uint8_t> bits_{0};
+  asyncband::detail::atomic<std::uint8_t> bits_{0};
   asyncband::detail::receive_in_progress receiving_;
   alignas(T) unsigned char storage_[sizeof(T)];
   asyncband::detail::wait_queue queue_;

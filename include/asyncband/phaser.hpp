@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "detail/atomic.hpp"
 #include "detail/broadcast_parking.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
@@ -245,10 +246,10 @@ class phaser : public std::enable_shared_from_this<phaser> {
 
   detail::wait_queue& queue() noexcept { return queue_; }
 
-  std::atomic<std::uint64_t> phase_;   // written under the lock, read lock-free
-  std::atomic<bool> closed_{false};    // likewise
-  std::size_t registered_ = 0;         // guarded by queue_.mutex()
-  std::size_t unarrived_ = 0;          // guarded by queue_.mutex()
+  asyncband::detail::atomic<std::uint64_t> phase_;  // written under the lock, read lock-free
+  asyncband::detail::atomic<bool> closed_{false};   // likewise
+  std::size_t registered_ = 0;                      // guarded by queue_.mutex()
+  std::size_t unarrived_ = 0;                       // guarded by queue_.mutex()
   detail::broadcast_parking parking_;  // before queue_: it outlives the destructor's wait for wakers
   mutable detail::wait_queue queue_;
 };

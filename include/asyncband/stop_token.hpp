@@ -16,8 +16,13 @@
 
 /// Define as 1 (the same in every translation unit of a program) to use asyncband's own stop
 /// token even where the standard library has one; for testing. Default 0.
+/// A model build (ASYNCBAND_MODEL) uses asyncband's own, whose atomics the explorer sees.
 #ifndef ASYNCBAND_OWN_STOP_TOKEN
+#if defined(ASYNCBAND_MODEL)
+#define ASYNCBAND_OWN_STOP_TOKEN 1
+#else
 #define ASYNCBAND_OWN_STOP_TOKEN 0
+#endif
 #endif
 
 #if defined(__cpp_lib_jthread)

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "detail/atomic.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -112,7 +113,7 @@ class wait_group : public detail::wait_functions<wait_group> {
     /// Debug builds assert that no wait is pending (the last handle is gone).
     ~state() { assert(queue.no_waiters_left() && "asyncband::wait_group destroyed with waiters"); }
 
-    std::atomic<std::size_t> members{1};
+    asyncband::detail::atomic<std::size_t> members{1};
     detail::wait_queue queue;
   };
 

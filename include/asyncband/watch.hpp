@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "detail/atomic.hpp"
 #include "detail/broadcast_parking.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
@@ -81,7 +82,7 @@ class value_cell {
   }
 
  private:
-  std::atomic<std::size_t> refs_{0};
+  asyncband::detail::atomic<std::size_t> refs_{0};
   alignas(T) unsigned char storage_[sizeof(T)];
 };
 
@@ -290,10 +291,10 @@ class state {
     }
   };
 
-  owned_cells cells_;                      // declared first: make_cell reads the spare
-  std::atomic<std::uint64_t> version_{0};  // written under queue_.mutex(), read lock-free
-  std::atomic<std::size_t> receivers_{1};  // receiver handles
-  std::atomic<std::size_t> handles_{2};    // receivers + the sender
+  owned_cells cells_;                                    // declared first: make_cell reads the spare
+  asyncband::detail::atomic<std::uint64_t> version_{0};  // written under queue_.mutex(), read lock-free
+  asyncband::detail::atomic<std::size_t> receivers_{1};  // receiver handles
+  asyncband::detail::atomic<std::size_t> handles_{2};    // receivers + the sender
   // The parking words: before queue_, whose destructor waits for pinned wakers (a send notifies
   // the receivers' word before it unpins).
   core::broadcast_parking receivers_parking_;  // receivers' untimed, uncancellable waits

@@ -48,6 +48,7 @@
 #include <utility>
 
 #include "../asyncband.hpp"
+#include "../detail/atomic.hpp"
 #include "../detail/spin_lock.hpp"
 #include "../detail/wait_operation.hpp"
 #include "../stop_token.hpp"
@@ -424,8 +425,8 @@ class wait_service final : public boost::asio::execution_context::service {
     op.next = op.prev = nullptr;
   }
 
-  static std::atomic<std::uint64_t>& epoch() noexcept {
-    static std::atomic<std::uint64_t> destroyed{0};
+  static asyncband::detail::atomic<std::uint64_t>& epoch() noexcept {
+    static asyncband::detail::atomic<std::uint64_t> destroyed{0};
     return destroyed;
   }
 

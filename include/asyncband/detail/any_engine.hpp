@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "../stop_token.hpp"
+#include "atomic.hpp"
 #include "waiter.hpp"
 
 namespace asyncband::detail {
@@ -40,7 +41,7 @@ struct any_branch {
   /// Its wait is over and nothing of it is left in its primitive (resolved, or completed during
   /// its publication): the sweep and abandon() leave it alone, since its primitive may already
   /// be gone (a waiter its completion resumed may have destroyed it: last one out).
-  std::atomic<bool> settled{false};
+  asyncband::detail::atomic<bool> settled{false};
 };
 
 /// What the protocol needs of the awaiter that owns the branches, type-erased so that the engine
@@ -114,7 +115,7 @@ class any_engine_base {
       waiter& node = table_->node(owner_, i);
       if (wake_batch::withdraw(node)) node.resolve();
     }
-    while ((state_.load(std::memory_order_acquire) & ~flag_bits) != unit) std::this_thread::yield();
+    while ((state_.load(std::memory_order_acquire) & ~flag_bits) != unit) yield_thread();
     winner_ = no_branch;
   }
 
@@ -215,7 +216,7 @@ class any_engine_base {
   any_branch* branches_;
   std::size_t count_;
   commit_point commit_;
-  std::atomic<std::uint32_t> state_{unit};  // the setup's unit
+  asyncband::detail::atomic<std::uint32_t> state_{unit};  // the setup's unit
   resume_target parent_;
   std::size_t winner_ = no_branch;  // written by the committer before it announces
   std::size_t published_ = 0;       // written by the setup before setup_done_bit

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../scheduler.hpp"
+#include "atomic.hpp"
 
 namespace asyncband::detail {
 
@@ -40,7 +41,7 @@ class broadcast_parking {
   void notify() noexcept { epoch_.notify_all(); }
 
  private:
-  std::atomic<std::uint32_t> epoch_{0};
+  asyncband::detail::atomic<std::uint32_t> epoch_{0};
 };
 
 }  // namespace asyncband::detail

@@ -10,6 +10,7 @@
 
 #include "../manual_reset_event.hpp"
 #include "../result.hpp"
+#include "atomic.hpp"
 #include "receiving_end.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
@@ -104,7 +105,7 @@ class channel_core {
       {
         const std::lock_guard lock(rx_queue_.mutex());
         receiver_sleeping_.store(true, std::memory_order_relaxed);
-        std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with a departing producer
+        asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with a departing producer
         // Before the ring: a producer publishes before it leaves, so when `finished` holds, the
         // announcement below reports every value still to receive.
         const bool nothing_more = storage().finished();
@@ -136,7 +137,7 @@ class channel_core {
 
   /// After a publication (or anything that may end the receiver's wait): wakes it if it sleeps.
   void after_publish() noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);
     after_claimed_publish();
   }
   /// After the publication of a value that claimed its place on the claim counter (acquire):
@@ -146,7 +147,7 @@ class channel_core {
   }
   /// After a change that may mean nothing more can come (a permit back after close).
   void after_possible_end() noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);
     if (receiver_sleeping_.load(std::memory_order_relaxed)) wake_receiver(true);
   }
 
@@ -198,11 +199,11 @@ class channel_core {
  private:
   Storage& storage() noexcept { return static_cast<Storage&>(*this); }
 
-  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + the receiver
-  std::atomic<std::size_t> producers_{1};         // senders + owned permits
-  std::atomic<bool> closed_{false};
-  std::atomic<bool> receiver_gone_{false};
-  std::atomic<bool> receiver_sleeping_{false};
+  alignas(64) asyncband::detail::atomic<std::size_t> refs_{2};  // producers + the receiver
+  asyncband::detail::atomic<std::size_t> producers_{1};         // senders + owned permits
+  asyncband::detail::atomic<bool> closed_{false};
+  asyncband::detail::atomic<bool> receiver_gone_{false};
+  asyncband::detail::atomic<bool> receiver_sleeping_{false};
   asyncband::detail::wait_queue rx_queue_;
   manual_reset_event closed_event_;
 };

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "atomic.hpp"
 #include "spin_lock.hpp"
 
 // In namespace detail (outside the API reference), whichever the public names are.
@@ -177,11 +178,12 @@ class stop_state {
     n->link = nullptr;
   }
 
-  std::atomic<std::uint32_t> owners_{1};
-  std::atomic<std::uint32_t> word_{source_unit};
+  asyncband::detail::atomic<std::uint32_t> owners_{1};
+  asyncband::detail::atomic<std::uint32_t> word_{source_unit};
   callback_node* head_ = nullptr;  // guarded by the lock bit
   std::thread::id requester_;      // written once, under the lock, before any callback leaves the list
-  std::atomic<callback_node*> running_{nullptr};  // the callback request_stop runs; set under the lock
+  asyncband::detail::atomic<callback_node*> running_{
+      nullptr};  // the callback request_stop runs; set under the lock
 };
 
 /// One owning reference to a stop_state, or none.

@@ -39,6 +39,7 @@
 #include "../broadcast/recv_result.hpp"
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "atomic.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
 #include "wait_queue.hpp"
@@ -83,8 +84,8 @@ constexpr at_slot classify(std::uint64_t seq, position p) noexcept {
 
 template <class T>
 struct alignas(64) slot {
-  std::atomic<std::uint64_t> seq{0};
-  std::atomic<std::uint64_t> state{0};
+  asyncband::detail::atomic<std::uint64_t> seq{0};
+  asyncband::detail::atomic<std::uint64_t> state{0};
   alignas(T) unsigned char storage[sizeof(T)];
 
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
@@ -314,7 +315,7 @@ class ring {
     const std::lock_guard lock(rx_queue_.mutex());
     rx_queue_.waiters().push_back(node);
     sleepers_.store(sleepers_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);
     if (const std::optional<wait_status> s = poll(node.at())) {
       unlink_locked(rx_queue_.waiters(), node);
       node.status = *s;
@@ -412,7 +413,7 @@ class ring {
 
   /// After a publication or the close: wakes sleeping receivers that can complete.
   void after_publish() noexcept {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_relaxed) != 0) wake_ready_receivers();
   }
 
@@ -588,14 +589,14 @@ class ring {
   std::unique_ptr<slot<T>[]> slots_;
 
   alignas(64) asyncband::detail::spin_lock tail_lock_;  // guards the claim: the four below
-  std::atomic<position> tail_;                          // the next position to claim
+  asyncband::detail::atomic<position> tail_;            // the next position to claim
   std::size_t tail_idx_ = 0;                            // its slot
-  std::atomic<std::uint32_t> receivers_{0};
-  std::atomic<bool> closed_{false};
+  asyncband::detail::atomic<std::uint32_t> receivers_{0};
+  asyncband::detail::atomic<bool> closed_{false};
 
-  alignas(64) std::atomic<std::size_t> refs_{1};  // senders + receivers
-  std::atomic<std::size_t> senders_{1};
-  std::atomic<std::size_t> sleepers_{0};  // receives queued in rx_queue_
+  alignas(64) asyncband::detail::atomic<std::size_t> refs_{1};  // senders + receivers
+  asyncband::detail::atomic<std::size_t> senders_{1};
+  asyncband::detail::atomic<std::size_t> sleepers_{0};  // receives queued in rx_queue_
   asyncband::detail::wait_queue rx_queue_;
   capacity_type units_;
 };

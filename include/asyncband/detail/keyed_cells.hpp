@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "../once_cell.hpp"
+#include "atomic.hpp"
 
 namespace asyncband::detail {
 
@@ -149,7 +150,7 @@ class keyed_cells {
     entries_.erase(it);
   }
 
-  mutable std::mutex mutex_;
+  mutable asyncband::detail::os_mutex mutex_;
   std::unordered_map<K, entry_ptr, Hash, Eq> entries_;
 };
 

@@ -16,6 +16,7 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "atomic.hpp"
 #include "mpmc_handles.hpp"
 #include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
@@ -93,8 +94,8 @@ class parked_places {
 
  private:
   asyncband::detail::spin_lock lock_;
-  std::atomic<std::size_t> count_{0};  // written under the lock
-  std::size_t held_ = 0;               // under the lock
+  asyncband::detail::atomic<std::size_t> count_{0};  // written under the lock
+  std::size_t held_ = 0;                             // under the lock
   std::unique_ptr<parked_value<T>[]> parked_;
 };
 
@@ -415,11 +416,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   const std::size_t logical_capacity_;
   asyncband::detail::value_ring<T, true> ring_;
   parked_places<T> parked_;
-  std::atomic<std::size_t> empties_{0};  // empty places not yet passed (written only for those)
+  asyncband::detail::atomic<std::size_t> empties_{0};  // empty places not yet passed (written only for those)
   // Written by every send and receive: each on its own line.
   alignas(64) semaphore capacity_;
   alignas(64) semaphore items_;
-  std::atomic<bool> closed_{false};
+  asyncband::detail::atomic<bool> closed_{false};
 };
 
 }  // namespace asyncband::mpmc::detail

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "../manual_reset_event.hpp"
+#include "atomic.hpp"
 
 namespace asyncband::mpmc::detail {
 
@@ -72,9 +73,9 @@ class handle_counts {
   [[gnu::noinline]] void destroy() noexcept { delete &self(); }
 
   // Written when handles come and go: on a line of their own.
-  alignas(64) std::atomic<std::size_t> refs_{2};  // producers + receivers + calls in progress
-  std::atomic<std::size_t> producers_{1};         // senders + owned permits
-  std::atomic<std::size_t> receivers_{1};
+  alignas(64) asyncband::detail::atomic<std::size_t> refs_{2};  // producers + receivers + calls in progress
+  asyncband::detail::atomic<std::size_t> producers_{1};         // senders + owned permits
+  asyncband::detail::atomic<std::size_t> receivers_{1};
   manual_reset_event closed_event_;
 };
 

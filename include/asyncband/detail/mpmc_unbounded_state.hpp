@@ -13,6 +13,7 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
+#include "atomic.hpp"
 #include "mpmc_handles.hpp"
 #include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
@@ -28,8 +29,8 @@ template <class T>
 struct message {
   explicit message(unsigned references) noexcept : refs(references) {}
 
-  std::atomic<message*> next{nullptr};
-  std::atomic<unsigned> refs;
+  asyncband::detail::atomic<message*> next{nullptr};
+  asyncband::detail::atomic<unsigned> refs;
   message* parked_next = nullptr;  // under the head's lock, while parked
   alignas(T) unsigned char storage[sizeof(T)];
 
@@ -211,10 +212,10 @@ class unbounded_state : public handle_counts<unbounded_state<T>>, public value_t
   asyncband::detail::spin_lock head_lock_;
   message_type* head_;              // the message whose value is gone (or never was): under head_lock_
   message_type* parked_ = nullptr;  // under head_lock_
-  alignas(64) std::atomic<message_type*> tail_;
-  alignas(64) std::atomic<std::size_t> pending_{0};
+  alignas(64) asyncband::detail::atomic<message_type*> tail_;
+  alignas(64) asyncband::detail::atomic<std::size_t> pending_{0};
   alignas(64) semaphore items_{0};
-  std::atomic<bool> closed_{false};
+  asyncband::detail::atomic<bool> closed_{false};
 };
 
 }  // namespace asyncband::mpmc::detail

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "atomic.hpp"
 #include "debug_access.hpp"
 #include "wait_queue.hpp"
 
@@ -160,7 +161,7 @@ class once_gate {
 
   friend struct debug_access;
 
-  std::atomic<std::uint8_t> state_{idle};
+  asyncband::detail::atomic<std::uint8_t> state_{idle};
   // mutable: debug.hpp counts the waiters of a const owner
   mutable wait_queue queue_;
 };

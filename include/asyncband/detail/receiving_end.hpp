@@ -15,6 +15,7 @@
 
 #include "../result.hpp"
 #include "../stop_token.hpp"
+#include "atomic.hpp"
 #include "debug_access.hpp"
 #include "wait_functions.hpp"
 
@@ -78,7 +79,7 @@ class receive_in_progress {
   }
 
  private:
-  std::atomic<bool> busy_{false};
+  asyncband::detail::atomic<bool> busy_{false};
 };
 
 /// The `ManyWait` of a receiving end without batch receives (the oneshot's): never defined.

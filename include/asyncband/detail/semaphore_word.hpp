@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "atomic.hpp"
+
 namespace asyncband::detail {
 
 /// Tag of the semaphore constructor for a count that is rarely at its initial value (a
@@ -216,7 +218,7 @@ class semaphore_word {
   }
 
   const std::uint64_t idle_;  // the word with the initial count all available (0: no guess)
-  std::atomic<std::uint64_t> state_;
+  asyncband::detail::atomic<std::uint64_t> state_;
 };
 
 }  // namespace asyncband::detail

@@ -8,11 +8,16 @@
 #include <chrono>
 #include <thread>
 
+#include "atomic.hpp"
+
 namespace asyncband::detail {
 
-/// The CPU's hint that this thread spins (lets the sibling hyperthread run, saves power).
+/// The CPU's hint that this thread spins (lets the sibling hyperthread run, saves power). In a
+/// model build, a yield to the explorer: a spin loop is a wait for another thread.
 inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(ASYNCBAND_MODEL)
+  yield_thread();
+#elif defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
   asm volatile("yield");
@@ -28,8 +33,17 @@ inline constexpr std::chrono::nanoseconds parking_cost{4000};
 /// Retries `ready()` for about the time that parking a thread and waking it again takes (a few
 /// microseconds), backing off with the pause hint between tries; true as soon as it holds.
 /// The clock is read once per eight tries: steady_clock::now() costs about as much as a try.
+/// In a model build (time does not pass there), two tries with a yield before each: enough for
+/// the explorer to reach both outcomes, the spin's success and the park.
 template <class Ready>
 bool spin_briefly(Ready&& ready) noexcept(noexcept(ready())) {
+  if constexpr (model_build) {
+    for (int i = 0; i != 2; ++i) {
+      yield_thread();
+      if (ready()) return true;
+    }
+    return false;
+  }
   using clock = std::chrono::steady_clock;
   const clock::time_point give_up = clock::now() + parking_cost;
   for (unsigned round = 0;; ++round) {
@@ -44,10 +58,10 @@ bool spin_briefly(Ready&& ready) noexcept(noexcept(ready())) {
 template <class Done>
 void spin_until(Done&& done) noexcept(noexcept(done())) {
   for (unsigned spins = 0; !done(); ++spins) {
-    if (spins < 64) {
+    if (spins < 64 && !model_build) {
       cpu_relax();
     } else {
-      std::this_thread::yield();
+      yield_thread();
     }
   }
 }
@@ -74,7 +88,7 @@ class spin_lock {
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
-  std::atomic<bool> locked_{false};
+  asyncband::detail::atomic<bool> locked_{false};
 };
 
 }  // namespace asyncband::detail

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "atomic.hpp"
 #include "spin_lock.hpp"
 
 namespace asyncband::detail {
@@ -40,8 +41,8 @@ struct never_relocated {};
 /// cell's reader before the stamp that hands the cell on, read by its next writer after it.
 template <class T, bool Relocatable = false>
 struct ring_cell {
-  std::atomic<ring_place> seq;
-  std::atomic<bool> skip{false};
+  asyncband::detail::atomic<ring_place> seq;
+  asyncband::detail::atomic<bool> skip{false};
   alignas(T) unsigned char storage[sizeof(T)];
   [[no_unique_address]] std::conditional_t<Relocatable, value_block<T>*, never_relocated> moved_to{};
 

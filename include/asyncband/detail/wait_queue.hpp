@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "atomic.hpp"
 #include "spin_lock.hpp"
 #include "waiter.hpp"
 
@@ -38,7 +39,7 @@ class wait_queue {
   /// instructions from their end.
   ~wait_queue() {
     at_test_point(test_point::destroying);
-    while (pins_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    while (pins_.load(std::memory_order_acquire) != 0) yield_thread();
   }
 
   /// For an owner's destructor, inside assert() only (so release builds pay nothing): false if
@@ -173,7 +174,7 @@ class wait_queue {
 
   spin_lock mutex_;
   wait_list waiters_;
-  std::atomic<unsigned> pins_{0};
+  asyncband::detail::atomic<unsigned> pins_{0};
 };
 
 /// Base of a node whose primitive keeps its waiters in a wait_queue reachable as `owner->queue()`.

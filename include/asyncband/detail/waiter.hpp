@@ -29,6 +29,7 @@
 
 #include "../result.hpp"
 #include "../scheduler.hpp"
+#include "atomic.hpp"
 
 namespace asyncband::detail {
 
@@ -87,9 +88,27 @@ class parker {
   static void unpark_thunk(void* self) noexcept { static_cast<parker*>(self)->unpark(); }
 
  private:
-  std::atomic<std::uint32_t> released_{0};
+  asyncband::detail::atomic<std::uint32_t> released_{0};
 };
 
+#if defined(ASYNCBAND_MODEL)
+/// A model build: time does not pass in an explored run, so a timed park is a park that the
+/// deadline never ends (a timeout nobody else ends is a deadlock the explorer reports).
+class timed_parker {
+ public:
+  void park() noexcept { parker_.park(); }
+  template <class Clock, class Duration>
+  bool park_until(const std::chrono::time_point<Clock, Duration>& /*deadline*/) noexcept {
+    parker_.park();
+    return true;
+  }
+  void unpark() noexcept { parker_.unpark(); }
+  static void unpark_thunk(void* self) noexcept { static_cast<timed_parker*>(self)->unpark(); }
+
+ private:
+  parker parker_;
+};
+#else
 /// A parker that can give up at a deadline (the standard has no timed atomic wait). unpark()
 /// notifies under the parker's mutex, so the parked thread cannot destroy it before unpark()
 /// has finished touching it; that costs the woken thread one extra hand-over of the mutex,
@@ -120,6 +139,7 @@ class timed_parker {
   std::condition_variable released_cv_;
   bool released_ = false;
 };
+#endif
 
 // ---------------------------------------------------------------------------------------------
 /// Where a resolved waiter continues: a coroutine (posted to its scheduler, or resumed inline),
@@ -203,7 +223,7 @@ class commit_point {
   [[nodiscard]] const void* winner() const noexcept { return winner_.load(std::memory_order_acquire); }
 
  private:
-  std::atomic<const void*> winner_{nullptr};
+  asyncband::detail::atomic<const void*> winner_{nullptr};
   bool uncontended_ = false;
 };
 
@@ -298,7 +318,7 @@ class waiter {
   /// After abandon(): a resolver that already claimed the node is between its unlock and its
   /// resolve(); wait out those few instructions so the node outlives them.
   void await_resolver() const noexcept {
-    while (!is_resolved()) std::this_thread::yield();
+    while (!is_resolved()) yield_thread();
   }
 
  private:
@@ -310,8 +330,8 @@ class waiter {
     resume_target target_;  // set by prepare(); a union member, so that nothing initializes it before
   };
   commit_point* commit_;  // set by prepare()
-  std::atomic<std::uint8_t> handshake_{0};
-  std::atomic<bool> claimed_{false};
+  asyncband::detail::atomic<std::uint8_t> handshake_{0};
+  asyncband::detail::atomic<bool> claimed_{false};
 };
 
 // ---------------------------------------------------------------------------------------------

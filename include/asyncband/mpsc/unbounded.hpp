@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "../detail/atomic.hpp"
 #include "../detail/channel_core.hpp"
 #include "../detail/unbounded_sender.hpp"
 #include "../detail/wait_functions.hpp"
@@ -36,7 +37,7 @@ namespace detail {
 /// One message: allocated and constructed by its sender, outside any lock, then linked.
 template <class T>
 struct node {
-  std::atomic<node*> next{nullptr};
+  asyncband::detail::atomic<node*> next{nullptr};
   alignas(T) unsigned char storage[sizeof(T)];
 
   T& value() noexcept { return *std::launder(reinterpret_cast<T*>(storage)); }
@@ -242,8 +243,8 @@ class unbounded_state : public channel_core<unbounded_state<T>> {
   node<T> stub_;
   node<T>* head_;                                     // the receiver's
   asyncband::detail::receive_in_progress receiving_;  // the receiver's
-  alignas(64) std::atomic<node<T>*> tail_;
-  alignas(64) std::atomic<std::size_t> pending_{0};
+  alignas(64) asyncband::detail::atomic<node<T>*> tail_;
+  alignas(64) asyncband::detail::atomic<std::size_t> pending_{0};
 };
 
 }  // namespace detail

@@ -17,6 +17,7 @@
 #include <utility>
 #include <variant>
 
+#include "../detail/atomic.hpp"
 #include "../detail/awaitable_traits.hpp"
 #include "../manual_reset_event.hpp"
 #include "../scheduler.hpp"
@@ -273,7 +274,7 @@ class spawned_promise : public spawned_return<T> {
     release(h);
   }
 
-  std::atomic<unsigned char> owners_{2};
+  asyncband::detail::atomic<unsigned char> owners_{2};
 };
 
 template <class T>

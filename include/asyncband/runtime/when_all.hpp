@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "../detail/atomic.hpp"
 #include "../scheduler.hpp"
 #include "task.hpp"
 
@@ -25,7 +26,7 @@ namespace detail {
 /// whoever brings it to zero continues the parent.
 struct when_all_counter {
   explicit when_all_counter(std::size_t children) : remaining(children + 1) {}
-  std::atomic<std::size_t> remaining;
+  asyncband::detail::atomic<std::size_t> remaining;
   std::coroutine_handle<> parent;
   scheduler_ref scheduler;
 

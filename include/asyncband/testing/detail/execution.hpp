@@ -190,11 +190,12 @@ class execution : public std::enable_shared_from_this<execution> {
   }
 
   /// A scheduling point where the current thread yields: strategies prefer another thread.
-  void yield_point() {
+  /// `may_throw`: as for point() (false in the library's noexcept spin loops).
+  void yield_point(bool may_throw = true) {
     std::unique_lock lk(mutex_);
     model_thread& self = *current_context.self;
-    if (aborting_) return teardown(self, lk, true, true);
-    switch_from(self, lk, true, true);
+    if (aborting_) return teardown(self, lk, may_throw, true);
+    switch_from(self, lk, true, may_throw);
     record(self.id, "yields", nullptr, nullptr);
   }
 
