@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -519,3 +520,105 @@ TEST(Explore, TheResultPrintsItsReplayString) {
 }
 
 }  // namespace
+
+// --- weak memory (options::weak_memory: x86-TSO store buffers) -----------------------------------
+
+// Store buffering (Dekker's pattern): each thread stores its flag, then loads the other's. With
+// release stores and acquire loads, both may read 0 (C++ allows it, x86 does it); weak memory
+// finds that outcome, sequential consistency never shows it. `fenced`: a seq_cst fence between
+// the store and the load forbids it.
+template <bool Fenced>
+void store_buffering_body() {
+  ex::atomic<int> x{0};
+  ex::atomic<int> y{0};
+  int seen_by_a = -1;
+  int seen_by_b = -1;
+  ex::thread a([&] {
+    x.store(1, std::memory_order_release);
+    if constexpr (Fenced) ex::atomic_thread_fence(std::memory_order_seq_cst);
+    seen_by_a = y.load(std::memory_order_acquire);
+  });
+  ex::thread b([&] {
+    y.store(1, std::memory_order_release);
+    if constexpr (Fenced) ex::atomic_thread_fence(std::memory_order_seq_cst);
+    seen_by_b = x.load(std::memory_order_acquire);
+  });
+  a.join();
+  b.join();
+  ex::check(seen_by_a == 1 || seen_by_b == 1, "both threads missed the other's store");
+}
+
+TEST(ExploreWeakMemory, FindsStoreBufferingAndReplaysIt) {
+  ex::options weak{.schedules = 1000, .weak_memory = true};
+  const ex::result r = ex::explore(weak, store_buffering_body<false>);
+  ASSERT_TRUE(ex::failed_with(r, ex::failure_kind::check));
+  std::cout << "store buffering: PCT with weak memory found it in schedule " << r.failure->schedule_number
+            << "\n";
+  EXPECT_NE(r.failure->schedule.find(":w=1"), std::string::npos) << r.failure->schedule;
+  const ex::result again = ex::explore({.replay = r.failure->schedule}, store_buffering_body<false>);
+  ASSERT_TRUE(again.failure.has_value());
+  EXPECT_EQ(again.failure->trace, r.failure->trace);
+}
+
+TEST(ExploreWeakMemory, SequentialConsistencyNeverShowsStoreBuffering) {
+  EXPECT_TRUE(ex::passed(ex::explore({.schedules = 1000}, store_buffering_body<false>)));
+  EXPECT_TRUE(ex::passed(
+      ex::explore({.strategy = ex::strategy::random, .schedules = 1000}, store_buffering_body<false>)));
+}
+
+TEST(ExploreWeakMemory, ASeqCstFenceForbidsStoreBuffering) {
+  EXPECT_TRUE(ex::passed(ex::explore({.schedules = 1000, .weak_memory = true}, store_buffering_body<true>)));
+  EXPECT_TRUE(
+      ex::passed(ex::explore({.strategy = ex::strategy::random, .schedules = 1000, .weak_memory = true},
+                             store_buffering_body<true>)));
+}
+
+// Seq_cst stores or a read-modify-write instead of the fence forbid it as well.
+TEST(ExploreWeakMemory, SeqCstStoresAndReadModifyWritesDrainTheBuffer) {
+  const auto body = [](bool rmw) {
+    ex::atomic<int> x{0};
+    ex::atomic<int> y{0};
+    int seen_by_a = -1;
+    int seen_by_b = -1;
+    ex::thread a([&] {
+      if (rmw) {
+        x.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        x.store(1);
+      }
+      seen_by_a = y.load(std::memory_order_relaxed);
+    });
+    ex::thread b([&] {
+      y.store(1);
+      seen_by_b = x.load(std::memory_order_relaxed);
+    });
+    a.join();
+    b.join();
+    ex::check(seen_by_a == 1 || seen_by_b == 1, "both threads missed the other's store");
+  };
+  for (const bool rmw : {false, true}) {
+    EXPECT_TRUE(ex::passed(ex::explore({.schedules = 1000, .weak_memory = true}, [&] { body(rmw); })));
+  }
+}
+
+// Message passing: a release store of a flag after the data, an acquire load of the flag before
+// the data. TSO keeps stores in order, so a reader that sees the flag sees the data; and a
+// thread reads its own buffered stores.
+TEST(ExploreWeakMemory, MessagePassingAndOwnStoresStayInOrder) {
+  EXPECT_TRUE(ex::passed(ex::explore({.schedules = 1000, .weak_memory = true}, [] {
+    ex::atomic<int> data{0};
+    ex::atomic<bool> ready{false};
+    ex::thread writer([&] {
+      data.store(42, std::memory_order_relaxed);
+      ready.store(true, std::memory_order_release);
+      ex::check(data.load(std::memory_order_relaxed) == 42, "a thread missed its own store");
+    });
+    ex::thread reader([&] {
+      if (ready.load(std::memory_order_acquire))
+        ex::check(data.load(std::memory_order_relaxed) == 42, "the flag overtook the data");
+    });
+    writer.join();
+    reader.join();
+    ex::check(data.load() == 42 && ready.load(), "a store never became visible");
+  })));
+}

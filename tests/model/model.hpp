@@ -6,8 +6,9 @@
 // those threads start and whoever wakes them resumes inline.
 //
 // ASYNCBAND_EXPLORE_SCHEDULES (default 1000) sets the schedules per test; ASYNCBAND_EXPLORE_SEED
-// (default 1) the seed; ASYNCBAND_EXPLORE_STRATEGY (pct, random, exhaustive). `./x explore`
-// runs them with 10^5 schedules each.
+// (default 1) the seed; ASYNCBAND_EXPLORE_STRATEGY (pct, random, exhaustive);
+// ASYNCBAND_EXPLORE_WEAK=0 turns weak memory (x86-TSO store buffers, on by default) off.
+// `./x explore` runs them with 10^5 schedules each.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,6 +41,7 @@ inline ex::options options(std::uint64_t salt) {
   ex::options o;
   o.schedules = env_number("ASYNCBAND_EXPLORE_SCHEDULES", 1000);
   o.seed = env_number("ASYNCBAND_EXPLORE_SEED", 1) * 1000003U + salt;
+  o.weak_memory = env_number("ASYNCBAND_EXPLORE_WEAK", 1) != 0;
   if (const char* s = std::getenv("ASYNCBAND_EXPLORE_STRATEGY")) {
     const std::string_view name(s);
     if (name == "random") o.strategy = ex::strategy::random;

@@ -34,6 +34,19 @@ TEST(ModelSemaphore, OnePermitExcludes) {
   }));
 }
 
+// The smallest hand-off: one thread parks for the permit, another releases it. Few steps, so
+// the explorer reaches every window of the park and the wake-up: the node's publication, its
+// resume handshake, the parker's flag and its notification.
+TEST(ModelSemaphore, ReleaseWakesParkedThread) {
+  EXPECT_TRUE(model::explored(5, [] {
+    asyncband::semaphore s(0);
+    thread waiter([&] { auto p = s.acquire_blocking(1); });
+    s.release(1);
+    waiter.join();
+    check(s.available() == 1, "the permit was lost");
+  }));
+}
+
 // A waiter cancelled while the one permit is released: it ends with the permit or cancelled,
 // exactly once, and the permit is never lost: a grant to a cancelled waiter passes on to the
 // other waiter (which otherwise waits for good: a deadlock the explorer reports).
@@ -58,6 +71,22 @@ TEST(ModelSemaphore, CancelRacesRelease) {
     const int g = granted.load();
     check(g == 1 || g == 2, "a permit was granted twice or lost");
     check(s.available() == 1, "a permit was lost");
+  }));
+}
+
+// A waiter for two permits holds a partial grant of the one released when it is cancelled: the
+// one goes on to the waiter for one (which otherwise waits for good).
+TEST(ModelSemaphore, CancelledPartialGrantPassesOn) {
+  EXPECT_TRUE(model::explored(4, [] {
+    asyncband::semaphore s(0);
+    asyncband::stop_source stop;
+    thread two([&] { check(!s.acquire_blocking(2, stop.get_token()).ok(), "two permits out of one"); });
+    thread one([&] { auto p = s.acquire_blocking(1); });
+    s.release(1);
+    stop.request_stop();
+    two.join();
+    one.join();
+    check(s.available() == 1, "the permit was lost");
   }));
 }
 

@@ -37,6 +37,14 @@ inline void atomic_thread_fence(std::memory_order order) noexcept {
   asyncband::testing::atomic_thread_fence(order);
 }
 
+/// This thread's explored run has failed: the explorer tears it down, and the objects it
+/// destroys may still have waiters that never ended. The destructors' checks for those are off
+/// then (they would abort the process before the failure is reported).
+inline bool model_run_failed() noexcept {
+  auto* e = asyncband::testing::detail::current();
+  return e != nullptr && e->failed();
+}
+
 /// The library's mutex for sections that may wait for other threads: the explorer's model mutex.
 using os_mutex = asyncband::testing::mutex;
 
@@ -60,6 +68,11 @@ using atomic = std::atomic<T>;
 /// The library's fence: std::atomic_thread_fence.
 inline void atomic_thread_fence(std::memory_order order) noexcept {
   std::atomic_thread_fence(order);
+}
+
+/// Not a model build: no explored run to fail.
+constexpr bool model_run_failed() noexcept {
+  return false;
 }
 
 /// The library's mutex for sections that may wait for other threads: std::mutex.

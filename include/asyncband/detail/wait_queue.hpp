@@ -48,6 +48,7 @@ class wait_queue {
   /// that saw its wait complete may destroy the primitive before that claim, "last one out"):
   /// then the queue passes without taking the lock, which the destructor must not wait for.
   [[nodiscard]] bool no_waiters_left() noexcept {
+    if (model_run_failed()) return true;  // a failed explored run's teardown: see there
     if (pins_.load(std::memory_order_acquire) != 0) return true;
     const std::lock_guard lock(mutex_);
     return waiters_.empty();

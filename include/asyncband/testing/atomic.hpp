@@ -7,7 +7,9 @@
 
 #include "asyncband/version.hpp"  // first: a build below C++20 stops there, with one message
 
+#include <array>
 #include <atomic>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstring>
@@ -87,8 +89,14 @@ bool same_bytes(const T& a, const T& b) noexcept {
 ///   noexcept as std::atomic's members are.
 /// - Outside an explored run, or on a thread that is not a model thread, it is a plain atomic:
 ///   each operation is the std::atomic one, with the memory order given.
-/// - In a run: each operation is one indivisible step, and every order is modelled as
-///   memory_order_seq_cst (weak memory is not modelled yet: a load returns the latest store).
+/// - In a run: each operation is one indivisible step. Without options::weak_memory every
+///   order acts as memory_order_seq_cst (a load returns the latest store). With it, the model
+///   is x86-TSO, the standard mapping of C++ atomics to x86 (so every outcome it shows is one a
+///   real x86 machine can show): a relaxed or release store enters the thread's store buffer and
+///   becomes visible to the others a few of the thread's operations later, in program order; the
+///   thread's own loads see it at once; read-modify-writes, seq_cst stores, seq_cst fences,
+///   wait/notify, blocking and yields drain the buffer. What TSO does not show (loads reordered
+///   with loads, stores with stores: ARM and POWER do) stays out of reach.
 ///   compare_exchange_weak does not fail spuriously. wait() blocks the model thread until a
 ///   notify_one()/notify_all() on this atomic finds it, and returns when the value differs
 ///   from `old` (a wait nobody notifies is a deadlock the explorer reports).
@@ -115,7 +123,10 @@ class atomic : public detail::atomic_difference<T> {
   constexpr atomic(T desired) noexcept : value_(desired) {}  // NOLINT(google-explicit-constructor)
   atomic(const atomic&) = delete;
   atomic& operator=(const atomic&) = delete;
-  ~atomic() = default;
+  /// In a run with weak memory, drops the stores still buffered to it.
+  ~atomic() {
+    if (detail::execution* e = detail::current()) e->forget(this);
+  }
 
   /// store(desired); returns desired.
   T operator=(T desired) noexcept {  // NOLINT(misc-unconventional-assign-operator)
@@ -129,18 +140,25 @@ class atomic : public detail::atomic_difference<T> {
   [[nodiscard]] bool is_lock_free() const noexcept { return value_.is_lock_free(); }
 
   /// Stores `desired`.
+  /// With weak memory, a relaxed or release store may stay in the thread's store buffer for a
+  /// few of its operations (options::weak_memory); a seq_cst one drains the buffer first.
   void store(T desired, std::memory_order order = std::memory_order_seq_cst) noexcept {
     const auto shown = step("store");
+    if (order != std::memory_order_seq_cst) {
+      if (buffered(desired)) return;
+    } else {
+      drain();
+    }
     value_.store(desired, order);
   }
-  /// The value.
+  /// The value (with weak memory: this thread's latest buffered store to it, if any).
   [[nodiscard]] T load(std::memory_order order = std::memory_order_seq_cst) const noexcept {
     const auto shown = step("load");
-    return value_.load(order);
+    return visible(order);
   }
   /// Stores `desired`; returns the value before.
   T exchange(T desired, std::memory_order order = std::memory_order_seq_cst) noexcept {
-    const auto shown = step("exchange");
+    const auto shown = rmw_step("exchange");
     return value_.exchange(desired, order);
   }
 
@@ -148,14 +166,14 @@ class atomic : public detail::atomic_difference<T> {
   /// loads it into `expected` and returns false (never spuriously in an explored run).
   bool compare_exchange_weak(T& expected, T desired, std::memory_order success,
                              std::memory_order failure) noexcept {
-    const auto shown = step("compare_exchange_weak");
+    const auto shown = rmw_step("compare_exchange_weak");
     if (modelled()) return value_.compare_exchange_strong(expected, desired, success, failure);
     return value_.compare_exchange_weak(expected, desired, success, failure);
   }
   /// compare_exchange_weak with one order for both outcomes.
   bool compare_exchange_weak(T& expected, T desired,
                              std::memory_order order = std::memory_order_seq_cst) noexcept {
-    const auto shown = step("compare_exchange_weak");
+    const auto shown = rmw_step("compare_exchange_weak");
     if (modelled()) return value_.compare_exchange_strong(expected, desired, order);
     return value_.compare_exchange_weak(expected, desired, order);
   }
@@ -163,13 +181,13 @@ class atomic : public detail::atomic_difference<T> {
   /// loads it into `expected` and returns false.
   bool compare_exchange_strong(T& expected, T desired, std::memory_order success,
                                std::memory_order failure) noexcept {
-    const auto shown = step("compare_exchange_strong");
+    const auto shown = rmw_step("compare_exchange_strong");
     return value_.compare_exchange_strong(expected, desired, success, failure);
   }
   /// compare_exchange_strong with one order for both outcomes.
   bool compare_exchange_strong(T& expected, T desired,
                                std::memory_order order = std::memory_order_seq_cst) noexcept {
-    const auto shown = step("compare_exchange_strong");
+    const auto shown = rmw_step("compare_exchange_strong");
     return value_.compare_exchange_strong(expected, desired, order);
   }
 
@@ -177,35 +195,35 @@ class atomic : public detail::atomic_difference<T> {
   T fetch_add(arg operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_arithmetic<T> || std::is_pointer_v<T>
   {
-    const auto shown = step("fetch_add");
+    const auto shown = rmw_step("fetch_add");
     return value_.fetch_add(operand, order);
   }
   /// Subtracts `operand`; returns the value before.
   T fetch_sub(arg operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_arithmetic<T> || std::is_pointer_v<T>
   {
-    const auto shown = step("fetch_sub");
+    const auto shown = rmw_step("fetch_sub");
     return value_.fetch_sub(operand, order);
   }
   /// Bitwise and with `operand`; returns the value before.
   T fetch_and(T operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_bitwise<T>
   {
-    const auto shown = step("fetch_and");
+    const auto shown = rmw_step("fetch_and");
     return value_.fetch_and(operand, order);
   }
   /// Bitwise or with `operand`; returns the value before.
   T fetch_or(T operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_bitwise<T>
   {
-    const auto shown = step("fetch_or");
+    const auto shown = rmw_step("fetch_or");
     return value_.fetch_or(operand, order);
   }
   /// Bitwise exclusive or with `operand`; returns the value before.
   T fetch_xor(T operand, std::memory_order order = std::memory_order_seq_cst) noexcept
     requires detail::atomic_bitwise<T>
   {
-    const auto shown = step("fetch_xor");
+    const auto shown = rmw_step("fetch_xor");
     return value_.fetch_xor(operand, order);
   }
 
@@ -269,6 +287,7 @@ class atomic : public detail::atomic_difference<T> {
   void wait(T old, std::memory_order order = std::memory_order_seq_cst) const noexcept {
     if (detail::execution* e = detail::current()) {
       e->point("wait", "atomic", this, false);
+      e->drain();
       while (detail::same_bytes(value_.load(std::memory_order_relaxed), old)) {
         e->block("in wait() on", "atomic", this, detail::no_thread, false);
       }
@@ -280,6 +299,7 @@ class atomic : public detail::atomic_difference<T> {
   void notify_one() noexcept {
     if (detail::execution* e = detail::current()) {
       e->point("notify_one", "atomic", this, false);
+      e->drain();
       return e->wake(this, false);
     }
     value_.notify_one();
@@ -288,6 +308,7 @@ class atomic : public detail::atomic_difference<T> {
   void notify_all() noexcept {
     if (detail::execution* e = detail::current()) {
       e->point("notify_all", "atomic", this, false);
+      e->drain();
       return e->wake(this, true);
     }
     value_.notify_all();
@@ -303,7 +324,7 @@ class atomic : public detail::atomic_difference<T> {
     value_shown& operator=(const value_shown&) = delete;
     ~value_shown() {
       if (detail::execution* e = detail::current())
-        e->show_value(detail::printable(a_->value_.load(std::memory_order_relaxed)));
+        e->show_value(detail::printable(a_->visible(std::memory_order_relaxed)));
     }
 
    private:
@@ -315,15 +336,50 @@ class atomic : public detail::atomic_difference<T> {
     detail::nothrow_point(op, "atomic", this);
     return value_shown(this);
   }
+  // The scheduling point before read-modify-write `op`, which drains the thread's store buffer
+  // (as a locked instruction does).
+  [[nodiscard]] value_shown rmw_step(const char* op) const noexcept {
+    detail::nothrow_point(op, "atomic", this);
+    drain();
+    return value_shown(this);
+  }
+  static void drain() noexcept {
+    if (detail::execution* e = detail::current()) e->drain();
+  }
+  // In a run: puts the store in the thread's store buffer if the strategy delays it.
+  bool buffered(const T& desired) noexcept {
+    detail::execution* e = detail::current();
+    return e != nullptr && e->buffer_store(this, &apply_buffered, &desired, sizeof(T));
+  }
+  static T from_bytes(const unsigned char* bytes) noexcept {
+    std::array<unsigned char, sizeof(T)> a{};
+    std::memcpy(a.data(), bytes, sizeof(T));
+    return std::bit_cast<T>(a);
+  }
+  static void apply_buffered(void* self, const unsigned char* bytes) noexcept {
+    static_cast<atomic*>(self)->value_.store(from_bytes(bytes), std::memory_order_relaxed);
+  }
+  // What this thread sees: its own latest buffered store, else the value.
+  T visible(std::memory_order order) const noexcept {
+    if (detail::execution* e = detail::current()) {
+      std::array<unsigned char, sizeof(T)> bytes{};
+      if (e->forward(this, bytes.data(), sizeof(T))) return from_bytes(bytes.data());
+    }
+    return value_.load(order);
+  }
   [[nodiscard]] static bool modelled() noexcept { return detail::current() != nullptr; }
 
   std::atomic<T> value_;
 };
 
-/// std::atomic_thread_fence(order), a scheduling point in an explored run (where every
-/// operation is sequentially consistent already).
+/// std::atomic_thread_fence(order), a scheduling point in an explored run. A seq_cst fence
+/// drains the thread's store buffer (options::weak_memory: the only reordering modelled is a
+/// store's with later loads, which only a seq_cst fence or operation forbids).
 inline void atomic_thread_fence(std::memory_order order) noexcept {
   detail::nothrow_point("fence", "fence", nullptr);
+  if (order == std::memory_order_seq_cst) {
+    if (detail::execution* e = detail::current()) e->drain();
+  }
   std::atomic_thread_fence(order);
 }
 

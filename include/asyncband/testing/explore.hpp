@@ -48,6 +48,12 @@ struct options {
   std::size_t preemptions = 2;
   /// A run that does not end within this many scheduling points fails (failure_kind::livelock).
   std::size_t max_steps = 20000;
+  /// Weak memory (random and PCT): a relaxed or release store may stay invisible to the other
+  /// threads for a few of its thread's own operations, as in x86-TSO's store buffer, so that a
+  /// load may pass an earlier store to another object (the reordering a missing seq_cst fence
+  /// lets through). Read-modify-writes, seq_cst stores and fences, blocking, yielding and thread
+  /// ends make the stores visible. The exhaustive strategy ignores it.
+  bool weak_memory = false;
   /// When not empty, a failure::schedule string: runs exactly that schedule, once.
   std::string replay{};
 };
@@ -97,18 +103,23 @@ result explore(const options& opts, Body&& body) {
     case strategy::random:
       for (std::size_t i = 0; i != opts.schedules; ++i) {
         const std::uint64_t seed = detail::schedule_seed(opts.seed, i);
-        detail::random_chooser chooser(seed);
-        if (run(chooser, [&](const auto& /*unused*/) { return detail::random_schedule(seed); })) return r;
+        detail::random_chooser chooser(seed, opts.weak_memory);
+        if (run(chooser,
+                [&](const auto& /*unused*/) { return detail::random_schedule(seed, opts.weak_memory); }))
+          return r;
       }
       break;
     case strategy::pct: {
       std::size_t k = 0;  // the steps of a run: the most seen so far (none before the first)
       for (std::size_t i = 0; i != opts.schedules; ++i) {
         const std::uint64_t seed = detail::schedule_seed(opts.seed, i);
-        detail::pct_chooser chooser(seed, opts.depth, k);
+        detail::pct_chooser chooser(seed, opts.depth, k, opts.weak_memory);
         std::size_t steps = 0;
         if (run(
-                chooser, [&](const auto& /*unused*/) { return detail::pct_schedule(seed, opts.depth, k); },
+                chooser,
+                [&](const auto& /*unused*/) {
+                  return detail::pct_schedule(seed, opts.depth, k, opts.weak_memory);
+                },
                 &steps)) {
           return r;
         }

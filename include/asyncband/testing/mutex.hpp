@@ -43,6 +43,7 @@ class mutex {
     detail::execution* e = detail::current();
     if (e == nullptr) return plain_.lock();
     e->point("lock", "mutex", this, true);
+    e->drain();  // a locked read-modify-write
     while (holder_ != detail::no_thread) e->block("to lock", "mutex", this, holder_, true);
     holder_ = detail::execution::self_id();
   }
@@ -52,6 +53,7 @@ class mutex {
     detail::execution* e = detail::current();
     if (e == nullptr) return plain_.try_lock();
     e->point("try_lock", "mutex", this, true);
+    e->drain();
     if (holder_ != detail::no_thread) return false;
     holder_ = detail::execution::self_id();
     return true;
@@ -63,6 +65,7 @@ class mutex {
     detail::execution* e = detail::current();
     if (e == nullptr) return plain_.unlock();
     e->point("unlock", "mutex", this, false);
+    e->drain();
     if (holder_ != detail::execution::self_id()) {
       e->fail(failure_kind::misuse, "unlocks a mutex it does not hold");
       return;

@@ -7,9 +7,12 @@
 
 #include "asyncband/version.hpp"  // first: a build below C++20 stops there, with one message
 
+#include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -65,6 +68,22 @@ class chooser {
   /// The thread to run next: one of d.enabled, or no_thread when the strategy cannot follow
   /// this run (a replayed schedule that does not fit it).
   virtual std::size_t choose(const decision& d) = 0;
+  /// Weak memory: for how many of its own later operations a relaxed or release store stays in
+  /// the storing thread's store buffer, invisible to the others (0: visible at once, always
+  /// without weak memory).
+  virtual std::size_t store_delay() { return 0; }
+};
+
+/// Writes a buffered store's bytes into its atomic object.
+using store_fn = void (*)(void* object, const unsigned char* bytes) noexcept;
+
+/// A store in a model thread's store buffer (weak memory), not yet visible to other threads.
+struct buffered_store {
+  static constexpr std::size_t max_size = 16;   ///< larger values are stored at once
+  void* object = nullptr;                       ///< the atomic stored to
+  store_fn apply = nullptr;                     ///< writes `bytes` into it
+  std::array<unsigned char, max_size> bytes{};  ///< the value
+  std::size_t delay = 0;                        ///< its thread's operations until it drains
 };
 
 /// A model thread's function, type-erased (std::function would need a copyable callable).
@@ -107,17 +126,18 @@ struct model_thread {
 
   model_thread(std::size_t n, std::unique_ptr<thread_body> b) : id(n), body(std::move(b)) {}
 
-  std::size_t id;                     ///< 0 for the body's thread, then in creation order
-  std::unique_ptr<thread_body> body;  ///< its function; empty once it ran
-  state st = state::runnable;         ///< where it is
-  const char* waits = nullptr;        ///< blocked: what on ("to lock", "to join")
-  const void* waits_on = nullptr;     ///< blocked: the object it waits on (the key of wake())
-  std::size_t holder = no_thread;     ///< blocked on a mutex: the thread holding it
-  std::uint64_t blocked_order = 0;    ///< blocked: when it blocked (notify_one wakes the first)
-  bool fresh = true;                  ///< it has not reached its first operation yet
-  bool abort_thrown = false;          ///< abort_run was thrown into it
-  std::condition_variable turn;       ///< signalled when it gets the baton
-  std::thread real;                   ///< the real thread (joined or detached by the run)
+  std::size_t id;                      ///< 0 for the body's thread, then in creation order
+  std::unique_ptr<thread_body> body;   ///< its function; empty once it ran
+  state st = state::runnable;          ///< where it is
+  const char* waits = nullptr;         ///< blocked: what on ("to lock", "to join")
+  const void* waits_on = nullptr;      ///< blocked: the object it waits on (the key of wake())
+  std::size_t holder = no_thread;      ///< blocked on a mutex: the thread holding it
+  std::uint64_t blocked_order = 0;     ///< blocked: when it blocked (notify_one wakes the first)
+  bool fresh = true;                   ///< it has not reached its first operation yet
+  bool abort_thrown = false;           ///< abort_run was thrown into it
+  std::vector<buffered_store> buffer;  ///< weak memory: its stores not yet visible, oldest first
+  std::condition_variable turn;        ///< signalled when it gets the baton
+  std::thread real;                    ///< the real thread (joined or detached by the run)
 };
 
 /// One executed operation, for the trace of a failure.
@@ -187,6 +207,7 @@ class execution : public std::enable_shared_from_this<execution> {
     if (aborting_) return teardown(self, lk, may_throw, true);
     switch_from(self, lk, false, may_throw);
     record(self.id, op, kind, object);
+    age_buffer(self);
   }
 
   /// A scheduling point where the current thread yields: strategies prefer another thread.
@@ -195,6 +216,7 @@ class execution : public std::enable_shared_from_this<execution> {
     std::unique_lock lk(mutex_);
     model_thread& self = *current_context.self;
     if (aborting_) return teardown(self, lk, may_throw, true);
+    drain_locked(self);  // a spinning thread's stores become visible (no livelock on its own buffer)
     switch_from(self, lk, true, may_throw);
     record(self.id, "yields", nullptr, nullptr);
   }
@@ -206,6 +228,7 @@ class execution : public std::enable_shared_from_this<execution> {
     std::unique_lock lk(mutex_);
     model_thread& self = *current_context.self;
     if (aborting_) return teardown(self, lk, may_throw, false);
+    drain_locked(self);  // blocking is a system call: a full barrier
     name_of(object, kind);
     self.st = model_thread::state::blocked;
     self.waits = waits;
@@ -228,6 +251,7 @@ class execution : public std::enable_shared_from_this<execution> {
     model_thread& self = *current_context.self;
     if (aborting_) teardown(self, lk, true, false);
     switch_from(self, lk, false, true);
+    drain_locked(self);  // what the creator did happens-before the new thread
     const std::size_t id = create_thread(std::move(body));
     record(self.id, "spawned", nullptr, nullptr, id);
     return id;
@@ -239,6 +263,7 @@ class execution : public std::enable_shared_from_this<execution> {
     model_thread& self = *current_context.self;
     if (aborting_) return teardown(self, lk, true, true);
     switch_from(self, lk, false, true);
+    drain_locked(self);
     while (threads_.at(id)->st != model_thread::state::finished) {
       if (aborting_) return teardown(self, lk, true, false);
       model_thread& target = *threads_[id];
@@ -276,6 +301,56 @@ class execution : public std::enable_shared_from_this<execution> {
     model_thread& self = *current_context.self;
     fail_locked(failure_kind::check, "thread " + std::to_string(self.id) + ": check failed: " + message);
     teardown(self, lk, true, true);
+  }
+
+  /// Weak memory: buffers the current thread's store of `size` bytes to `object` when the
+  /// strategy delays it, or when earlier stores are still buffered (its stores become visible
+  /// in program order, as with x86-TSO's store buffer). False: store it now.
+  bool buffer_store(void* object, store_fn apply, const void* bytes, std::size_t size) {
+    const std::lock_guard lk(mutex_);
+    model_thread& self = *current_context.self;
+    if (aborting_ || size > buffered_store::max_size) {
+      drain_locked(self);
+      return false;
+    }
+    const std::size_t delay = strategy_->store_delay();
+    if (delay == 0 && self.buffer.empty()) return false;
+    buffered_store st;
+    st.object = object;
+    st.apply = apply;
+    std::memcpy(st.bytes.data(), bytes, size);
+    st.delay = delay;
+    self.buffer.push_back(st);
+    return true;
+  }
+
+  /// Weak memory: the current thread's latest buffered store to `object`, copied into `out`
+  /// (`size` bytes): what its own loads see. False if it has none.
+  bool forward(const void* object, void* out, std::size_t size) {
+    const std::lock_guard lk(mutex_);
+    const auto& buffer = current_context.self->buffer;
+    for (auto it = buffer.rbegin(); it != buffer.rend(); ++it) {
+      if (it->object == object) {
+        std::memcpy(out, it->bytes.data(), size);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// Weak memory: makes every buffered store of the current thread visible, oldest first (as
+  /// a read-modify-write, a seq_cst store or fence, and a system call do).
+  void drain() {
+    const std::lock_guard lk(mutex_);
+    drain_locked(*current_context.self);
+  }
+
+  /// Weak memory: `object` is being destroyed; stores still buffered to it are dropped.
+  void forget(const void* object) {
+    const std::lock_guard lk(mutex_);
+    for (auto& t : threads_) {
+      std::erase_if(t->buffer, [object](const buffered_store& st) { return st.object == object; });
+    }
   }
 
   /// Whether a failure was recorded (the run is being torn down).
@@ -350,9 +425,20 @@ class execution : public std::enable_shared_from_this<execution> {
                     "thread " + std::to_string(self.id) + ": exception escaped the thread: " + what);
       }
     }
+    if (!unwound_by_abort) before_end(self);
     current_context = {};
     lock lk(mutex_);
     end_thread(self, lk, self.abort_thrown && !unwound_by_abort);
+  }
+
+  // Weak memory: a thread that ends with stores still buffered reaches one more scheduling
+  // point first, so that others may run before its end drains them (its last loads may have
+  // passed them). Without buffered stores, no point: the schedules are those without weak memory.
+  void before_end(model_thread& self) {
+    lock lk(mutex_);
+    if (aborting_ || self.buffer.empty()) return;
+    switch_from(self, lk, false, false);
+    record(self.id, "ends", nullptr, nullptr);
   }
 
   static std::string describe(const std::exception_ptr& e) {
@@ -366,6 +452,7 @@ class execution : public std::enable_shared_from_this<execution> {
   }
 
   void end_thread(model_thread& self, lock& lk, bool swallowed_abort) {
+    drain_locked(self);  // what the thread did happens-before its join
     self.st = model_thread::state::finished;
     --live_;
     if (swallowed_abort) note_swallowed(self);
@@ -420,6 +507,26 @@ class execution : public std::enable_shared_from_this<execution> {
     }
     if (enabled_.size() > 1) choices_.push_back(next);
     return next;
+  }
+
+  // Weak memory: one more operation of `self`; its buffered stores whose delay ran out become
+  // visible, oldest first (a younger one waits for the older ones).
+  void age_buffer(model_thread& self) noexcept {
+    if (self.buffer.empty()) return;
+    for (auto& st : self.buffer) {
+      if (st.delay != 0) --st.delay;
+    }
+    std::size_t n = 0;
+    while (n != self.buffer.size() && self.buffer[n].delay == 0) {
+      self.buffer[n].apply(self.buffer[n].object, self.buffer[n].bytes.data());
+      ++n;
+    }
+    self.buffer.erase(self.buffer.begin(), self.buffer.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+
+  static void drain_locked(model_thread& self) noexcept {
+    for (const auto& st : self.buffer) st.apply(st.object, st.bytes.data());
+    self.buffer.clear();
   }
 
   void hand_over(std::size_t next) {

@@ -66,15 +66,32 @@ inline void ordered_options(const decision& d, std::vector<std::size_t>& out) {
   }
 }
 
-/// Uniformly random among the runnable threads at every decision.
-class random_chooser final : public chooser {
+/// Weak memory's store delays: a uniformly random 0..3 of the storing thread's own operations
+/// (from a generator of their own, so that the scheduling decisions are those without weak
+/// memory), or always 0 without it.
+class store_delays {
  public:
-  /// A run seeded with `seed`.
-  explicit random_chooser(std::uint64_t seed) noexcept : rng_(seed) {}
-  std::size_t choose(const decision& d) override { return d.enabled[rng_.below(d.enabled.size())]; }
+  /// Delays for a run seeded with `seed`; all 0 unless `weak`.
+  store_delays(std::uint64_t seed, bool weak) noexcept : rng_(seed ^ 0x5bd1e9955bd1e995ULL), weak_(weak) {}
+  /// The next store's delay.
+  std::size_t next() noexcept { return weak_ ? rng_.below(4) : 0; }
 
  private:
   rng rng_;
+  bool weak_;
+};
+
+/// Uniformly random among the runnable threads at every decision.
+class random_chooser final : public chooser {
+ public:
+  /// A run seeded with `seed`; `weak`: with weak memory (store delays).
+  explicit random_chooser(std::uint64_t seed, bool weak = false) noexcept : rng_(seed), delays_(seed, weak) {}
+  std::size_t choose(const decision& d) override { return d.enabled[rng_.below(d.enabled.size())]; }
+  std::size_t store_delay() override { return delays_.next(); }
+
+ private:
+  rng rng_;
+  store_delays delays_;
 };
 
 /// PCT (Burckhardt, Kothari, Musuvathi, Nagarakatte: "A randomized scheduler with
@@ -88,8 +105,9 @@ class random_chooser final : public chooser {
 class pct_chooser final : public chooser {
  public:
   /// A run seeded with `seed`, of depth `depth` (>= 1), with change points among the first
-  /// `steps` steps (none if 0).
-  pct_chooser(std::uint64_t seed, std::size_t depth, std::size_t steps) : rng_(seed), depth_(depth) {
+  /// `steps` steps (none if 0); `weak`: with weak memory (store delays).
+  pct_chooser(std::uint64_t seed, std::size_t depth, std::size_t steps, bool weak = false)
+      : rng_(seed), delays_(seed, weak), depth_(depth) {
     for (std::size_t i = 1; i < depth && steps != 0; ++i) change_at_.push_back(1 + rng_.below(steps));
   }
   void thread_created(std::size_t id) override {
@@ -107,9 +125,11 @@ class pct_chooser final : public chooser {
     }
     return best;
   }
+  std::size_t store_delay() override { return delays_.next(); }
 
  private:
   rng rng_;
+  store_delays delays_;
   std::size_t depth_;
   std::vector<std::size_t> change_at_;
   std::vector<std::int64_t> priority_;
@@ -193,14 +213,16 @@ class list_chooser final : public chooser {
   std::size_t next_ = 0;
 };
 
-/// "random:seed=S".
-[[nodiscard]] inline std::string random_schedule(std::uint64_t seed) {
-  return "random:seed=" + std::to_string(seed);
+/// "random:seed=S", and ":w=1" with weak memory.
+[[nodiscard]] inline std::string random_schedule(std::uint64_t seed, bool weak) {
+  return "random:seed=" + std::to_string(seed) + (weak ? ":w=1" : "");
 }
 
-/// "pct:seed=S:d=D:k=K".
-[[nodiscard]] inline std::string pct_schedule(std::uint64_t seed, std::size_t depth, std::size_t steps) {
-  return "pct:seed=" + std::to_string(seed) + ":d=" + std::to_string(depth) + ":k=" + std::to_string(steps);
+/// "pct:seed=S:d=D:k=K", and ":w=1" with weak memory.
+[[nodiscard]] inline std::string pct_schedule(std::uint64_t seed, std::size_t depth, std::size_t steps,
+                                              bool weak) {
+  return "pct:seed=" + std::to_string(seed) + ":d=" + std::to_string(depth) + ":k=" + std::to_string(steps) +
+         (weak ? ":w=1" : "");
 }
 
 /// "s:0.1.1.0" (the thread chosen at each decision that had a choice; "0*5" repeats 0 five
@@ -263,6 +285,7 @@ class list_chooser final : public chooser {
   bool has_seed = false;
   bool has_depth = false;
   bool has_steps = false;
+  bool weak = false;
   std::string_view rest = colon == std::string_view::npos ? std::string_view{} : schedule.substr(colon + 1);
   while (!rest.empty()) {
     const std::size_t next = rest.find(':');
@@ -280,14 +303,17 @@ class list_chooser final : public chooser {
     } else if (key == "k") {
       steps = value;
       has_steps = true;
+    } else if (key == "w" && value <= 1) {
+      weak = value == 1;
     } else {
       throw bad();
     }
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
   }
-  if (name == "random" && has_seed && !has_depth && !has_steps) return std::make_unique<random_chooser>(seed);
+  if (name == "random" && has_seed && !has_depth && !has_steps)
+    return std::make_unique<random_chooser>(seed, weak);
   if (name == "pct" && has_seed && has_depth && has_steps && depth >= 1 && depth <= 1000) {
-    return std::make_unique<pct_chooser>(seed, as<std::size_t>(depth), as<std::size_t>(steps));
+    return std::make_unique<pct_chooser>(seed, as<std::size_t>(depth), as<std::size_t>(steps), weak);
   }
   throw bad();
 }

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""./x mutants: does the schedule explorer find realistic concurrency bugs?
+
+Each mutant is a copy of include/ with one realistic bug injected (a read-modify-write split
+into a load and a store, a missing sleep announcement, a grant not passed on, a wake-up before
+its store, a missing fence...). For each, this builds the primitive's model tests
+(tests/model/, ASYNCBAND_MODEL) and its ordinary tests (tests/test_<primitive>.cpp: unit, race
+and stress tests, with real threads) against the mutated headers, and reports whether each
+found the bug, and after how many schedules the explorer did (PCT, depth 3, at most
+--schedules, default 1000). A mutant whose text no longer matches the headers is an error: the
+list is kept in step with the code.
+
+    scripts/mutants.py [--schedules N] [--only NAME[,NAME]] [--no-unit] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "build" / "mutants"
+CXX = os.environ.get("CXX", "g++-12")
+FLAGS = ["-std=c++20", "-pthread", "-g0"]
+LIBS = ["-lgtest", "-lgtest_main", "-pthread"]
+
+
+@dataclasses.dataclass
+class Mutant:
+    name: str
+    bug: str                      # the bug, in words
+    file: str                     # under include/asyncband/
+    edits: list[tuple[str, str]]  # (original text, mutated text); each original occurs once
+    model: str                    # gtest filter of the model tests that should find it
+    unit: str                     # tests/test_<unit>.cpp: the ordinary tests of the primitive
+
+
+MUTANTS = [
+    Mutant(
+        "semaphore_take_split",
+        "try_take checks the count, then stores it (a load moved before the CAS: two takers "
+        "both take the last permit)",
+        "detail/semaphore_word.hpp",
+        [("""      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return true;""",
+          """      state_.store(s - encode(n), std::memory_order_relaxed);
+      return true;""")],
+        "ModelSemaphore.*:ModelMutex*", "semaphore"),
+    Mutant(
+        "semaphore_give_split",
+        "try_add stores count + n over the word instead of a CAS: a queuing waiter's "
+        "'contended' mark is overwritten, and the release that should wake it does not",
+        "detail/semaphore_word.hpp",
+        [("""      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
+                                       std::memory_order_relaxed))
+        return add_outcome::added;""",
+          """      state_.store(s + encode(n), std::memory_order_release);
+      return add_outcome::added;""")],
+        "ModelSemaphore.*:ModelMutex*", "semaphore"),
+    Mutant(
+        "semaphore_no_sleep_announcement",
+        "a waiter about to queue re-checks the count but does not mark the word contended: "
+        "releases go to the count and nobody wakes it (a lost wake-up in the sleep announcement)",
+        "detail/semaphore_wait.hpp",
+        [("  if (word_.take_or_mark_contended(w.missing(), partial)) return true;",
+          "  if (word_.try_take(w.missing())) return true;")],
+        "ModelSemaphore.*:ModelMutex*", "semaphore"),
+    Mutant(
+        "semaphore_cancel_drops_grant",
+        "a cancelled waiter's partial grant is not passed on to the waiters behind it",
+        "detail/semaphore_wait.hpp",
+        [("          semaphore_->hand_out(std::exchange(granted_, 0), waiters, batch);",
+          "          (void)std::exchange(granted_, 0);")],
+        "ModelSemaphore.*", "semaphore"),
+    Mutant(
+        "waiter_arm_split",
+        "the waiting side's end of the resume handshake is a load and a store instead of one "
+        "fetch_or: a resolver in between sees it not suspended, and nobody resumes it",
+        "detail/waiter.hpp",
+        [("    return (handshake_.fetch_or(suspended, std::memory_order_acq_rel) & resolved) == 0;",
+          "    const auto before = handshake_.load(std::memory_order_acquire);\n"
+          "    handshake_.store(before | suspended, std::memory_order_release);\n"
+          "    return (before & resolved) == 0;")],
+        "ModelSemaphore.*:ModelMutex*:ModelManualResetEvent*", "semaphore"),
+    Mutant(
+        "parker_notify_before_store",
+        "unpark wakes the parked thread before it stores the release flag: the thread wakes, "
+        "sees nothing, and sleeps for good",
+        "detail/waiter.hpp",
+        [("""    released_.store(1, std::memory_order_seq_cst);  // pairs with notify's check for sleepers
+    released_.notify_one();""",
+          """    released_.notify_one();
+    released_.store(1, std::memory_order_seq_cst);""")],
+        "ModelSemaphore.*:ModelMutex*", "semaphore"),
+    Mutant(
+        "event_set_skips_marked_waiter",
+        "set() returns when its CAS finds any bit, not only 'set': a waiter that marked itself "
+        "queued is never woken",
+        "manual_reset_event.hpp",
+        [("    if ((s & set_bit) != 0) return;  // set already: no waiter can be queued",
+          "    if (s != 0) return;")],
+        "ModelManualResetEvent*", "manual_reset_event"),
+    Mutant(
+        "event_mark_overwrites_set",
+        "a waiter marks itself queued with a store instead of a CAS: a set() in between is "
+        "overwritten and lost",
+        "manual_reset_event.hpp",
+        [("""      if (state_.compare_exchange_weak(s, waiting_bit, std::memory_order_acquire, std::memory_order_acquire))
+        return false;""",
+          """      state_.store(waiting_bit, std::memory_order_release);
+      return false;""")],
+        "ModelManualResetEvent*", "manual_reset_event"),
+    Mutant(
+        "latch_flag_overwrites_count",
+        "a waiter flags itself with a store of the count it read: an arrival in between is "
+        "undone, and the latch never opens",
+        "latch.hpp",
+        [("""    } while (!state_.compare_exchange_weak(state, state | waiters_flag, std::memory_order_acq_rel));
+    return true;""",
+          """    } while (false);
+    state_.store(state | waiters_flag, std::memory_order_release);
+    return true;""")],
+        "ModelLatch*", "latch"),
+    Mutant(
+        "channel_sleep_after_check",
+        "the MPSC receiver announces its sleep after looking for a value, not before (the two "
+        "halves of the Dekker pair in the wrong order): a value published in between is slept "
+        "through",
+        "detail/channel_core.hpp",
+        [("""        receiver_sleeping_.store(true, std::memory_order_relaxed);
+        asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with a departing producer
+""", ""),
+         ("""          if (!nothing_more) {
+            rx_queue_.waiters().push_back(w);""",
+          """          if (!nothing_more) {
+            receiver_sleeping_.store(true, std::memory_order_relaxed);
+            rx_queue_.waiters().push_back(w);""")],
+        "ModelMpsc*", "mpsc_bounded"),
+    Mutant(
+        "spin_lock_test_then_set",
+        "the wait-list lock tests its flag, then sets it, in two steps: two threads in the "
+        "wait list at once",
+        "detail/spin_lock.hpp",
+        [("""    while (locked_.exchange(true, std::memory_order_acquire)) {
+      spin_until([this] { return !locked_.load(std::memory_order_relaxed); });
+    }""",
+          """    spin_until([this] { return !locked_.load(std::memory_order_relaxed); });
+    locked_.store(true, std::memory_order_relaxed);""")],
+        "ModelSemaphore.*:ModelMutex*:ModelManualResetEvent*", "semaphore"),
+    Mutant(
+        "channel_publish_missing_fence",
+        "a publisher's seq_cst fence between its publication and its look at the receiver's "
+        "sleep flag is gone (a store-load reordering only weak memory shows: x86 allows it)",
+        "detail/channel_core.hpp",
+        [("""  void after_publish() noexcept {
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);""",
+          """  void after_publish() noexcept {""")],
+        "ModelMpsc*", "mpsc_unbounded"),
+]
+
+
+def mutate(m: Mutant) -> Path:
+    """A copy of include/ with the mutant's edits; exits if an original text is not unique."""
+    tree = WORK / m.name / "include"
+    if tree.exists():
+        shutil.rmtree(tree)
+    shutil.copytree(ROOT / "include", tree)
+    target = tree / "asyncband" / m.file
+    text = target.read_text()
+    for old, new in m.edits:
+        if text.count(old) != 1:
+            sys.exit(f"mutants: {m.name}: the text to mutate occurs {text.count(old)} times in {m.file}")
+        text = text.replace(old, new)
+    target.write_text(text)
+    return tree
+
+
+def build(out: Path, sources: list[Path], include: Path, defines: list[str], opt: str) -> str | None:
+    cmd = [CXX, *FLAGS, opt, *defines, f"-I{include}", f"-I{ROOT / 'tests'}", *map(str, sources), "-o", str(out),
+           *LIBS]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return None if r.returncode == 0 else r.stderr[-2000:]
+
+
+def run(cmd: list[str], env: dict[str, str], timeout: int) -> tuple[int | None, str]:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout)
+        return r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return None, out
+
+
+def model_verdict(m: Mutant, include: Path, schedules: int) -> str:
+    exe = WORK / m.name / "model"
+    sources = sorted((ROOT / "tests" / "model").glob("model_*.cpp"))
+    if (err := build(exe, sources, include, ["-DASYNCBAND_MODEL=1"], "-O1")) is not None:
+        return "does not compile: " + err.splitlines()[0]
+    code, out = run([str(exe), f"--gtest_filter={m.model}"],
+                    {"ASYNCBAND_EXPLORE_SCHEDULES": str(schedules)}, 900)
+    if code is None:
+        return "hung (timeout)"
+    found = []
+    for block in out.split("[ RUN      ] ")[1:]:
+        if hit := re.search(r"failed: (\w+) in schedule (\d+)", block):
+            found.append((int(hit.group(2)), hit.group(1), block.split()[0]))
+    if found:
+        n, kind, test = min(found)
+        return f"found: {kind} after {n} schedule{'s' if n != 1 else ''} ({test})"
+    if code != 0:
+        return "found: the model test binary failed (" + out.strip().splitlines()[-1][:80] + ")"
+    return f"not found in {schedules} schedules"
+
+
+def unit_verdict(m: Mutant, include: Path) -> str:
+    exe = WORK / m.name / "unit"
+    source = ROOT / "tests" / f"test_{m.unit}.cpp"
+    if (err := build(exe, [source], include, ["-DASYNCBAND_TESTING=1"], "-O2")) is not None:
+        return "does not compile: " + err.splitlines()[0]
+    code, out = run([str(exe), "--gtest_brief=1"], {}, 300)
+    if code is None:
+        return "found: hung (timeout 300 s)"
+    if code != 0:
+        failed = re.findall(r"\[  FAILED  \] (\S+)", out)
+        return "found: " + (f"{len(set(failed))} failed, e.g. {failed[0]}" if failed else f"exit {code}")
+    return "not found"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--schedules", type=int, default=1000)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--no-unit", action="store_true", help="skip the ordinary tests (faster)")
+    ap.add_argument("--out", default=str(WORK / "report.md"))
+    args = ap.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only.split(",")]
+    rows = []
+    for m in chosen:
+        start = time.monotonic()
+        include = mutate(m)
+        model = model_verdict(m, include, args.schedules)
+        unit = "not run" if args.no_unit else unit_verdict(m, include)
+        print(f"{m.name}: explorer {model}; test_{m.unit}: {unit} ({time.monotonic() - start:.0f} s)", flush=True)
+        rows.append((m, model, unit))
+    found = sum(1 for _, model, _ in rows if model.startswith("found"))
+    lines = [f"| mutant | bug | explorer ({args.schedules} PCT schedules) | ordinary tests |", "|---|---|---|---|"]
+    lines += [f"| `{m.name}` ({m.file}) | {m.bug} | {model} | test_{m.unit}: {unit} |" for m, model, unit in rows]
+    lines += ["", f"The explorer found {found} of {len(rows)}."]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
