@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// Model tests of asyncband::mpmc::bounded: the values' semaphore shared by several receivers,
+// a cancelled receive woken for a value, and the last receiver's departure against a send
+// waiting for capacity.
+#include <utility>
+
+#include <asyncband/mpmc/bounded.hpp>
+#include <asyncband/stop_token.hpp>
+
+#include "counted.hpp"
+#include "model.hpp"
+
+namespace {
+
+using model::counted;
+using model::ex::atomic;
+using model::ex::check;
+using model::ex::thread;
+
+// Two receivers and one value, then the last sender goes: exactly one receive gets the value,
+// the other ends closed (a lost wake-up on the departure is a deadlock).
+TEST(ModelMpmcBounded, TwoReceiversOneValue) {
+  EXPECT_TRUE(model::explored(130, [] {
+    auto [tx, rx] = asyncband::mpmc::bounded<int>(1);
+    atomic<int> got{0};
+    atomic<int> closed{0};
+    const auto receive = [&](asyncband::mpmc::receiver<int> r) {
+      auto v = r.recv_blocking();
+      if (v.ok()) {
+        check(*v == 8, "another value");
+        got.fetch_add(1);
+      } else {
+        closed.fetch_add(1);
+      }
+    };
+    thread a(receive, rx);
+    thread b(receive, std::move(rx));
+    thread sender([t = std::move(tx)]() mutable { check(t.send_blocking(8).ok(), "the send failed"); });
+    a.join();
+    b.join();
+    sender.join();
+    check(got.load() == 1 && closed.load() == 1, "the value was lost or received twice");
+  }));
+}
+
+// A receive cancelled while the one value arrives takes nothing: if it was woken for the value,
+// the value goes to the other receive; none is lost, none received twice.
+TEST(ModelMpmcBounded, CancelledReceivePassesValueOn) {
+  EXPECT_TRUE(model::explored(131, [] {
+    auto [tx, rx] = asyncband::mpmc::bounded<int>(1);
+    asyncband::stop_source stop;
+    atomic<int> got{0};
+    thread cancelled([&, r = rx]() mutable {
+      auto v = r.recv_blocking(stop.get_token());
+      if (v.ok()) got.fetch_add(1);
+    });
+    thread other([&, r = rx]() mutable {
+      auto v = r.recv_blocking();
+      if (v.ok()) got.fetch_add(1);
+    });
+    check(tx.send_blocking(5).ok(), "the send failed");
+    stop.request_stop();
+    cancelled.join();
+    { const auto gone = std::move(tx); }  // the last sender goes: a receive still waiting ends closed
+    other.join();
+    check(got.load() == 1, "the value was lost or received twice");
+    check(rx.len() == 0, "the value is still in the channel");
+  }));
+}
+
+// The last receiver goes (after freeing the place) while a send waits for capacity: the send
+// ends delivered (its value destroyed with the channel) or closed with its value back; every
+// value is destroyed exactly once.
+TEST(ModelMpmcBounded, LastReceiverDropVsWaitingSender) {
+  EXPECT_TRUE(model::explored(132, [] {
+    atomic<int> live{0};
+    {
+      auto [tx, rx] = asyncband::mpmc::bounded<counted>(1);
+      check(tx.try_send(counted(1, &live)).ok(), "the empty channel was full");
+      thread sender([&, t = tx]() mutable {
+        auto r = t.send_blocking(counted(2, &live));
+        if (!r.ok()) {
+          check(r.status() == asyncband::send_status::closed, "the send ended neither ok nor closed");
+          check(r.value().value() == 2, "the send handed back another value");
+        }
+      });
+      thread a([r = rx]() mutable {
+        auto v = r.recv_blocking();
+        check(v.ok() && v->value() == 1, "the first value");
+      });
+      thread b([r = std::move(rx)]() mutable {});  // the other receiver goes
+      a.join();
+      b.join();
+      sender.join();
+    }
+    check(live.load() == 0, "a value was leaked or destroyed twice");
+  }));
+}
+
+}  // namespace
