@@ -144,9 +144,12 @@ class unbounded_state : public handle_counts<unbounded_state<T>>, public value_t
     m->drop();
   }
   /// n values left the channel (received, destroyed, or withdrawn by their sends): if they were
-  /// the last of a closed channel, receives end closed.
+  /// the last of a closed channel, receives end closed. The count is read again after the close
+  /// flag: between this decrement and the close, a send may have added a value (and the close
+  /// then found it pending and left the end to its receive). Found by the model test
+  /// ModelMpmcUnbounded.EachValueToOneReceiver: ending on the stale 0 lost that value.
   void done_with_values(std::size_t n) noexcept {
-    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && closed()) end();
+    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && drained()) end();
   }
 
   /// The message a unit of `items_` stands for: a parked one first, else the one after the head.
