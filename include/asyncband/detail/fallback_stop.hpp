@@ -271,7 +271,8 @@ class stop_source {
   }
   /// Takes over `other`'s state; `other` has none afterwards.
   stop_source& operator=(stop_source&& other) noexcept {
-    stop_source(std::move(other)).swap(*this);
+    stop_source moved(std::move(other));
+    moved.swap(*this);
     return *this;
   }
   ~stop_source() {
