@@ -5,8 +5,7 @@
 #include <asyncband/auto_reset_event.hpp>
 #include <asyncband/stop_token.hpp>
 
-#include <memory>
-
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -20,7 +19,8 @@ using model::ex::thread;
 // waiter). A permit lost between the lock-free store and the queueing is a deadlock.
 TEST(ModelAutoResetEvent, NotifyOneRacesWaitAndTryWait) {
   EXPECT_TRUE(model::explored(401, [] {
-    asyncband::auto_reset_event e;
+    model::kept<asyncband::auto_reset_event> kept_e;
+    auto& e = *kept_e;
     thread waiter([&] { e.wait_blocking(); });
     thread notifier([&] { e.notify_one(); });
     const bool took = e.try_wait();
@@ -36,7 +36,8 @@ TEST(ModelAutoResetEvent, NotifyOneRacesWaitAndTryWait) {
 // good: a deadlock). If the cancellable waiter used the permit, the other gets a second one.
 TEST(ModelAutoResetEvent, CancelledWaiterPassesThePermitOn) {
   EXPECT_TRUE(model::explored(402, [] {
-    asyncband::auto_reset_event e;
+    model::kept<asyncband::auto_reset_event> kept_e;
+    auto& e = *kept_e;
     asyncband::stop_source stop;
     atomic<bool> cancellable_ok{false};
     atomic<int> plain_woken{0};
@@ -64,7 +65,7 @@ TEST(ModelAutoResetEvent, CancelledWaiterPassesThePermitOn) {
 // still be returning (a use after free shows under the sanitizers).
 TEST(ModelAutoResetEvent, WaiterDestroysTheEventOnceWoken) {
   EXPECT_TRUE(model::explored(403, [] {
-    auto e = std::make_unique<asyncband::auto_reset_event>();
+    model::kept<asyncband::auto_reset_event> e;
     asyncband::auto_reset_event* const shared = e.get();
     thread waiter([&] {
       shared->wait_blocking();
@@ -72,7 +73,7 @@ TEST(ModelAutoResetEvent, WaiterDestroysTheEventOnceWoken) {
     });
     shared->notify_one();
     waiter.join();
-    check(e == nullptr, "the waiter did not finish");
+    check(e.get() == nullptr, "the waiter did not finish");
   }));
 }
 

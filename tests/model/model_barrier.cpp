@@ -7,8 +7,8 @@
 
 #include <coroutine>
 #include <exception>
-#include <memory>
 
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -21,7 +21,8 @@ using model::ex::thread;
 // generation, and each generation has exactly one leader.
 TEST(ModelBarrier, ThreeParticipantsTwoGenerations) {
   EXPECT_TRUE(model::explored(801, [] {
-    asyncband::barrier b(3);
+    model::kept<asyncband::barrier> kept_b(3);
+    auto& b = *kept_b;
     atomic<int> arrivals{0};
     atomic<int> leaders{0};
     const auto participant = [&] {
@@ -63,7 +64,8 @@ eager wait_and_record(asyncband::barrier& b, asyncband::stop_token stop, atomic<
 // when it suspends, and its thread requests the stop after that, while the other arrives.
 TEST(ModelBarrier, CancelledWaitKeepsItsArrival) {
   EXPECT_TRUE(model::explored(802, [] {
-    asyncband::barrier b(2);
+    model::kept<asyncband::barrier> kept_b(2);
+    auto& b = *kept_b;
     asyncband::stop_source stop;
     atomic<int> outcome{0};
     thread cancelling([&] {
@@ -84,7 +86,7 @@ TEST(ModelBarrier, CancelledWaitKeepsItsArrival) {
 // sanitizers).
 TEST(ModelBarrier, WokenParticipantDestroysTheBarrier) {
   EXPECT_TRUE(model::explored(803, [] {
-    auto b = std::make_unique<asyncband::barrier>(2);
+    model::kept<asyncband::barrier> b(2);
     asyncband::barrier* const shared = b.get();
     atomic<int> leaders{0};
     const auto participant = [&] {
@@ -97,7 +99,7 @@ TEST(ModelBarrier, WokenParticipantDestroysTheBarrier) {
     thread a(participant);
     participant();
     a.join();
-    check(leaders.load() == 1 && b == nullptr, "a generation had no leader, or two");
+    check(leaders.load() == 1 && b.get() == nullptr, "a generation had no leader, or two");
   }));
 }
 

@@ -6,8 +6,7 @@
 #include <asyncband/mutex.hpp>
 #include <asyncband/stop_token.hpp>
 
-#include <memory>
-
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -20,8 +19,10 @@ using model::ex::thread;
 // the waiter registers and unlocks in one step, so it either sees the change or is notified.
 TEST(ModelCondvar, NotifyOneAfterTheChangeWakesTheWaiter) {
   EXPECT_TRUE(model::explored(201, [] {
-    asyncband::mutex<int> m(0);
-    asyncband::condvar cv;
+    model::kept<asyncband::mutex<int>> kept_m(0);
+    model::kept<asyncband::condvar> kept_cv;
+    auto& m = *kept_m;
+    auto& cv = *kept_cv;
     thread waiter([&] {
       auto g = cv.wait_while_blocking(m.lock_blocking(), [](int v) { return v == 0; });
       check(*g == 1, "woken before the change");
@@ -42,8 +43,10 @@ TEST(ModelCondvar, NotifyOneAfterTheChangeWakesTheWaiter) {
 // leaves the plain waiter without one, and only then is that waiter stopped too.
 TEST(ModelCondvar, NotifyOnePassesOnFromACancelledWait) {
   EXPECT_TRUE(model::explored(202, [] {
-    asyncband::mutex<bool> m(false);
-    asyncband::condvar cv;
+    model::kept<asyncband::mutex<bool>> kept_m(false);
+    model::kept<asyncband::condvar> kept_cv;
+    auto& m = *kept_m;
+    auto& cv = *kept_cv;
     asyncband::stop_source stop;
     asyncband::stop_source stop_plain;  // requested only if the cancellable wait kept the notification
     atomic<bool> cancellable_ok{false};
@@ -83,8 +86,9 @@ TEST(ModelCondvar, NotifyOnePassesOnFromACancelledWait) {
 // both are registered (a registration and its unlock are one step under the mutex).
 TEST(ModelCondvar, NotifyAllWakesEveryWaiterThenTheLastDestroys) {
   EXPECT_TRUE(model::explored(203, [] {
-    asyncband::mutex<int> registered(0);
-    auto cv = std::make_unique<asyncband::condvar>();
+    model::kept<asyncband::mutex<int>> kept_registered(0);
+    auto& registered = *kept_registered;
+    model::kept<asyncband::condvar> cv;
     asyncband::condvar* const shared = cv.get();
     atomic<int> inside{0};
     atomic<int> left{0};
@@ -104,7 +108,7 @@ TEST(ModelCondvar, NotifyAllWakesEveryWaiterThenTheLastDestroys) {
     shared->notify_all();
     a.join();
     b.join();
-    check(cv == nullptr, "a waiter did not leave");
+    check(cv.get() == nullptr, "a waiter did not leave");
   }));
 }
 

@@ -5,8 +5,7 @@
 #include <asyncband/latch.hpp>
 #include <asyncband/stop_token.hpp>
 
-#include <memory>
-
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -19,7 +18,8 @@ using model::ex::thread;
 // none is left behind (a waiter the final decrement misses is a deadlock).
 TEST(ModelLatch, CountDownRacesWaiters) {
   EXPECT_TRUE(model::explored(601, [] {
-    asyncband::latch l(2);
+    model::kept<asyncband::latch> kept_l(2);
+    auto& l = *kept_l;
     atomic<int> arrived{0};
     const auto arrive = [&] {
       arrived.fetch_add(1);
@@ -43,7 +43,8 @@ TEST(ModelLatch, CountDownRacesWaiters) {
 // cancelled, exactly once, and its cancellation leaves the other waiter queued to be woken.
 TEST(ModelLatch, CancelRacesTheFinalArrival) {
   EXPECT_TRUE(model::explored(602, [] {
-    asyncband::latch l(1);
+    model::kept<asyncband::latch> kept_l(1);
+    auto& l = *kept_l;
     asyncband::stop_source stop;
     atomic<int> ends{0};
     thread cancellable([&] {
@@ -72,7 +73,7 @@ TEST(ModelLatch, CancelRacesTheFinalArrival) {
 // sanitizers; the arrival pins the queue, which the destructor waits out).
 TEST(ModelLatch, WaiterDestroysTheLatchOnceComplete) {
   EXPECT_TRUE(model::explored(603, [] {
-    auto l = std::make_unique<asyncband::latch>(1);
+    model::kept<asyncband::latch> l(1);
     asyncband::latch* const shared = l.get();
     thread waiter([&] {
       shared->wait_blocking();
@@ -80,7 +81,7 @@ TEST(ModelLatch, WaiterDestroysTheLatchOnceComplete) {
     });
     shared->count_down();
     waiter.join();
-    check(l == nullptr, "the waiter did not finish");
+    check(l.get() == nullptr, "the waiter did not finish");
   }));
 }
 

@@ -4,8 +4,7 @@
 #include <asyncband/manual_reset_event.hpp>
 #include <asyncband/stop_token.hpp>
 
-#include <memory>
-
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -19,7 +18,8 @@ using model::ex::thread;
 // misses waits for good: a deadlock the explorer reports).
 TEST(ModelManualResetEvent, SetRacesWaitAndReset) {
   EXPECT_TRUE(model::explored(501, [] {
-    asyncband::manual_reset_event e;
+    model::kept<asyncband::manual_reset_event> kept_e;
+    auto& e = *kept_e;
     atomic<bool> woken{false};
     thread waiter([&] {
       e.wait_blocking();
@@ -39,7 +39,8 @@ TEST(ModelManualResetEvent, SetRacesWaitAndReset) {
 // cancellation leaves the queue whole, so the plain waiter is woken by the same set().
 TEST(ModelManualResetEvent, CancelRacesSet) {
   EXPECT_TRUE(model::explored(502, [] {
-    asyncband::manual_reset_event e;
+    model::kept<asyncband::manual_reset_event> kept_e;
+    auto& e = *kept_e;
     asyncband::stop_source stop;
     atomic<int> ends{0};
     thread cancellable([&] {
@@ -66,7 +67,7 @@ TEST(ModelManualResetEvent, CancelRacesSet) {
 // be returning (a use after free shows under the sanitizers).
 TEST(ModelManualResetEvent, WaiterDestroysTheEventOnceSet) {
   EXPECT_TRUE(model::explored(503, [] {
-    auto e = std::make_unique<asyncband::manual_reset_event>();
+    model::kept<asyncband::manual_reset_event> e;
     asyncband::manual_reset_event* const shared = e.get();
     thread waiter([&] {
       shared->wait_blocking();
@@ -74,7 +75,7 @@ TEST(ModelManualResetEvent, WaiterDestroysTheEventOnceSet) {
     });
     shared->set();
     waiter.join();
-    check(e == nullptr, "the waiter did not finish");
+    check(e.get() == nullptr, "the waiter did not finish");
   }));
 }
 

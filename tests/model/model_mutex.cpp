@@ -4,8 +4,7 @@
 #include <asyncband/mutex.hpp>
 #include <asyncband/stop_token.hpp>
 
-#include <memory>
-
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -18,7 +17,8 @@ using model::ex::thread;
 // by the unlock) and a try_lock that must not barge; no increment is lost.
 TEST(ModelMutex, ExcludesAndCountsEveryHolder) {
   EXPECT_TRUE(model::explored(101, [] {
-    asyncband::mutex<int> m(0);
+    model::kept<asyncband::mutex<int>> kept_m(0);
+    auto& m = *kept_m;
     atomic<int> inside{0};
     const auto locker = [&] {
       auto g = m.lock_blocking();
@@ -47,7 +47,8 @@ TEST(ModelMutex, ExcludesAndCountsEveryHolder) {
 // waiter (which otherwise waits for good: a deadlock the explorer reports).
 TEST(ModelMutex, CancelledWaiterPassesTheLockOn) {
   EXPECT_TRUE(model::explored(102, [] {
-    asyncband::mutex<int> m(0);
+    model::kept<asyncband::mutex<int>> kept_m(0);
+    auto& m = *kept_m;
     asyncband::stop_source stop;
     auto held = m.lock_blocking();
     atomic<int> holders{0};
@@ -80,7 +81,7 @@ TEST(ModelMutex, CancelledWaiterPassesTheLockOn) {
 // handed it over may still be returning (a use after free shows under the sanitizers).
 TEST(ModelMutex, WaiterDestroysTheMutexAfterTheHandOff) {
   EXPECT_TRUE(model::explored(103, [] {
-    auto m = std::make_unique<asyncband::mutex<int>>(0);
+    model::kept<asyncband::mutex<int>> m(0);
     auto held = m->lock_blocking();
     atomic<bool> done{false};
     thread waiter([&] {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -33,7 +34,8 @@ std::vector<asyncband::phaser_participant> enroll(const std::shared_ptr<asyncban
 // only after all three arrived.
 TEST(ModelPhaser, ThreeParticipantsTwoPhases) {
   EXPECT_TRUE(model::explored(901, [] {
-    auto ph = asyncband::phaser::create();
+    const model::kept<std::shared_ptr<asyncband::phaser>> kept_ph(asyncband::phaser::create());
+    const auto& ph = *kept_ph;
     auto parts = enroll(ph, 3);
     atomic<int> arrivals{0};
     const auto participant = [&arrivals](asyncband::phaser_participant& p) {
@@ -58,7 +60,8 @@ TEST(ModelPhaser, ThreeParticipantsTwoPhases) {
 // observer's wait for: the observer's plain wait parks on the broadcast word and is released by it.
 TEST(ModelPhaser, WithdrawalCompletesThePhaseForAnObserver) {
   EXPECT_TRUE(model::explored(902, [] {
-    auto ph = asyncband::phaser::create();
+    const model::kept<std::shared_ptr<asyncband::phaser>> kept_ph(asyncband::phaser::create());
+    const auto& ph = *kept_ph;
     auto parts = enroll(ph, 2);
     thread waiter([&] {
       auto r = parts[0].wait_blocking();
@@ -78,7 +81,8 @@ TEST(ModelPhaser, WithdrawalCompletesThePhaseForAnObserver) {
 // way both participants see phase 1 complete, once.
 TEST(ModelPhaser, CancelledWaitKeepsItsArrival) {
   EXPECT_TRUE(model::explored(903, [] {
-    auto ph = asyncband::phaser::create();
+    const model::kept<std::shared_ptr<asyncband::phaser>> kept_ph(asyncband::phaser::create());
+    const auto& ph = *kept_ph;
     auto parts = enroll(ph, 2);
     asyncband::stop_source stop;
     thread cancellable([&] {
@@ -102,7 +106,8 @@ TEST(ModelPhaser, CancelledWaitKeepsItsArrival) {
 // both, never one of each.
 TEST(ModelPhaser, CloseRacesTheFinalArrival) {
   EXPECT_TRUE(model::explored(904, [] {
-    auto ph = asyncband::phaser::create();
+    const model::kept<std::shared_ptr<asyncband::phaser>> kept_ph(asyncband::phaser::create());
+    const auto& ph = *kept_ph;
     auto parts = enroll(ph, 2);
     atomic<bool> first_ok{false};
     thread waiter([&] { first_ok.store(parts[0].wait_blocking().ok()); });

@@ -4,6 +4,7 @@
 #include <asyncband/rwlock.hpp>
 #include <asyncband/stop_token.hpp>
 
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -15,7 +16,8 @@ using model::ex::thread;
 // A writer excludes readers and readers exclude the writer; readers may share.
 TEST(ModelRwlock, WriterExcludesReaders) {
   EXPECT_TRUE(model::explored(301, [] {
-    asyncband::rwlock<int> l(0, 4);
+    model::kept<asyncband::rwlock<int>> kept_l(0, 4);
+    auto& l = *kept_l;
     atomic<int> readers{0};
     atomic<int> writers{0};
     thread writer([&] {
@@ -45,7 +47,8 @@ TEST(ModelRwlock, WriterExcludesReaders) {
 // a deadlock the explorer reports.
 TEST(ModelRwlock, CancelledWriterLetsTheReadersBehindItIn) {
   EXPECT_TRUE(model::explored(302, [] {
-    asyncband::rwlock<int> l(0, 4);
+    model::kept<asyncband::rwlock<int>> kept_l(0, 4);
+    auto& l = *kept_l;
     asyncband::stop_source stop;
     auto held = l.read_blocking();
     thread writer([&] {
@@ -69,7 +72,8 @@ TEST(ModelRwlock, CancelledWriterLetsTheReadersBehindItIn) {
 // the writer queued behind them.
 TEST(ModelRwlock, DowngradeLetsQueuedReadersInButNoWriter) {
   EXPECT_TRUE(model::explored(303, [] {
-    asyncband::rwlock<int> l(0, 4);
+    model::kept<asyncband::rwlock<int>> kept_l(0, 4);
+    auto& l = *kept_l;
     atomic<int> readers{0};
     atomic<int> writers{0};
     auto w = l.write_blocking();

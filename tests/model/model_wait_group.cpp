@@ -5,9 +5,9 @@
 #include <asyncband/stop_token.hpp>
 #include <asyncband/wait_group.hpp>
 
-#include <memory>
 #include <utility>
 
+#include "kept.hpp"
 #include "model.hpp"
 
 namespace {
@@ -68,9 +68,11 @@ TEST(ModelWaitGroup, CancelRacesTheLastDeparture) {
 TEST(ModelWaitGroup, NewRoundIsNotReleasedByTheOldOne) {
   EXPECT_TRUE(model::explored(703, [] {
     asyncband::wait_group wg;
-    asyncband::wait_group joiner_handle(wg);
+    model::kept<asyncband::wait_group> kept_joiner(wg);  // kept: see kept.hpp
+    auto& joiner_handle = *kept_joiner;
     joiner_handle.leave();  // a former member: its copy joins as a new member
-    asyncband::wait_group waiter_handle(wg);
+    model::kept<asyncband::wait_group> kept_waiter(wg);
+    auto& waiter_handle = *kept_waiter;
     waiter_handle.leave();
     atomic<bool> joined{false};
     atomic<bool> copy_left{false};
