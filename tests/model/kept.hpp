@@ -6,11 +6,16 @@
 // "destroyed with waiters" assertion, which aborts the test binary before the failure and its
 // replay string are reported. A kept<T> owns its T on the heap as a unique_ptr does, and leaks
 // it instead when destroyed by unwinding (failed runs only).
+//
+// waiter_destroys<P>(wake, args...) is the "last one out" body of the primitives whose plain
+// wait_blocking() one call of `wake` ends.
 #pragma once
 
 #include <exception>
 #include <memory>
 #include <utility>
+
+#include <asyncband/testing/explore.hpp>
 
 namespace model {
 
@@ -36,5 +41,21 @@ class kept {
  private:
   std::unique_ptr<T> value_;
 };
+
+/// Last one out: a model thread waits on a new P(args...) and destroys it as soon as its wait
+/// ends, while `wake(P&)` on the calling thread may still be returning. The explorer cannot see
+/// a use after free: the sanitizers do (or the destructor's wait for pinned wakers hangs).
+template <class P, class Wake, class... Args>
+void waiter_destroys(Wake wake, Args&&... args) {
+  kept<P> primitive(std::forward<Args>(args)...);
+  P* const shared = primitive.get();
+  asyncband::testing::thread waiter([&primitive, shared] {
+    shared->wait_blocking();
+    primitive.reset();
+  });
+  wake(*shared);
+  waiter.join();
+  asyncband::testing::check(primitive.get() == nullptr, "the waiter did not finish");
+}
 
 }  // namespace model

@@ -65,15 +65,8 @@ TEST(ModelAutoResetEvent, CancelledWaiterPassesThePermitOn) {
 // still be returning (a use after free shows under the sanitizers).
 TEST(ModelAutoResetEvent, WaiterDestroysTheEventOnceWoken) {
   EXPECT_TRUE(model::explored(403, [] {
-    model::kept<asyncband::auto_reset_event> e;
-    asyncband::auto_reset_event* const shared = e.get();
-    thread waiter([&] {
-      shared->wait_blocking();
-      e.reset();
-    });
-    shared->notify_one();
-    waiter.join();
-    check(e.get() == nullptr, "the waiter did not finish");
+    model::waiter_destroys<asyncband::auto_reset_event>(
+        [](asyncband::auto_reset_event& e) { e.notify_one(); });
   }));
 }
 

@@ -67,15 +67,7 @@ TEST(ModelManualResetEvent, CancelRacesSet) {
 // be returning (a use after free shows under the sanitizers).
 TEST(ModelManualResetEvent, WaiterDestroysTheEventOnceSet) {
   EXPECT_TRUE(model::explored(503, [] {
-    model::kept<asyncband::manual_reset_event> e;
-    asyncband::manual_reset_event* const shared = e.get();
-    thread waiter([&] {
-      shared->wait_blocking();
-      e.reset();
-    });
-    shared->set();
-    waiter.join();
-    check(e.get() == nullptr, "the waiter did not finish");
+    model::waiter_destroys<asyncband::manual_reset_event>([](asyncband::manual_reset_event& e) { e.set(); });
   }));
 }
 
