@@ -163,7 +163,7 @@ MUTANTS = [
         [("""  void after_publish() noexcept {
     asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);""",
           """  void after_publish() noexcept {""")],
-        "ModelMpsc*", "mpsc_unbounded"),
+        "ModelMpscUnbounded.*", "mpsc_unbounded"),
 ]
 
 

@@ -94,4 +94,18 @@ TEST(ModelMpscBounded, ReceiverDropVsWaitingSender) {
   }));
 }
 
+// One send against the receiver going to sleep: the receiver's sleep flag and the publication
+// are a Dekker pair (each side stores, fences, then looks at the other's), so with weak memory a
+// missing fence on either side lets both miss each other, and the receiver sleeps through the
+// value (a deadlock). The sender stays alive, so its departure cannot mask a lost wake-up.
+TEST(ModelMpscBounded, SendWakesSleepingReceiver) {
+  EXPECT_TRUE(model::explored(115, [] {
+    auto [tx, rx] = asyncband::mpsc::bounded<int>(1);
+    thread sender([t = &tx] { check(t->send_blocking(7).ok(), "the send failed"); });
+    auto v = rx.recv_blocking();
+    check(v.ok() && *v == 7, "the value was not received");
+    sender.join();
+  }));
+}
+
 }  // namespace
