@@ -143,7 +143,7 @@ MUTANTS = [
           """          if (!nothing_more) {
             receiver_sleeping_.store(true, std::memory_order_relaxed);
             rx_queue_.waiters().push_back(w);""")],
-        "ModelMpsc*", "mpsc_bounded"),
+        "ModelMpscBounded*", "mpsc_bounded"),
     Mutant(
         "spin_lock_test_then_set",
         "the wait-list lock tests its flag, then sets it, in two steps: two threads in the "
@@ -164,6 +164,76 @@ MUTANTS = [
     asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);""",
           """  void after_publish() noexcept {""")],
         "ModelMpscUnbounded.*", "mpsc_unbounded"),
+    Mutant(
+        "semaphore_woken_cancel_keeps_grant",
+        "a wait granted its permits and then cancelled (stop seen on resumption, a destroyed "
+        "frame) does not pass the grant on",
+        "detail/semaphore_wait.hpp",
+        [("  void give_back() noexcept { semaphore_->give<false>(needed_); }",
+          "  void give_back() noexcept {}")],
+        "ModelSemaphore.*:ModelMutex*:ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
+        "event_reset_plain_store",
+        "reset() stores 0 instead of a CAS from 'set': racing a waiter that just marked itself "
+        "queued, it erases the mark, and the next set() wakes nobody",
+        "manual_reset_event.hpp",
+        [("    state_.compare_exchange_strong(s, 0U, std::memory_order_release, std::memory_order_relaxed);",
+          "    static_cast<void>(s);\n    state_.store(0U, std::memory_order_release);")],
+        "ModelManualResetEvent*", "manual_reset_event"),
+    Mutant(
+        "auto_event_cancel_drops_permit",
+        "a waiter handed the permit and then cancelled does not pass it on",
+        "auto_reset_event.hpp",
+        [("""    void give_back() noexcept {
+      if (holds_permit) owner().notify_one();
+    }""", """    void give_back() noexcept {}""")],
+        "ModelAutoResetEvent*", "auto_reset_event"),
+    Mutant(
+        "condvar_cancel_drops_notification",
+        "a wait that consumed a notify_one and was then cancelled does not pass the notification "
+        "on to the next waiter",
+        "condvar.hpp",
+        [("    if (notify_bound != 0) hand_notify_one(notify_bound);",
+          "    static_cast<void>(notify_bound);")],
+        "ModelCondvar*", "condvar"),
+    Mutant(
+        "phaser_close_forgets_parked",
+        "close() wakes the queued waits but not the threads parked on the phaser's broadcast "
+        "word",
+        "phaser.hpp",
+        [("""    closed_.store(true, std::memory_order_release);
+    s.waiters.claim_all(s.batch, wait_status::closed);
+    parking_.changed();""", """    closed_.store(true, std::memory_order_release);
+    s.waiters.claim_all(s.batch, wait_status::closed);""")],
+        "ModelPhaser*", "phaser"),
+    Mutant(
+        "oneshot_send_forgets_wake",
+        "a oneshot send stores its value but does not wake a waiting receiver",
+        "oneshot.hpp",
+        [("""    s->wake_receiver();
+    s->release(st::sender_released, st::receiver_released);
+    return {};""", """    s->release(st::sender_released, st::receiver_released);
+    return {};""")],
+        "ModelOneshot*", "oneshot"),
+    Mutant(
+        "watch_parking_before_version",
+        "a watch send bumps the parking word before it stores the new version: a receiver "
+        "that reads the parking key in between sleeps on the new key and misses the change",
+        "watch.hpp",
+        [("""      version_.store(version_.load(std::memory_order_relaxed) + one_version, std::memory_order_release);
+      queue_.waiters().claim_all(batch);
+      receivers_parking_.changed();""", """      receivers_parking_.changed();
+      version_.store(version_.load(std::memory_order_relaxed) + one_version, std::memory_order_release);
+      queue_.waiters().claim_all(batch);""")],
+        "ModelWatch*", "watch"),
+    Mutant(
+        "mpmc_end_on_stale_count",
+        "the bug the model tests found (now fixed): a receive that took the last value ends the "
+        "closed channel on the count it read before a send added one, losing that value",
+        "detail/mpmc_unbounded_state.hpp",
+        [("    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && drained()) end();",
+          "    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && closed()) end();")],
+        "ModelMpmcUnbounded*", "mpmc_unbounded"),
 ]
 
 
