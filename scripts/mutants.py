@@ -234,6 +234,14 @@ MUTANTS = [
         [("    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && drained()) end();",
           "    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && closed()) end();")],
         "ModelMpmcUnbounded*", "mpmc_unbounded"),
+    Mutant(
+        "when_any_loser_keeps_grant",
+        "an acquisition granted its permits after its when_any was won by another branch keeps "
+        "them instead of giving them back",
+        "detail/semaphore_wait.hpp",
+        [("    if (!head.commit()) n += head.ungrant();",
+          "    if (!head.commit()) static_cast<void>(head.ungrant());")],
+        "ModelWhenAny*", "when_any"),
 ]
 
 
