@@ -50,6 +50,7 @@ int main() {
   const ex::result broken = explore_job<true>();
   const ex::result fixed = explore_job<false>();
   std::cout << "broken count-down: " << broken << "\n\nfetch_sub count-down: " << fixed << "\n";
-  const bool as_expected = broken.failure && broken.failure->kind == ex::failure_kind::deadlock && fixed.passed();
+  const bool as_expected =
+      broken.failure && broken.failure->kind == ex::failure_kind::deadlock && fixed.passed();
   return as_expected ? 0 : 1;
 }

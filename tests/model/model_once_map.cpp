@@ -49,7 +49,14 @@ TEST(ModelOnceMap, AFailedComputationPassesOn) {
       } catch (const std::runtime_error&) {
       }
     });
-    thread ok([&] { check(map.compute_blocking(1, [&] { runs.fetch_add(1); return 7; }) == 7, "wrong value"); });
+    thread ok([&] {
+      check(map.compute_blocking(1,
+                                 [&] {
+                                   runs.fetch_add(1);
+                                   return 7;
+                                 }) == 7,
+            "wrong value");
+    });
     thread discarding([&] { static_cast<void>(map.discard(1)); });
     failing.join();
     ok.join();

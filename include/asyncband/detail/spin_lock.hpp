@@ -39,7 +39,10 @@ inline constexpr std::chrono::nanoseconds parking_cost{4000};
 template <class Ready>
 bool spin_briefly(Ready&& ready) noexcept(noexcept(ready())) {
   if constexpr (model_build) {
-    return ready() || ready();
+    for (int attempt = 0; attempt != 2; ++attempt) {
+      if (ready()) return true;
+    }
+    return false;
   }
   using clock = std::chrono::steady_clock;
   const clock::time_point give_up = clock::now() + parking_cost;
