@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Model tests of asyncband::mutex: the hand-off of an unlock to the oldest waiter against new
 // lockers, cancelled waiters and a holder that destroys the mutex, under the explorer's schedules.
+#include <asyncband/block_on.hpp>
 #include <asyncband/mutex.hpp>
+#include <asyncband/runtime/task.hpp>
 #include <asyncband/stop_token.hpp>
 
 #include "kept.hpp"
@@ -95,6 +97,29 @@ TEST(ModelMutex, WaiterDestroysTheMutexAfterTheHandOff) {
     held.unlock();
     waiter.join();
     check(done.load(), "the waiter did not finish");
+  }));
+}
+
+// Coroutines: two tasks, each driven by block_on on its own model thread, lock the mutex in
+// turn. An unlock resumes the next waiting coroutine inline on the unlocking thread (they have
+// no scheduler), so one thread runs the other's coroutine for a while, and its block_on is woken
+// from there. No increment is lost, and both tasks end.
+TEST(ModelMutex, CoroutinesHandTheLockOver) {
+  EXPECT_TRUE(model::explored(199, [] {
+    model::kept<asyncband::mutex<int>> kept_m(0);
+    auto& m = *kept_m;
+    const auto worker = [&m]() -> asyncband::runtime::task<void> {
+      for (int i = 0; i != 2; ++i) {
+        auto g = co_await m.lock();
+        ++*g;
+      }
+    };
+    thread a([&] { asyncband::block_on(worker()); });
+    thread b([&] { asyncband::block_on(worker()); });
+    a.join();
+    b.join();
+    auto g = m.try_lock();
+    check(g.has_value() && **g == 4, "an increment was lost, or the mutex stayed locked");
   }));
 }
 
