@@ -246,9 +246,18 @@ MUTANTS = [
 ]
 
 
+REUSE = False  # --reuse: keep binaries built from an unchanged copy of the headers
+
+
 def mutate(m: Mutant) -> Path:
-    """A copy of include/ with the mutant's edits; exits if an original text is not unique."""
+    """A copy of include/ with the mutant's edits; exits if an original text is not unique.
+    With --reuse, a copy identical to what the edits would make now is kept (with its binaries)."""
     tree = WORK / m.name / "include"
+    if REUSE and tree.exists() and same_as_mutated(m, tree):
+        return tree
+    for stale in (WORK / m.name).glob("*"):
+        if stale.is_file():
+            stale.unlink()
     if tree.exists():
         shutil.rmtree(tree)
     shutil.copytree(ROOT / "include", tree)
@@ -262,8 +271,24 @@ def mutate(m: Mutant) -> Path:
     return tree
 
 
+def same_as_mutated(m: Mutant, tree: Path) -> bool:
+    """Whether `tree` is include/ with the mutant's edits (every header compared)."""
+    for src in (ROOT / "include").rglob("*.hpp"):
+        copy = tree / src.relative_to(ROOT / "include")
+        expected = src.read_text()
+        if src.relative_to(ROOT / "include" / "asyncband").as_posix() == m.file:
+            for old, new in m.edits:
+                expected = expected.replace(old, new)
+        if not copy.exists() or copy.read_text() != expected:
+            return False
+    return True
+
+
 def build(out: Path, sources: list[Path], include: Path, defines: list[str], opt: str) -> str | None:
-    """Compiles the sources (two at a time: the machine's cores) and links them into `out`."""
+    """Compiles the sources (two at a time: the machine's cores) and links them into `out`
+    (with --reuse, not again if `out` exists)."""
+    if REUSE and out.exists():
+        return None
     objects = [out.parent / f"{out.name}.{src.stem}.o" for src in sources]
 
     def compile_one(pair: tuple[Path, Path]) -> subprocess.CompletedProcess:
@@ -336,12 +361,23 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--no-unit", action="store_true", help="skip the ordinary tests (faster)")
     ap.add_argument("--out", default=str(WORK / "report.md"))
+    ap.add_argument("--reuse", action="store_true", help="keep binaries of unchanged mutant copies")
+    ap.add_argument("--build-only", action="store_true", help="build the binaries, run nothing")
     args = ap.parse_args()
+    global REUSE
+    REUSE = args.reuse
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only.split(",")]
     rows = []
     for m in chosen:
         start = time.monotonic()
         include = mutate(m)
+        if args.build_only:
+            build(WORK / m.name / "model", model_sources(m.model), include, ["-DASYNCBAND_MODEL=1"], "-O1")
+            if not args.no_unit:
+                build(WORK / m.name / "unit", [ROOT / "tests" / f"test_{m.unit}.cpp"], include,
+                      ["-DASYNCBAND_TESTING=1"], "-O2")
+            print(f"{m.name}: built", flush=True)
+            continue
         model = model_verdict(m, include, args.schedules)
         unit = "not run" if args.no_unit else unit_verdict(m, include)
         print(f"{m.name}: explorer {model}; test_{m.unit}: {unit} ({time.monotonic() - start:.0f} s)", flush=True)
