@@ -46,10 +46,12 @@ class Mutant:
 MUTANTS = [
     Mutant(
         "semaphore_take_split",
-        "try_take checks the count, then stores it (a load moved before the CAS: two takers "
-        "both take the last permit)",
+        "try_take loads the count, checks it, then stores count - n (a load and a store where "
+        "the CAS was: two takers both take the last permit)",
         "detail/semaphore_word.hpp",
-        [("""      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
+        [("    std::uint64_t s = guess_before_take(n);",
+          "    std::uint64_t s = state_.load(std::memory_order_acquire);"),
+         ("""      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
                                        std::memory_order_relaxed))
         return true;""",
           """      state_.store(s - encode(n), std::memory_order_relaxed);
@@ -57,10 +59,12 @@ MUTANTS = [
         "ModelSemaphore.*:ModelMutex*", "semaphore"),
     Mutant(
         "semaphore_give_split",
-        "try_add stores count + n over the word instead of a CAS: a queuing waiter's "
-        "'contended' mark is overwritten, and the release that should wake it does not",
+        "try_add loads the word, then stores count + n instead of a CAS: a queuing waiter's "
+        "'contended' mark set in between is overwritten, and the release does not wake it",
         "detail/semaphore_word.hpp",
-        [("""      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
+        [("    std::uint64_t s = guess_before_give(n);",
+          "    std::uint64_t s = state_.load(std::memory_order_acquire);"),
+         ("""      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
                                        std::memory_order_relaxed))
         return add_outcome::added;""",
           """      state_.store(s + encode(n), std::memory_order_release);
@@ -346,9 +350,9 @@ def unit_verdict(m: Mutant, include: Path) -> str:
     source = ROOT / "tests" / f"test_{m.unit}.cpp"
     if (err := build(exe, [source], include, ["-DASYNCBAND_TESTING=1"], "-O2")) is not None:
         return "does not compile: " + err.splitlines()[0]
-    code, out = run([str(exe), "--gtest_brief=1"], {}, 300)
+    code, out = run([str(exe), "--gtest_brief=1"], {}, 90)
     if code is None:
-        return "found: hung (timeout 300 s)"
+        return "found: hung (timeout 90 s)"
     if code != 0:
         failed = re.findall(r"\[  FAILED  \] (\S+)", out)
         return "found: " + (f"{len(set(failed))} failed, e.g. {failed[0]}" if failed else f"exit {code}")
@@ -363,12 +367,12 @@ def main() -> int:
     ap.add_argument("--out", default=str(WORK / "report.md"))
     ap.add_argument("--reuse", action="store_true", help="keep binaries of unchanged mutant copies")
     ap.add_argument("--build-only", action="store_true", help="build the binaries, run nothing")
+    ap.add_argument("--jobs", type=int, default=1, help="mutants handled at once")
     args = ap.parse_args()
     global REUSE
     REUSE = args.reuse
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only.split(",")]
-    rows = []
-    for m in chosen:
+    def handle(m: Mutant) -> tuple[Mutant, str, str]:
         start = time.monotonic()
         include = mutate(m)
         if args.build_only:
@@ -377,11 +381,16 @@ def main() -> int:
                 build(WORK / m.name / "unit", [ROOT / "tests" / f"test_{m.unit}.cpp"], include,
                       ["-DASYNCBAND_TESTING=1"], "-O2")
             print(f"{m.name}: built", flush=True)
-            continue
+            return m, "built", "built"
         model = model_verdict(m, include, args.schedules)
         unit = "not run" if args.no_unit else unit_verdict(m, include)
         print(f"{m.name}: explorer {model}; test_{m.unit}: {unit} ({time.monotonic() - start:.0f} s)", flush=True)
-        rows.append((m, model, unit))
+        return m, model, unit
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        rows = list(pool.map(handle, chosen))
+    if args.build_only:
+        return 0
     found = sum(1 for _, model, _ in rows if model.startswith("found"))
     lines = [f"| mutant | bug | explorer ({args.schedules} PCT schedules) | ordinary tests |", "|---|---|---|---|"]
     lines += [f"| `{m.name}` ({m.file}) | {m.bug} | {model} | test_{m.unit}: {unit} |" for m, model, unit in rows]
