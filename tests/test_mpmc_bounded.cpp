@@ -824,11 +824,12 @@ TEST(MpmcBoundedRace, OwnedPermitsKeepTheChannelOpenAfterEverySenderIsGone) {
   expect_ended(b, wait_status::closed);
 }
 
-// A receive on another thread holds a unit for a value published at a later place, while this
-// thread is still writing the place before it (the receive's place, claimed before the other
-// value's): the receive waits for that write (test point awaiting_publication, reached while the
-// write is held) and takes its value; the later value stays for the next receive.
-TEST(MpmcBoundedRace, AReceiveWaitsForAPlaceAnotherThreadIsWriting) {
+// A receive on another thread comes while this thread is still writing place 0 and place 1 is
+// published: it does not claim place 1 ahead of place 0, and does not wait for the write either
+// (a receive only takes published places): it queues (test point `published`, reached while the
+// write is held), and the write, once published, delivers place 0 to it. Place 1 stays for the
+// next receive.
+TEST(MpmcBoundedRace, AReceiveQueuesBehindAPlaceAnotherThreadIsWritingAndItsPublicationDeliversIt) {
   for (const int form : {0, 1, 2}) {
     SCOPED_TRACE(form);
     count_scope counts;
@@ -841,15 +842,16 @@ TEST(MpmcBoundedRace, AReceiveWaitsForAPlaceAnotherThreadIsWriting) {
     asyncband::stop_source never;
     counted::at_move(1, [&] {  // this thread's write of place 0
       receiving = std::thread([&] {
-        put(other_tx, 2);  // place 1: published, a unit of items for it
-        const thread_hook hook(test_point::awaiting_publication, [&] { receiver_waits.count_down(); });
+        put(other_tx, 2);  // place 1: published
+        const thread_hook hook(test_point::published, [&] { receiver_waits.count_down(); });
         std::optional<result<counted>> r;
         if (form == 0) r.emplace(other_rx.recv_blocking());
         if (form == 1) r.emplace(other_rx.recv_blocking(never.get_token()));
         if (form == 2) r.emplace(block_on(other_rx.recv()));
         if (r->ok()) got = (*r)->id();
       });
-      receiver_waits.wait();  // the receive is committed to waiting for this write
+      receiver_waits.wait();  // the receive is queued
+      EXPECT_EQ(c.rx.len(), 2U);
     });
     put(c.tx, 1);
     receiving.join();
@@ -860,21 +862,27 @@ TEST(MpmcBoundedRace, AReceiveWaitsForAPlaceAnotherThreadIsWriting) {
   }
 }
 
-// A receive inside its own thread's write of the place it would claim can never finish: debug
-// builds assert (contract).
-TEST(MpmcBoundedMisuseDeathTest, AReceiveInsideItsOwnThreadsWriteOfItsPlaceIsCaughtInDebugBuilds) {
-  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
-  threadsafe_death_tests();
-  EXPECT_DEATH(
-      {
-        auto c = make_channel<counted>(3);
-        counted::at_move(1, [&c] {
-          put(c.tx, 2);           // a value at a later place, so the receive has a unit
-          (void)c.rx.try_recv();  // claims place 0: this thread's write
-        });
-        put(c.tx, 1);
-      },
-      "a receive from inside the construction");
+// A receive inside its own thread's write of the place at the ticket (code the write resumed
+// inline) finds nothing to take now, and does not wait for that write: a try_recv is empty, and
+// a receive that waits is delivered the value once the write is published.
+TEST(MpmcBoundedRace, AReceiveInsideItsOwnThreadsWriteOfThePlaceAtTheTicketDoesNotWaitForIt) {
+  count_scope counts;
+  auto c = make_channel<counted>(3);
+  std::optional<result<counted>> got;
+  counted::at_move(1, [&] {
+    put(c.tx, 2);  // place 1, published while place 0 is being written
+    EXPECT_TRUE(c.rx.try_recv().empty()) << "place 0 is not published yet";
+    // Queues: nothing to take without overtaking place 0. No scheduler: resumed inline.
+    [](mpmc::receiver<counted>& rx, std::optional<result<counted>>& out) -> bare_coroutine {
+      out.emplace(co_await rx.recv());
+    }(c.rx, got);
+    EXPECT_FALSE(got.has_value());
+  });
+  put(c.tx, 1);  // its publication delivers place 0 to the waiting receive, inline
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok());
+  EXPECT_EQ((*got)->id(), 1);
+  EXPECT_EQ(take(c.rx), 2);
 }
 
 // Regression: the last receiver going inside this thread's construction of a value (place 0),
@@ -1230,20 +1238,20 @@ TEST(MpmcBoundedThrowing, AReceiveBehindASendOnAParkedValuesCellIsNotLeftWaiting
     spin_until([&] { return c.rx.len() == 1; }, "the send took place 4");
     put(c.tx, 6);  // place 5: a unit of items for the receive below
     receiving = std::thread([&] {
-      const thread_hook hook(test_point::awaiting_publication, [&] { receive_waits.count_down(); });
+      const thread_hook hook(test_point::published, [&] { receive_waits.count_down(); });
       auto r = third.recv_blocking();
       got = r.ok() ? r->id() : 0;
     });
-    receive_waits.wait();  // it holds a unit and waits for place 4
+    receive_waits.wait();  // it is queued: place 4, at the ticket, is not published
   });
   EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 1 is parked
   spin_until([&] { return got.load() != -1; }, "the waiting receive got a value");
-  const int first = take(c.rx);  // the parked value (were both threads still waiting, they go on)
+  const int first = take(c.rx);  // the value sent meanwhile (were both threads still waiting, they go on)
   wrapping.join();
   receiving.join();
   EXPECT_TRUE(sent.load());
-  EXPECT_EQ(got.load(), 5);
-  EXPECT_EQ(first, 1);
+  EXPECT_EQ(got.load(), 1) << "the parked value goes to the next receive: the waiting one";
+  EXPECT_EQ(first, 5);
   EXPECT_EQ(take_all(c.rx), (std::vector<int>{6}));
   expect_free_capacity(c.tx, 4);
   EXPECT_EQ(counts.values(), 0);

@@ -197,6 +197,9 @@ class semaphore {
   }
   std::uint32_t announce_at_ticket() noexcept { return word_.announce_at_ticket(); }
   [[nodiscard]] std::uint32_t next_ticket() const noexcept { return word_.next_ticket(); }
+  detail::semaphore_word& word() noexcept { return word_; }
+  [[nodiscard]] const detail::semaphore_word& word() const noexcept { return word_; }
+  [[nodiscard]] bool contended_now() const noexcept { return word_.contended_now(); }
 
   static std::size_t checked(std::size_t n) {
     if (n > max()) throw std::invalid_argument("asyncband::semaphore: count above max()");

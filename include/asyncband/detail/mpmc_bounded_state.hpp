@@ -45,98 +45,145 @@ struct parked_value {
   bool in_cell = false;
 };
 
-/// The parked values: each goes to a later receive before any new place. At most `capacity` of
-/// them (each keeps its unit of capacity), so the storage for the records is reserved once, with
-/// the channel. It also counts the values parked in their cells that are not handed on yet (those
-/// a receive popped and is taking again included), under the same lock, so that the passing of
-/// empty places can wait for them.
+/// The values claimed for receives that hold a unit of `items_`, in the order receives take
+/// them (front first): values a send delivered to waiting receives (their places claimed for
+/// them, at the back), and values parked by a receive whose move threw or given back by a
+/// receive that claimed one and did not use it (at the front: ahead of newer values). There is
+/// exactly one unit of `items_` for each (see bounded_state), and each keeps its unit of
+/// capacity, so there are at most `capacity` of them: the storage for the records is reserved
+/// once, with the channel. It also counts the records whose value holds its cell and is not
+/// handed on yet (those a receive popped and is taking included), under the same lock, so that
+/// the passing of empty places can wait for them.
 template <class T>
-class parked_places {
+class claimed_values {
  public:
-  explicit parked_places(std::size_t capacity) : parked_(new parked_value<T>[capacity]) {}
+  explicit claimed_values(std::size_t capacity) : slots_(new parked_value<T>[capacity]), capacity_(capacity) {}
 
-  /// Parks v. `again`: v was popped (its cell, if it holds one, is counted already).
-  void push(const parked_value<T>& v, bool again) noexcept {
+  /// Ahead of every other (a park, a claim given back). `again`: v was popped (its cell, if it
+  /// holds one, is counted already).
+  void push_front(const parked_value<T>& v, bool again) noexcept {
     const std::lock_guard lock(lock_);
-    parked_[count_] = v;
-    count_.store(count_ + 1, std::memory_order_relaxed);
-    if (!again && v.in_cell) ++held_;
+    first_ = first_ == 0 ? capacity_ - 1 : first_ - 1;
+    slots_[first_] = v;
+    grow(v, again);
+  }
+  /// Behind every other (a delivery).
+  void push_back(const parked_value<T>& v) noexcept {
+    const std::lock_guard lock(lock_);
+    slots_[(first_ + count_.load(std::memory_order_relaxed)) % capacity_] = v;
+    grow(v, false);
   }
   /// The value of a popped record that held its cell was taken, and the cell handed on.
-  void taken_from_cell() noexcept {
+  /// Returns the units of capacity of empty places deferred until no record held its cell.
+  [[nodiscard]] std::size_t taken_from_cell() noexcept {
     const std::lock_guard lock(lock_);
-    --held_;
+    return --held_ == 0 ? std::exchange(deferred_, 0) : 0;
   }
-  /// Some parked value holds its cell, not handed on yet. Under the lock, so ordered with push()
-  /// and taken_from_cell(): see bounded_state::pass_empty_places.
-  [[nodiscard]] bool any_held() noexcept {
+  /// The units of capacity of n empty places just passed: those to give back now (all of them,
+  /// or none while a record's value holds its cell: they come back with the last such take).
+  [[nodiscard]] std::size_t units_of_passed_empties(std::size_t n) noexcept {
     const std::lock_guard lock(lock_);
-    return held_ != 0;
+    if (held_ == 0) return n;
+    deferred_ += n;
+    return 0;
   }
-  /// Takes the latest parked value, if any. One relaxed load when none is (the usual case): a
-  /// receive whose unit came from a park() sees it, since the park happened before its unit
-  /// was given (see bounded_state::take).
+  /// Takes the front record, if any. One relaxed load when none is: a receive whose unit came
+  /// with a record sees it, since the push happened before the unit was given.
   bool pop(parked_value<T>& v) noexcept {
     if (count_.load(std::memory_order_relaxed) == 0) return false;
     const std::lock_guard lock(lock_);
     const std::size_t n = count_.load(std::memory_order_relaxed);
     if (n == 0) return false;
-    v = parked_[n - 1];
+    v = slots_[first_];
+    first_ = (first_ + 1) % capacity_;
     count_.store(n - 1, std::memory_order_relaxed);
     return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
-  /// The parked values, when nobody else is left (the channel's destruction).
+  /// The records, when nobody else is left (the channel's destruction).
   template <class F>
   void for_each(F&& f) const {
-    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(parked_[i]);
+    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(slots_[(first_ + i) % capacity_]);
   }
 
  private:
+  void grow(const parked_value<T>& v, bool again) noexcept {
+    count_.store(count_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (!again && v.in_cell) ++held_;
+  }
+
   asyncband::detail::spin_lock lock_;
   asyncband::detail::atomic<std::size_t> count_{0};  // written under the lock
+  std::size_t first_ = 0;                            // under the lock
   std::size_t held_ = 0;                             // under the lock
-  std::unique_ptr<parked_value<T>[]> parked_;
+  std::size_t deferred_ = 0;                         // under the lock
+  std::unique_ptr<parked_value<T>[]> slots_;
+  const std::size_t capacity_;
 };
 
 /// The shared state of a bounded MPMC channel.
 ///
-/// Two semaphores count what the ring holds: `capacity_` the free units (a send takes one, and
-/// with it, from the same word, its place: the send ticket), `items_` the published values no
-/// receive has claimed (a send gives one after publishing; a receive takes one). A receive that
-/// holds a unit of `items_` claims a place with the receive ticket (the ticket bits of `items_`),
-/// waits for that place's publication, moves the value out, hands the cell on and returns the
-/// unit of capacity. So receivers wait, queue FIFO, are cancelled and lose when_any exactly as
-/// semaphore acquisitions do, and a unit granted to a receive that does not use it (cancelled,
-/// destroyed, a losing branch) goes to the next receive: the value it stands for never moved.
+/// Capacity: the semaphore `capacity_` of free units; a send takes one, and with it, from the
+/// same word, its place in the ring (the send ticket), writes its value there and publishes it
+/// with the cell's stamp. The receive that takes a value hands its cell on and returns the unit.
 ///
-/// Why a receive's place is always claimed by a send: every place before it went to a receive
-/// that held a unit (each backed by one published value) or was empty (a send whose
-/// construction threw: no unit for it). Published values are at least the units granted, so a
-/// published value lies at or after the receive's place, and sends claim places in order. The
-/// receive waits at most for that send's move construction, never for a send not yet made.
+/// Values: the ring's stamps say which places are published; the receive ticket (the ticket
+/// bits of `items_`' word) is the next place no receive has claimed. While nobody waits, a
+/// receive claims a published place itself: one CAS of the word from "idle at ticket t" (no
+/// unit available, nobody queued) to t + 1, and sends never touch `items_`. That is the fast
+/// path: a message is the send's CAS of `capacity_` and the receive's CAS of `items_` and return
+/// of a unit, with no other read-modify-write.
 ///
-/// An empty place (a send whose construction threw) has no unit of `items_`, so no receive
-/// claims it for itself: the send that empties it passes it if it is next in line already, else
-/// the receive that takes the value before it does, once that value is out (pass_empty_places),
-/// so that its unit of capacity comes back even when no value follows it.
+/// Waiting receives queue on the semaphore `items_` (so they are FIFO across every copy of the
+/// receiver, are cancelled, time out and lose a when_any as acquisitions do). While any is
+/// queued the word is contended, so no receive claims a place itself (no barging): values are
+/// *delivered* instead. A delivery, under `items_`' lock, claims the published places at the
+/// ticket one by one for the queued receives, puts each into `claimed_` (at the back) and grants
+/// the head one unit for it. A unit of `items_` always stands for exactly one record of
+/// `claimed_`: a receive that holds a unit takes the front record; a unit it does not use (a
+/// cancelled or losing receive) goes to the next waiting receive, or to the count, where the
+/// next receive takes it before any place (the record is still there). Parks (a receive's move
+/// threw) and claims given back (a receive that claimed a place and then lost its when_any)
+/// put their record at the front and give a unit for it.
 ///
-/// Receives hand cells on out of order, so a send that comes round the ring to a cell whose
-/// previous value a receive claimed but has not finished moving waits for it (a few
-/// instructions), as in every ring with per-cell stamps. A value whose move threw does not hold
-/// its cell: it stays where it is and the cell goes on to fresh storage (park), so that no send
-/// waits for a receive to take it, and no receive for such a send. Only if that storage cannot
-/// be allocated does the value hold its cell until a receive takes it.
+/// Who delivers: a send, after publishing, fences and looks whether receives are queued; a
+/// receive, after queueing (the word is contended from then on), fences and looks whether the
+/// place at the ticket is published. One of the two sees the other (Dekker), so a published
+/// value is never slept through; a delivery goes on along the published places while receives
+/// are queued, and a place that is not published yet is delivered by its send, which then sees
+/// them queued. A receive therefore never waits for a send still writing its value.
+///
+/// Records are taken front first, and while any is there no receive claims a place itself, so
+/// places are taken in order, apart from a record being taken while later places are claimed
+/// (by running receives, for a few instructions): a send that comes round the ring to a cell
+/// whose value a receive claimed but has not finished moving waits for it, as in every ring
+/// with per-cell stamps.
+///
+/// An empty place (a send whose construction threw) is passed by whoever finds it at the ticket:
+/// a receive claiming a place, a delivery, or the send that empties it, if it is next in line
+/// already; else the receive that takes the value before it does, once that value is out
+/// (pass_empty_places), so that its unit of capacity comes back even when no value follows it.
+///
+/// A value whose move threw does not hold its cell: it stays where it is and the cell goes on to
+/// fresh storage (park), so that no send waits for a receive to take it. Only if that storage
+/// cannot be allocated does the value hold its cell until a receive takes it.
 template <class T>
 class bounded_state : public handle_counts<bounded_state<T>>, public value_takes<bounded_state<T>, T> {
  public:
   using value_type = T;
   static constexpr bool multi_consumer = true;
 
+  /// What a receive holds once it may take a value: a record of `claimed_` (`record`, with the
+  /// unit of `items_` it came with), or a place it claimed itself (`in_cell`, at `p`).
+  struct claimed_value {
+    parked_value<T> v;
+    bool parked = false;
+  };
+
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
         ring_(capacity, first_index),
-        parked_(capacity),
+        claimed_(capacity),
         capacity_(capacity, asyncband::detail::varying_count_t{}, first_index),
         items_(0, asyncband::detail::varying_count_t{}, first_index) {}
   bounded_state(const bounded_state&) = delete;
@@ -148,11 +195,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     const place claimed = items_.next_ticket();
     [[maybe_unused]] const place unclaimed = sent - claimed;  // places wrap: unsigned arithmetic
     assert((asyncband::detail::model_run_failed() ||
-            capacity_.closed_count() + unclaimed + parked_.size() == logical_capacity_) &&
+            capacity_.closed_count() + unclaimed + claimed_.size() == logical_capacity_) &&
            "asyncband: permit outlived its channel: every sender and receiver are gone while a permit still "
            "holds units of capacity (keep a sender alive while it is held, or use an owned permit)");
     ring_.destroy_values(claimed, sent);
-    parked_.for_each([](const parked_value<T>& v) {
+    claimed_.for_each([](const parked_value<T>& v) {
       v.value->~T();
       delete v.block;
     });
@@ -214,29 +261,82 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// of sends whose construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
     const place queued = capacity_.next_ticket() - items_.next_ticket();  // places wrap
-    return queued + parked_.size();
+    return queued + claimed_.size();
+  }
+
+  /// A receive that does not wait: a record with its unit, if a unit is available (nobody
+  /// queued), else the published place at the ticket, if the word is idle (nobody queued, no
+  /// record waiting for its unit's holder). Passes the empty places it finds at the ticket.
+  /// False: nothing to take now without overtaking a waiting receive.
+  bool try_claim(claimed_value& c) noexcept {
+    auto& word = items_.word();
+    std::uint64_t s = word.load();
+    for (;;) {
+      if (word.has_units(s)) {
+        if (!items_.try_take(1)) return false;
+        c = pop_record();
+        return true;
+      }
+      // After the load of the word: a record pushed before the ticket it shows is seen.
+      if (!word.idle(s) || claimed_.size() != 0) return false;
+      const place p = word.ticket_in(s);
+      if (!ring_.published(p)) return false;
+      if (!word.try_advance_idle(s)) continue;
+      if (!ring_.empty_at(p)) {
+        c = {{&ring_.at(p).value(), nullptr, p, true}, false};
+        return true;
+      }
+      hand_on_empty(p);
+      s = word.load();
+    }
+  }
+  /// try_claim() may succeed (read-only, for a blocking receive's spin).
+  [[nodiscard]] bool may_claim() const noexcept {
+    const std::uint64_t s = items_.word().load();
+    return asyncband::detail::semaphore_word::has_units(s) ||
+           (asyncband::detail::semaphore_word::idle(s) &&
+            ring_.published(asyncband::detail::semaphore_word::ticket_in(s)));
+  }
+  /// A claim that will not be used (its receive lost a when_any, or was stopped after it
+  /// claimed): its value goes back ahead of the others, for the next receive, with a unit, as a
+  /// value whose move threw does (park): its cell goes on at once, since later places may have
+  /// been taken meanwhile, and a send coming round the ring to it must not wait for a receive.
+  void give_back(const claimed_value& c) noexcept {
+    if (!c.parked && unclaim(c.v.p)) return;
+    park(c);
+  }
+
+  /// Place p, claimed by a receive that will not take it, back to the ring if nobody claimed a
+  /// place after it (the word is still idle at p + 1): the order of the values is then as if it
+  /// had not been claimed. (A claim that read the word at p + 1 earlier and succeeds after this
+  /// and another claim of p takes p + 1, which is still the next place then.)
+  bool unclaim(place p) noexcept {
+    auto& word = items_.word();
+    std::uint64_t s = word.load();
+    const place next = p + 1;  // wraps like every place
+    if (!word.idle(s) || word.ticket_in(s) != next) return false;
+    return word.try_retreat_idle(s);
+  }
+
+  /// A receive just queued (the word is contended): if the place at the ticket is published,
+  /// its send may have looked for queued receives before, and found none; deliver it.
+  /// Called with a reference held: a receive this delivers to may drop every handle.
+  void after_receive_queued() noexcept {
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with published()'s
+    if (ring_.published(items_.next_ticket())) deliver();
   }
 
  private:
   // --- what value_takes needs (see there) --------------------------------------------------------
   friend class value_takes<bounded_state<T>, T>;
 
-  /// The value a unit of `items_` stands for, claimed: a parked one, or the one at its place
-  /// (held in its cell: `in_cell`, at `p`).
-  struct claimed_value {
-    parked_value<T> v;
-    bool parked = false;
-  };
-
-  /// A parked value first (ahead of newer places), else the next place's.
-  claimed_value claim_value() noexcept {
+  /// The value a unit of `items_` stands for: the front record (there is one for each unit).
+  claimed_value claim_value() noexcept { return pop_record(); }
+  claimed_value pop_record() noexcept {
     claimed_value c;
-    if (parked_.pop(c.v)) {
-      c.parked = true;
-    } else {
-      const place p = claim();
-      c.v = {&ring_.at(p).value(), nullptr, p, true};
-    }
+    c.parked = true;
+    [[maybe_unused]] const bool found = claimed_.pop(c.v);
+    assert(found && "asyncband::mpmc: a unit of items_ without its record");
     return c;
   }
   static T& value_of(const claimed_value& c) noexcept { return *c.v.value; }
@@ -248,14 +348,14 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     delete c.v.block;
     if (c.v.in_cell) {
       ring_.hand_on(c.v.p);
-      if (c.parked) parked_.taken_from_cell();
+      if (c.parked) give_capacity(claimed_.taken_from_cell());
     }
   }
 
   /// Its move threw: parked (again) for the next receive, with a unit of `items_`.
   void park(const claimed_value& c) noexcept {
-    if (!c.parked) return park(c.v.p, *c.v.value);
-    parked_.push(c.v, true);
+    if (c.v.in_cell) return park(c.v.p, *c.v.value, c.parked);
+    claimed_.push_front(c.v, true);
     items_.template give<false>(1);  // after the park: the receive given this unit finds it
   }
 
@@ -275,91 +375,97 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   }
 
   /// After close, and after every unit of capacity that comes back later: once drained, the
-  /// receives waiting (for nothing: `items_` is at 0 then) and every later one end closed.
+  /// receives waiting (for nothing: nothing is published then) and every later one end closed.
   void end_if_drained() noexcept {
     if (drained()) items_.close(&nothing_to_do, nullptr);
   }
   static void on_unit_back(void* self) noexcept { static_cast<bounded_state*>(self)->end_if_drained(); }
   static void nothing_to_do(void* /*unused*/) noexcept {}
 
-  /// A value gives its unit of `items_` once published. An empty place (the construction threw)
-  /// is counted before its publication, so that empties_ never undercounts the empty places
-  /// not yet passed, and passed at once if it is next in line.
+  /// Once a place is published (with a value or empty), receives that queued meanwhile get what
+  /// is there: see the class comment. An empty place is counted before its publication, so that
+  /// empties_ never undercounts the empty places not yet passed, and passed at once if it is next
+  /// in line.
   template <class U>
   void write_at(place i, U&& value) {
     ring_.write_at(
         i, std::forward<U>(value),
         [this](bool with_value) noexcept {
-          if (with_value) {
-            items_.template give<false>(1);
-          } else {
-            pass_empty_places();
-          }
+          if (!with_value) pass_empty_places();
+          asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with after_receive_queued()'s
+          if (items_.contended_now()) deliver();
         },
         [this]() noexcept { empties_.fetch_add(1, std::memory_order_relaxed); });
   }
 
-  /// The place of the value a unit of `items_` stands for when none is parked: the next
-  /// receive ticket, passing empty cells (their units of capacity go back).
-  place claim() noexcept {
-    for (;;) {
-      const place p = items_.take_ticket();
-      await_publication(p);
-      if (!ring_.empty_at(p)) return p;
-      hand_on_empty(p);
-    }
+  /// Under `items_`' lock, while receives are queued: claims the published place at the ticket
+  /// for them, one at a time (passing empty places), each into `claimed_` with a unit for the
+  /// head. The caller holds a reference (a sender's or receiver's handle, or its own).
+  void deliver() noexcept {
+    std::size_t passed = 0;
+    items_.wake([this, &passed](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
+      while (!waiters.empty()) {
+        const place p = items_.next_ticket();
+        if (!ring_.published(p)) return;
+        if (ring_.empty_at(p)) {
+          // Passed here, its unit of capacity given after the lock (it may resume a send).
+          if (items_.try_advance_ticket(p)) {
+            empties_.fetch_sub(1, std::memory_order_relaxed);
+            ring_.hand_on(p);
+            ++passed;
+          }
+          continue;
+        }
+        // The record first, then the ticket: a receive that sees the ticket sees the record.
+        claimed_.push_back({&ring_.at(p).value(), nullptr, p, true});
+        if (!items_.try_advance_ticket(p)) {
+          // Only empty places are passed by others while receives are queued; p holds a value.
+          assert(false && "asyncband::mpmc: a delivered place claimed by another");
+        }
+        items_.hand_out(1, waiters, batch);
+      }
+    });
+    if (passed != 0) give_capacity(claimed_.units_of_passed_empties(passed));
+    if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
   }
 
-  /// Passes the empty places at the front of the receive order (no unit of `items_` stands for
-  /// them, so no receive would), returning their units of capacity. Run by the send that
-  /// publishes an empty place, and by each receive, once it has taken its value, if empty
-  /// places are not yet passed: one of the two sees the other. Both change the receive ticket
-  /// with a read-modify-write of the items_ word (the send's announce_at_ticket, the receive's
-  /// claim), so one comes first: if the send's, the claim acquires its publication and the
-  /// count in empties_ made before it; if the claim's, the send reads the ticket it left, at the
-  /// empty place. A place that somebody claims meanwhile fails the ticket's compare-and-swap and
-  /// is not touched.
+  /// Passes the empty places at the front of the receive order (no receive would take them),
+  /// returning their units of capacity. Run by the send that publishes an empty place, and by
+  /// each receive, once it has taken its value, if empty places are not yet passed (and by a
+  /// delivery, which claims places as a receive does): one of the two sees the other. Both
+  /// change the receive ticket with a read-modify-write of the items_ word (the send's
+  /// announce_at_ticket, the claim), so one comes first: if the send's, the claim acquires its
+  /// publication and the count in empties_ made before it; if the claim's, the send reads the
+  /// ticket it left, at the empty place. A place that somebody claims meanwhile fails the
+  /// ticket's compare-and-swap and is not touched.
   ///
-  /// Passing places frees units of capacity, so sends may come round the ring sooner. A receive
-  /// passes them only once its own value is out and its cell handed on (if the move throws, the
-  /// value is parked instead), and nobody passes them while a value parked in its cell (no
-  /// storage to move the cell to) holds it: the receive that takes it does, afterwards. The lock
-  /// of parked_places orders the check here with that receive's. That guard keeps one thread from
-  /// coming round to such a cell through passed places; capacity also comes back through the
-  /// units of values received meanwhile, so it is a mitigation of the fallback, not an invariant.
+  /// Passing places frees units of capacity, so sends may come round the ring sooner: not while
+  /// a record's value holds its cell (delivered and not yet taken, or parked without storage to
+  /// move the cell to). Those units are deferred until the last such value is taken
+  /// (hand_on_empty), so that no send comes round the ring to a cell a record holds: every place
+  /// from that record's on holds a unit then.
   void pass_empty_places() noexcept {
     for (;;) {
-      if (parked_.any_held()) return;
       const place p = items_.announce_at_ticket();
       if (!ring_.published(p) || !ring_.empty_at(p)) return;
       if (items_.try_advance_ticket(p)) hand_on_empty(p);
     }
   }
 
-  /// The value at a claimed place is being written; a write by this very thread (the receive
-  /// runs inside a value's construction, from code it resumed inline) could never finish.
-  void await_publication(place p) const noexcept {
-    assert(!ring_.written_by_this_thread(p) &&
-           "asyncband::mpmc: a receive from inside the construction of a value sent to the same channel");
-    if (ring_.published(p)) return;
-    asyncband::detail::at_test_point(asyncband::detail::test_point::awaiting_publication);
-    ring_.await_publication(p);
-  }
-
-  /// A receive could not move the value at place p out: the value stays where it is, for the
+  /// A receive could not move the value it claimed out: the value stays where it is, for the
   /// next receive (ahead of newer places), with its unit of capacity, and a unit of `items_` goes
-  /// back for it. Its cell goes on at once, to fresh storage, so that sends coming round the ring
-  /// do not wait for a receive to take it; only if that storage cannot be allocated does the
-  /// value hold its cell (as a value still being moved out does).
-  void park(place p, T& value) noexcept {
-    parked_value<T> v{&value, nullptr, p, false};
+  /// for it. Its cell goes on at once, to fresh storage, so that sends coming round the ring do
+  /// not wait for a receive to take it; only if that storage cannot be allocated does the value
+  /// hold its cell (as a value still being moved out does). `again`: it was a record already.
+  void park(place p, T& value, bool again) noexcept {
+    parked_value<T> v{&value, nullptr, p, true};
     if (auto* fresh = new_block()) {
       v.block = ring_.relocate(p, fresh);
+      v.in_cell = false;
       ring_.hand_on(p);
-    } else {
-      v.in_cell = true;
+      if (again) give_capacity(claimed_.taken_from_cell());  // it was counted as holding its cell
     }
-    parked_.push(v, false);
+    claimed_.push_front(v, again);
     items_.template give<false>(1);  // after the park: the receive given this unit finds it
   }
 
@@ -371,11 +477,14 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     return new (std::nothrow) asyncband::detail::value_block<T>;
   }
 
-  /// An empty place is passed: its count goes (before its unit, which may resume a send inline).
+  /// An empty place is passed: its count goes (before its unit, which may resume a send inline;
+  /// deferred while a record's value holds its cell: see pass_empty_places).
   void hand_on_empty(place p) noexcept {
     empties_.fetch_sub(1, std::memory_order_relaxed);
-    hand_on(p);
+    ring_.hand_on(p);
+    give_capacity(claimed_.units_of_passed_empties(1));
   }
+  void give_capacity(std::size_t n) noexcept { capacity_.template give<false>(n); }
 
   /// A receive is done with place p: the cell goes to the next lap and its unit of capacity back.
   void hand_on(place p) noexcept {
@@ -384,21 +493,22 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   }
 
   /// The last receiver went: destroys the values received by nobody, so that they do not live
-  /// as long as the senders: the parked ones and those in the ring up to the first place still
+  /// as long as the senders: the records and those in the ring up to the first place still
   /// being written (perhaps by this very thread, further up its stack: the last receiver may go
   /// inside a value's construction), which is not waited for. It and those behind it are
   /// destroyed with the channel. Nobody else claims places any more, apart from the passing of
   /// empty places.
   void discard_received_by_nobody() noexcept {
     parked_value<T> v;
-    while (parked_.pop(v)) {
+    while (claimed_.pop(v)) {
       v.value->~T();
       delete v.block;
+      std::size_t units = 1;
       if (v.in_cell) {
         ring_.hand_on(v.p);
-        parked_.taken_from_cell();
+        units += claimed_.taken_from_cell();
       }
-      capacity_.template give<false>(1);
+      give_capacity(units);
     }
     for (;;) {
       const place p = items_.next_ticket();
@@ -416,7 +526,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   // Read by everybody, written by nobody.
   const std::size_t logical_capacity_;
   asyncband::detail::value_ring<T, true> ring_;
-  parked_places<T> parked_;
+  claimed_values<T> claimed_;
   asyncband::detail::atomic<std::size_t> empties_{0};  // empty places not yet passed (written only for those)
   // Written by every send and receive: each on its own line.
   alignas(64) semaphore capacity_;

@@ -10,13 +10,31 @@
 #include "../result.hpp"
 #include "../semaphore.hpp"
 #include "receiving_end.hpp"
+#include "mpmc_takes.hpp"
 #include "semaphore_wait.hpp"
 
 namespace asyncband::mpmc::detail {
 
+/// What a receive of `State` holds when it claimed a value without a unit (try_claim): the
+/// claim, or nothing for a state whose receives always go through units.
+template <class State>
+struct fast_claim {
+  /// Whether it holds one (its wait completed by try_ready then).
+  bool claimed = false;
+};
+template <class State>
+  requires claims_without_units<State>
+struct fast_claim<State> {
+  typename State::claimed_value value{};
+  bool claimed = false;
+};
+
 /// A receive: an acquisition of one unit of the channel's `items_` semaphore (so it queues,
 /// is cancelled and loses a when_any as an acquisition does; a unit it does not use goes to the
 /// next receive), then the take of the value that unit stands for, moved once into the outcome.
+/// For a bounded channel, a receive that does not wait claims a value without a unit
+/// (try_claim), and one that queues looks once more whether a value was published meanwhile
+/// (after_receive_queued): see mpmc::detail::bounded_state.
 template <class State>
 class recv_wait : public asyncband::detail::semaphore_waiter {
  public:
@@ -26,16 +44,60 @@ class recv_wait : public asyncband::detail::semaphore_waiter {
 
   explicit recv_wait(State* s) noexcept : semaphore_waiter(&s->items(), 1), state_(s) {}
 
-  outcome_type take() { return state_->template take<outcome_type>(take_permit()); }
+  bool try_ready() noexcept {
+    if constexpr (claims_without_units<State>) {
+      return claim_.claimed = state_->try_claim(claim_.value);
+    } else {
+      return semaphore_waiter::try_ready();
+    }
+  }
+  bool may_be_ready() noexcept {
+    if constexpr (claims_without_units<State>) {
+      return state_->may_claim();
+    } else {
+      return semaphore_waiter::may_be_ready();
+    }
+  }
+  bool enqueue() noexcept { return enqueue_and_look_again(*this, state_); }
+  void give_back() noexcept {
+    if constexpr (claims_without_units<State>) {
+      if (claim_.claimed) return state_->give_back(claim_.value);
+    }
+    semaphore_waiter::give_back();
+  }
+
+  outcome_type take() {
+    if constexpr (claims_without_units<State>) {
+      if (claim_.claimed) return state_->template take_claimed<outcome_type>(claim_.value);
+    }
+    return state_->template take<outcome_type>(take_permit());
+  }
+
+  /// semaphore_waiter::enqueue(), then, for a bounded channel, its re-check once queued. The
+  /// node is published then and may be resumed and destroyed at once, with every handle: only
+  /// the state is touched after, under a reference of its own.
+  template <class Node>
+  static bool enqueue_and_look_again(Node& node, State* s) noexcept {
+    if constexpr (claims_without_units<State>) {
+      s->add_ref();
+      const bool done = node.semaphore_waiter::enqueue();
+      if (!done) s->after_receive_queued();
+      s->drop_ref();
+      return done;
+    } else {
+      return node.semaphore_waiter::enqueue();
+    }
+  }
 
  private:
   State* state_;
+  fast_claim<State> claim_;
 };
 
 /// A batch receive (recv_many): an acquisition of one unit of `items_` as a receive's, then
 /// the take of up to `limit` values into a `Buffer` (std::vector<T, A>): the value of that unit
-/// and those of the units try-acquired with it (value_takes::take_many); yields how many. Limit 0:
-/// acquires nothing, ready at once, yields 0.
+/// and those it can take with it (value_takes::take_many); yields how many. Limit 0: acquires
+/// nothing, ready at once, yields 0. Claims without a unit as a receive does (recv_wait).
 template <class State, class Buffer>
 class recv_many_wait : public asyncband::detail::semaphore_waiter {
  public:
@@ -46,8 +108,33 @@ class recv_many_wait : public asyncband::detail::semaphore_waiter {
   recv_many_wait(State* s, Buffer& buffer, std::size_t limit) noexcept
       : semaphore_waiter(&s->items(), limit == 0 ? 0 : 1), state_(s), buffer_(&buffer), limit_(limit) {}
 
+  bool try_ready() noexcept {
+    if constexpr (claims_without_units<State>) {
+      return limit_ == 0 || (claim_.claimed = state_->try_claim(claim_.value));
+    } else {
+      return semaphore_waiter::try_ready();
+    }
+  }
+  bool may_be_ready() noexcept {
+    if constexpr (claims_without_units<State>) {
+      return limit_ == 0 || state_->may_claim();
+    } else {
+      return semaphore_waiter::may_be_ready();
+    }
+  }
+  bool enqueue() noexcept { return recv_wait<State>::enqueue_and_look_again(*this, state_); }
+  void give_back() noexcept {
+    if constexpr (claims_without_units<State>) {
+      if (claim_.claimed) return state_->give_back(claim_.value);
+    }
+    semaphore_waiter::give_back();
+  }
+
   outcome_type take() {
     if (limit_ == 0) return std::size_t{0};
+    if constexpr (claims_without_units<State>) {
+      if (claim_.claimed) return state_->take_many_claimed(claim_.value, *buffer_, limit_);
+    }
     return state_->take_many(take_permit(), *buffer_, limit_);
   }
 
@@ -55,6 +142,7 @@ class recv_many_wait : public asyncband::detail::semaphore_waiter {
   State* state_;
   Buffer* buffer_;
   std::size_t limit_;
+  fast_claim<State> claim_;
 };
 
 /// The batch receive node of the MPMC channel `State`, as a template of the buffer type

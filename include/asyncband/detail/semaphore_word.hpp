@@ -138,6 +138,30 @@ class semaphore_word {
     return ticket_of(state_.load(std::memory_order_acquire));
   }
 
+  // --- an MPMC receive's claim of a place without a unit (mpmc::detail::bounded_state) --------
+  /// The word now (acquire): for idle() and ticket_in(), then try_advance_idle().
+  [[nodiscard]] std::uint64_t load() const noexcept { return state_.load(std::memory_order_acquire); }
+  /// Nobody is queued and no unit is available: only the ticket bits are set.
+  [[nodiscard]] static bool idle(std::uint64_t state) noexcept { return (state & ~ticket_bits) == 0; }
+  /// A unit is available (and so nobody is queued).
+  [[nodiscard]] static bool has_units(std::uint64_t state) noexcept { return count_of(state) != 0; }
+  [[nodiscard]] static std::uint32_t ticket_in(std::uint64_t state) noexcept { return ticket_of(state); }
+  /// Takes the ticket of `state` if the word is still exactly `state` (idle, as loaded); on
+  /// failure `state` is the word now.
+  bool try_advance_idle(std::uint64_t& state) noexcept {
+    return state_.compare_exchange_strong(state, state + ticket_one, std::memory_order_acq_rel,
+                                          std::memory_order_acquire);
+  }
+  /// Gives the ticket before that of `state` back if the word is still exactly `state` (idle).
+  bool try_retreat_idle(std::uint64_t& state) noexcept {
+    return state_.compare_exchange_strong(state, state - ticket_one, std::memory_order_acq_rel,
+                                          std::memory_order_acquire);
+  }
+  /// Somebody is queued (or a deficit is owed). Relaxed: a publisher orders it with a fence.
+  [[nodiscard]] bool contended_now() const noexcept {
+    return (state_.load(std::memory_order_relaxed) & contended) != 0;
+  }
+
   // --- under the owner's lock ---------------------------------------------------------------------
   /// For a waiter about to queue that still misses `missing`: takes them (true), or takes every
   /// available unit into `granted` and marks the word contended (false: the caller queues).
