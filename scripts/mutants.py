@@ -240,6 +240,32 @@ MUTANTS = [
           "    if (n != 0 && pending_.fetch_sub(n, std::memory_order_seq_cst) == n && closed()) end();")],
         "ModelMpmcUnbounded*", "mpmc_unbounded"),
     Mutant(
+        "mpmc_delivery_missing_fence",
+        "a bounded MPMC send's seq_cst fence between its publication and its look for queued "
+        "receives is gone (a store-load reordering: a receive that queued meanwhile and looked "
+        "at the place before it was published sleeps through it)",
+        "detail/mpmc_bounded_state.hpp",
+        [("""          asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with after_receive_queued()'s
+""", "")],
+        "ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
+        "mpmc_queued_receive_no_second_look",
+        "a bounded MPMC receive that queued does not look again at the place at the ticket: a "
+        "value whose send looked for queued receives just before is slept through",
+        "detail/mpmc_bounded_state.hpp",
+        [("""    if (ring_.published(items_.next_ticket())) deliver();
+""", "")],
+        "ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
+        "mpmc_claim_past_records",
+        "a bounded MPMC receive claims the place at the ticket while records delivered to "
+        "queued receives are still waiting to be taken: values out of order, and a send may come "
+        "round the ring to a cell a record holds",
+        "detail/mpmc_bounded_state.hpp",
+        [("""      if (!word.idle(s) || claimed_.size() != 0) return false;""",
+          """      if (!word.idle(s)) return false;""")],
+        "ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
         "when_any_loser_keeps_grant",
         "an acquisition granted its permits after its when_any was won by another branch keeps "
         "them instead of giving them back",

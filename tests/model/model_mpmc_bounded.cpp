@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Model tests of asyncband::mpmc::bounded: the values' semaphore shared by several receivers,
-// a cancelled receive woken for a value, and the last receiver's departure against a send
-// waiting for capacity.
+// Model tests of asyncband::mpmc::bounded: receives that claim published places themselves
+// against sends that deliver to queued receives (the Dekker pair of a send's publication and a
+// receive's queueing), a cancelled receive woken for a value, a claim given back, and the last
+// receiver's departure against a send waiting for capacity.
 #include <utility>
 
 #include <asyncband/mpmc/bounded.hpp>
@@ -94,6 +95,66 @@ TEST(ModelMpmcBounded, LastReceiverDropVsWaitingSender) {
       sender.join();
     }
     check(live.load() == 0, "a value was leaked or destroyed twice");
+  }));
+}
+
+// Two senders and two receivers, one value each, capacity 1: every receive ends with a value
+// whichever way it gets it (a place it claims itself, or one a send delivers to it once it is
+// queued). A publication slept through (the send looked for queued receives before the receive
+// queued, and the receive looked at the place before it was published) is a deadlock.
+TEST(ModelMpmcBounded, SendsDeliverToReceivesThatQueued) {
+  EXPECT_TRUE(model::explored(133, [] {
+    auto [tx, rx] = asyncband::mpmc::bounded<int>(1);
+    atomic<int> sum{0};
+    const auto receive = [&](asyncband::mpmc::receiver<int> r) {
+      auto v = r.recv_blocking();
+      check(v.ok(), "a receive ended without a value");
+      if (v.ok()) sum.fetch_add(*v);
+    };
+    const auto send = [](asyncband::mpmc::sender<int> t, int v) { check(t.send_blocking(v).ok(), "a send failed"); };
+    thread a(receive, rx);
+    thread b(receive, std::move(rx));
+    thread one(send, tx, 1);
+    thread two(send, std::move(tx), 2);
+    a.join();
+    b.join();
+    one.join();
+    two.join();
+    check(sum.load() == 3, "a value was lost or received twice");
+  }));
+}
+
+// One sender sends 1, 2, 3 in order and goes; a receiver drains the channel while another takes
+// one value with a stop token that is requested meanwhile: a value it claimed and then did not
+// take (stopped) goes back without losing its place in the order, so the draining receiver sees
+// the values it gets in the order they were sent, and every value is received exactly once.
+TEST(ModelMpmcBounded, AStoppedReceiveKeepsTheOrderForTheOthers) {
+  EXPECT_TRUE(model::explored(134, [] {
+    auto [tx, rx] = asyncband::mpmc::bounded<int>(2);
+    asyncband::stop_source stop;
+    atomic<int> seen{0};  // bit v - 1: value v received
+    thread sender([t = std::move(tx)]() mutable {
+      for (int v = 1; v <= 3; ++v) check(t.send_blocking(v).ok(), "a send failed");
+    });
+    thread stopped([&, r = rx]() mutable {
+      auto v = r.recv_blocking(stop.get_token());
+      if (v.ok()) check((seen.fetch_or(1 << (*v - 1)) & (1 << (*v - 1))) == 0, "a value received twice");
+    });
+    thread drain([&, r = std::move(rx)]() mutable {
+      int last = 0;
+      for (;;) {
+        auto v = r.recv_blocking();
+        if (!v.ok()) break;
+        check(*v > last, "the values out of order for one receiver");
+        last = *v;
+        check((seen.fetch_or(1 << (*v - 1)) & (1 << (*v - 1))) == 0, "a value received twice");
+      }
+    });
+    stop.request_stop();
+    sender.join();
+    stopped.join();
+    drain.join();
+    check(seen.load() == 7, "a value was lost");
   }));
 }
 

@@ -293,9 +293,9 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// try_claim() may succeed (read-only, for a blocking receive's spin).
   [[nodiscard]] bool may_claim() const noexcept {
     const std::uint64_t s = items_.word().load();
-    return asyncband::detail::semaphore_word::has_units(s) ||
-           (asyncband::detail::semaphore_word::idle(s) &&
-            ring_.published(asyncband::detail::semaphore_word::ticket_in(s)));
+    using word = asyncband::detail::semaphore_word;
+    return word::has_units(s) ||
+           (word::idle(s) && claimed_.size() == 0 && ring_.published(word::ticket_in(s)));
   }
   /// A claim that will not be used (its receive lost a when_any, or was stopped after it
   /// claimed): its value goes back ahead of the others, for the next receive, with a unit, as a

@@ -183,10 +183,11 @@ struct batch_of {
 ///   goes to the next receives, and the exception propagates.
 /// - Several receives may be in progress at once, from any copies, threads or coroutines. Each
 ///   receiver must outlive its own receives (their awaiters included).
-/// - A receive may wait for a value being constructed by another thread (spinning, then
-///   yielding): T's move constructor must not wait for anything a receiver does. A receive from
-///   inside the construction of a value sent to the same channel on the same thread (through
-///   code that construction resumes inline) never finishes; debug builds assert.
+/// - A receive takes only values whose construction in the channel is complete: it never waits
+///   for a send's move constructor (a receive from inside one, through code it resumed inline,
+///   waits for that value like any other receive). Of the bounded channel: values are received
+///   in the order they were sent, apart from a value whose receive threw or was given back by a
+///   losing when_any branch after later values were taken, which goes to the next receive.
 template <class State>
 class receiver_base
     : public asyncband::detail::receiving_end<State, recv_wait<State>, batch_of<State>::template wait> {
