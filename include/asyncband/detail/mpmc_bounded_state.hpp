@@ -77,13 +77,15 @@ class claimed_values {
   /// Returns the units of capacity of empty places deferred until no record held its cell.
   [[nodiscard]] std::size_t taken_from_cell() noexcept {
     const std::lock_guard lock(lock_);
-    return --held_ == 0 ? std::exchange(deferred_, 0) : 0;
+    const std::size_t left = held_.load(std::memory_order_relaxed) - 1;
+    held_.store(left, std::memory_order_relaxed);
+    return left == 0 ? std::exchange(deferred_, 0) : 0;
   }
   /// The units of capacity of n empty places just passed: those to give back now (all of them,
   /// or none while a record's value holds its cell: they come back with the last such take).
   [[nodiscard]] std::size_t units_of_passed_empties(std::size_t n) noexcept {
     const std::lock_guard lock(lock_);
-    if (held_ == 0) return n;
+    if (held_.load(std::memory_order_relaxed) == 0) return n;
     deferred_ += n;
     return 0;
   }
@@ -100,6 +102,8 @@ class claimed_values {
     return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
+  /// Some record's value holds its cell (a hint: exact under the lock).
+  [[nodiscard]] bool may_hold_cells() const noexcept { return held_.load(std::memory_order_relaxed) != 0; }
   /// The records, when nobody else is left (the channel's destruction).
   template <class F>
   void for_each(F&& f) const {
@@ -109,13 +113,13 @@ class claimed_values {
  private:
   void grow(const parked_value<T>& v, bool again) noexcept {
     count_.store(count_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (!again && v.in_cell) ++held_;
+    if (!again && v.in_cell) held_.store(held_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   asyncband::detail::spin_lock lock_;
   asyncband::detail::atomic<std::size_t> count_{0};  // written under the lock
   std::size_t first_ = 0;                            // under the lock
-  std::size_t held_ = 0;                             // under the lock
+  asyncband::detail::atomic<std::size_t> held_{0};   // written under the lock
   std::size_t deferred_ = 0;                         // under the lock
   std::unique_ptr<parked_value<T>[]> slots_;
   const std::size_t capacity_;
@@ -277,11 +281,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
         c = pop_record();
         return true;
       }
-      // After the load of the word: a record pushed before the ticket it shows is seen.
-      if (!word.idle(s) || claimed_.size() != 0) return false;
+      if (!word.idle(s)) return false;
       const place p = word.ticket_in(s);
-      if (!ring_.published(p)) return false;
+      if (!ring_.published(p) && !being_written(p)) return false;
       if (!word.try_advance_idle(s)) continue;
+      ring_.await_publication(p);  // at once, or one send's move construction away
       if (!ring_.empty_at(p)) {
         c = {{&ring_.at(p).value(), nullptr, p, true}, false};
         return true;
@@ -295,7 +299,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     const std::uint64_t s = items_.word().load();
     using word = asyncband::detail::semaphore_word;
     return word::has_units(s) ||
-           (word::idle(s) && claimed_.size() == 0 && ring_.published(word::ticket_in(s)));
+           (word::idle(s) && (ring_.published(word::ticket_in(s)) || being_written(word::ticket_in(s))));
   }
   /// A claim that will not be used (its receive lost a when_any, or was stopped after it
   /// claimed): its value goes back ahead of the others, for the next receive, with a unit, as a
@@ -316,6 +320,12 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     const place next = p + 1;  // wraps like every place
     if (!word.idle(s) || word.ticket_in(s) != next) return false;
     return word.try_retreat_idle(s);
+  }
+
+  /// Place p is claimed by a send (it lies before the send ticket) on another thread, which is
+  /// writing it: a receive may claim it and wait for the write.
+  [[nodiscard]] bool being_written(place p) const noexcept {
+    return capacity_.next_ticket() != p && !ring_.written_by_this_thread(p);
   }
 
   /// A receive just queued (the word is contended): if the place at the ticket is published,
@@ -364,8 +374,9 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   void done_with_values(std::size_t n) noexcept {
     if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
     // Last: it may resume a send inline. (So may the units of the empty places passed above; the
-    // caller holds a handle, so the state outlives what they resume.)
-    capacity_.template give<false>(n);
+    // caller holds a handle, so the state outlives what they resume.) Deferred while a record
+    // holds its cell: see pass_empty_places.
+    give_capacity(claimed_.may_hold_cells() ? claimed_.units_of_passed_empties(n) : n);
   }
 
   /// Closed, and every unit of capacity is back: every accepted value was received, and no
