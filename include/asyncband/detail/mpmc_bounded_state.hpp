@@ -9,6 +9,8 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -57,21 +59,40 @@ struct parked_value {
 template <class T>
 class claimed_values {
  public:
-  explicit claimed_values(std::size_t capacity) : slots_(new parked_value<T>[capacity]), capacity_(capacity) {}
+  /// A record's place in the list, with room for a delivered value moved out of its cell.
+  struct slot {
+    parked_value<T> v;
+    asyncband::detail::atomic<bool> ready{true};
+    alignas(T) unsigned char storage[sizeof(T)];
+  };
+
+  explicit claimed_values(std::size_t capacity) : slots_(new slot[capacity]), capacity_(capacity) {}
 
   /// Ahead of every other (a park, a claim given back). `again`: v was popped (its cell, if it
   /// holds one, is counted already).
   void push_front(const parked_value<T>& v, bool again) noexcept {
     const std::lock_guard lock(lock_);
     first_ = first_ == 0 ? capacity_ - 1 : first_ - 1;
-    slots_[first_] = v;
+    slots_[first_].v = v;
     grow(v, again);
   }
   /// Behind every other (a delivery).
   void push_back(const parked_value<T>& v) noexcept {
     const std::lock_guard lock(lock_);
-    slots_[(first_ + count_.load(std::memory_order_relaxed)) % capacity_] = v;
+    slots_[(first_ + count_.load(std::memory_order_relaxed)) % capacity_].v = v;
     grow(v, false);
+  }
+  /// Behind every other: a delivery of the value at place p, which the caller moves into the
+  /// slot's storage after the lock (then marks it ready). A receive that pops it meanwhile
+  /// waits for that move. (No other record reuses the slot before the value is taken: every
+  /// record and every value being taken holds a unit of capacity.)
+  slot* push_back_moving(place p) noexcept {
+    const std::lock_guard lock(lock_);
+    slot& s = slots_[(first_ + count_.load(std::memory_order_relaxed)) % capacity_];
+    s.v = {std::launder(reinterpret_cast<T*>(s.storage)), nullptr, p, false};
+    s.ready.store(false, std::memory_order_relaxed);
+    grow(s.v, false);
+    return &s;
   }
   /// The value of a popped record that held its cell was taken, and the cell handed on.
   /// Returns the units of capacity of empty places deferred until no record held its cell.
@@ -96,7 +117,9 @@ class claimed_values {
     const std::lock_guard lock(lock_);
     const std::size_t n = count_.load(std::memory_order_relaxed);
     if (n == 0) return false;
-    v = slots_[first_];
+    const slot& s = slots_[first_];
+    asyncband::detail::spin_until([&s] { return s.ready.load(std::memory_order_acquire); });
+    v = s.v;
     first_ = (first_ + 1) % capacity_;
     count_.store(n - 1, std::memory_order_relaxed);
     return true;
@@ -107,7 +130,7 @@ class claimed_values {
   /// The records, when nobody else is left (the channel's destruction).
   template <class F>
   void for_each(F&& f) const {
-    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(slots_[(first_ + i) % capacity_]);
+    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(slots_[(first_ + i) % capacity_].v);
   }
 
  private:
@@ -121,7 +144,7 @@ class claimed_values {
   std::size_t first_ = 0;                            // under the lock
   asyncband::detail::atomic<std::size_t> held_{0};   // written under the lock
   std::size_t deferred_ = 0;                         // under the lock
-  std::unique_ptr<parked_value<T>[]> slots_;
+  std::unique_ptr<slot[]> slots_;
   const std::size_t capacity_;
 };
 
@@ -281,6 +304,10 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
         c = pop_record();
         return true;
       }
+      // Claims past records (which hold no cell for a trivially copyable T): faster, but a
+      // receive that later pops an older record sees one producer's values out of order
+      // (MpmcBoundedReceivers.EachValueGoesToExactlyOneOfSeveralReceivingCoroutines fails).
+      // Next: bind a delivered record to the receive it was granted to.
       if (!word.idle(s)) return false;
       const place p = word.ticket_in(s);
       if (!ring_.published(p) && !being_written(p)) return false;
@@ -414,6 +441,10 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// head. The caller holds a reference (a sender's or receiver's handle, or its own).
   void deliver() noexcept {
     std::size_t passed = 0;
+    // Values of a trivially copyable type leave their cells at once (a copy runs no user code,
+    // so it may run under the lock), so that no record holds a cell; those of another type stay
+    // there until taken.
+    constexpr bool move_out = std::is_trivially_copyable_v<T>;
     items_.wake([this, &passed](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
       while (!waiters.empty()) {
         const place p = items_.next_ticket();
@@ -428,7 +459,14 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
           continue;
         }
         // The record first, then the ticket: a receive that sees the ticket sees the record.
-        claimed_.push_back({&ring_.at(p).value(), nullptr, p, true});
+        if constexpr (move_out) {
+          auto* slot = claimed_.push_back_moving(p);
+          std::memcpy(static_cast<void*>(slot->storage), static_cast<const void*>(&ring_.at(p).value()), sizeof(T));
+          ring_.hand_on(p);
+          slot->ready.store(true, std::memory_order_relaxed);
+        } else {
+          claimed_.push_back({&ring_.at(p).value(), nullptr, p, true});
+        }
         if (!items_.try_advance_ticket(p)) {
           // Only empty places are passed by others while receives are queued; p holds a value.
           assert(false && "asyncband::mpmc: a delivered place claimed by another");
@@ -436,6 +474,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
         items_.hand_out(1, waiters, batch);
       }
     });
+
     if (passed != 0) give_capacity(claimed_.units_of_passed_empties(passed));
     if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
   }
