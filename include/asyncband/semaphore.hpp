@@ -267,6 +267,14 @@ class semaphore {
   /// becomes available and the state uncontended again.
   inline void hand_out(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
 
+  /// Under the lock, with the state contended, for waiters of one unit each (an MPMC channel's
+  /// receives): grants the first queued waiter that can still take it one unit counted nowhere
+  /// else, which stands for what `bind(waiter)` gives it, and claims it; those whose when_any
+  /// is over are claimed cancelled first. False if nobody was left to take it. When nobody is
+  /// left waiting, the state is uncontended again (with nothing available).
+  template <class Bind>
+  bool grant_bound(detail::wait_list& waiters, detail::wake_batch& batch, Bind&& bind) noexcept;
+
   detail::wait_queue& queue() noexcept { return queue_; }
 
   /// The queue's wake-up (detail::wait_queue::wake), pinned unless the owner keeps this alive.

@@ -132,6 +132,36 @@ struct soak_consumer {
   bool done = false;
 };
 
+/// The ids of the values a receive held and gave back to the channel (parked after its move
+/// threw, or given back by a receive woken for it and then cancelled): the only ones that may
+/// reach a consumer after later values of their producer. Set by the channel's test hook while
+/// a reoffered_scope lives; indexed like the finals.
+inline std::vector<std::atomic<bool>>* reoffered = nullptr;
+
+/// Installs the hook that fills `reoffered` (values are `counted`) for the scope's life.
+class reoffered_scope {
+ public:
+  explicit reoffered_scope(std::vector<std::atomic<bool>>& ids) {
+    reoffered = &ids;
+    asyncband::mpmc::detail::on_value_reoffered_for_tests.store([](const void* value) {
+      const auto id = static_cast<std::size_t>(static_cast<const counted*>(value)->id());
+      if (id < reoffered->size()) (*reoffered)[id].store(true);
+    });
+  }
+  reoffered_scope(const reoffered_scope&) = delete;
+  reoffered_scope& operator=(const reoffered_scope&) = delete;
+  ~reoffered_scope() {
+    asyncband::mpmc::detail::on_value_reoffered_for_tests.store(nullptr);
+    reoffered = nullptr;
+  }
+};
+
+/// A value of `id` may come after later values of its producer (see reoffered).
+inline bool was_reoffered(int id) {
+  return reoffered != nullptr && id >= 0 && static_cast<std::size_t>(id) < reoffered->size() &&
+         (*reoffered)[static_cast<std::size_t>(id)].load();
+}
+
 /// One channel of the soak and everything its coroutines share.
 struct soak_world {
   int first_id = 0;
@@ -274,7 +304,7 @@ inline std::string soak_problems(const soak_world& w, const std::vector<std::ato
     std::vector<int> last(kSoakMaxProducers, 0);
     for (const int id : c.got) {
       const int producer = (id - w.first_id) / kSoakMaxPerProducer;
-      if (producer < 0 || producer >= kSoakMaxProducers) continue;
+      if (producer < 0 || producer >= kSoakMaxProducers || was_reoffered(id)) continue;
       if (id <= last[static_cast<std::size_t>(producer)]) fail("a producer's values out of order");
       last[static_cast<std::size_t>(producer)] = id;
     }
@@ -347,6 +377,8 @@ void run_seeded_soak(const char* label, OneChannel one_channel) {
   const count_scope counts;
   std::vector<std::atomic<int>> finals(static_cast<std::size_t>(kChannels * kSoakIdsPerChannel + 1));
   const finals_scope scope(finals);
+  std::vector<std::atomic<bool>> reoffered_ids(finals.size());
+  const reoffered_scope reoffers(reoffered_ids);
   int received = 0;
   int handed_back = 0;
   int cancels = 0;
@@ -527,8 +559,8 @@ bool stress_round(int round, const std::vector<std::atomic<int>>& finals, int mo
     std::vector<int> last(4, 0);
     for (const int id : l.got) {
       const int producer = (id - first_id) / kStressPerProducer;
-      if (reordered((round + producer + (id - first_id) % kStressPerProducer) % modes)) {
-        continue;  // its receive may have thrown: then it went to the next receive, after later values
+      if (reordered((round + producer + (id - first_id) % kStressPerProducer) % modes) || was_reoffered(id)) {
+        continue;  // its receive may have thrown, or been cancelled: then it went to the next receive
       }
       EXPECT_GT(id, last[static_cast<std::size_t>(producer)])
           << "a producer's values out of order for one consumer";
@@ -558,6 +590,8 @@ void run_thread_stress(const char* label, Round round) {
   const count_scope counts;
   std::vector<std::atomic<int>> finals(static_cast<std::size_t>(kStressMaxRounds * kStressIdsPerRound + 1));
   const finals_scope scope(finals);
+  std::vector<std::atomic<bool>> reoffered_ids(finals.size());
+  const reoffered_scope reoffers(reoffered_ids);
   thread_stress_totals totals;
   const int rounds = repeat_for(kStressMaxRounds, under_sanitizer ? 4s : 6s,
                                 [&](int index) { return round(index, finals, totals); });

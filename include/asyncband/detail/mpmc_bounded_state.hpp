@@ -20,6 +20,7 @@
 #include "../semaphore.hpp"
 #include "atomic.hpp"
 #include "mpmc_handles.hpp"
+#include "mpmc_receiver.hpp"
 #include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "spin_lock.hpp"
@@ -47,64 +48,51 @@ struct parked_value {
   bool in_cell = false;
 };
 
-/// The values claimed for receives that hold a unit of `items_`, in the order receives take
-/// them (front first): values a send delivered to waiting receives (their places claimed for
-/// them, at the back), and values parked by a receive whose move threw or given back by a
-/// receive that claimed one and did not use it (at the front: ahead of newer values). There is
-/// exactly one unit of `items_` for each (see bounded_state), and each keeps its unit of
-/// capacity, so there are at most `capacity` of them: the storage for the records is reserved
-/// once, with the channel. It also counts the records whose value holds its cell and is not
-/// handed on yet (those a receive popped and is taking included), under the same lock, so that
-/// the passing of empty places can wait for them.
+/// The values claimed for receives and not taken, waiting for whichever receive holds a unit of
+/// `items_` next (front first): values parked by a receive whose move threw, and values given
+/// back by a receive that claimed one or was bound one and did not use it. There is exactly one
+/// unit of `items_` for each (see bounded_state), and each keeps its unit of capacity, so there
+/// are at most `capacity` of them: the storage for the records is reserved once, with the
+/// channel. It also counts the values that hold their cell and are not handed on yet (parked
+/// without storage to move the cell to, or delivered to a receive that has not taken them yet),
+/// under the same lock, so that the return of capacity can wait for them.
 template <class T>
 class claimed_values {
  public:
-  /// A record's place in the list, with room for a delivered value moved out of its cell.
-  struct slot {
-    parked_value<T> v;
-    asyncband::detail::atomic<bool> ready{true};
-    alignas(T) unsigned char storage[sizeof(T)];
-  };
-
   explicit claimed_values(std::size_t capacity) : slots_(new slot[capacity]), capacity_(capacity) {}
 
-  /// Ahead of every other (a park, a claim given back). `again`: v was popped (its cell, if it
-  /// holds one, is counted already).
+  /// Ahead of every other. `again`: v was counted as holding its cell already.
   void push_front(const parked_value<T>& v, bool again) noexcept {
     const std::lock_guard lock(lock_);
-    first_ = first_ == 0 ? capacity_ - 1 : first_ - 1;
-    slots_[first_].v = v;
+    slots_[front_slot()].v = v;
     grow(v, again);
   }
-  /// Behind every other (a delivery).
-  void push_back(const parked_value<T>& v) noexcept {
+  /// Ahead of every other: a copy of `value` (trivially copyable, in storage about to go: a
+  /// receive node's), into storage of the record's own.
+  void push_front_copy(const T& value) noexcept {
+    static_assert(std::is_trivially_copyable_v<T>);
     const std::lock_guard lock(lock_);
-    slots_[(first_ + count_.load(std::memory_order_relaxed)) % capacity_].v = v;
-    grow(v, false);
-  }
-  /// Behind every other: a delivery of the value at place p, which the caller moves into the
-  /// slot's storage after the lock (then marks it ready). A receive that pops it meanwhile
-  /// waits for that move. (No other record reuses the slot before the value is taken: every
-  /// record and every value being taken holds a unit of capacity.)
-  slot* push_back_moving(place p) noexcept {
-    const std::lock_guard lock(lock_);
-    slot& s = slots_[(first_ + count_.load(std::memory_order_relaxed)) % capacity_];
-    s.v = {std::launder(reinterpret_cast<T*>(s.storage)), nullptr, p, false};
-    s.ready.store(false, std::memory_order_relaxed);
+    slot& s = slots_[front_slot()];
+    std::memcpy(static_cast<void*>(s.storage), static_cast<const void*>(&value), sizeof(T));
+    s.v = {std::launder(reinterpret_cast<T*>(s.storage)), nullptr, 0, false};
     grow(s.v, false);
-    return &s;
   }
-  /// The value of a popped record that held its cell was taken, and the cell handed on.
-  /// Returns the units of capacity of empty places deferred until no record held its cell.
+  /// A value now holds its cell until a receive takes it (a delivery bound to a receive).
+  void hold_cell() noexcept {
+    const std::lock_guard lock(lock_);
+    held_.store(held_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  /// A value that held its cell was taken (or moved to other storage), and the cell handed on.
+  /// Returns the units of capacity deferred until no value held its cell.
   [[nodiscard]] std::size_t taken_from_cell() noexcept {
     const std::lock_guard lock(lock_);
     const std::size_t left = held_.load(std::memory_order_relaxed) - 1;
     held_.store(left, std::memory_order_relaxed);
     return left == 0 ? std::exchange(deferred_, 0) : 0;
   }
-  /// The units of capacity of n empty places just passed: those to give back now (all of them,
-  /// or none while a record's value holds its cell: they come back with the last such take).
-  [[nodiscard]] std::size_t units_of_passed_empties(std::size_t n) noexcept {
+  /// The units of capacity of n places just handed on: those to give back now (all of them,
+  /// or none while a value holds its cell: they come back with the last such take).
+  [[nodiscard]] std::size_t units_to_give(std::size_t n) noexcept {
     const std::lock_guard lock(lock_);
     if (held_.load(std::memory_order_relaxed) == 0) return n;
     deferred_ += n;
@@ -117,15 +105,13 @@ class claimed_values {
     const std::lock_guard lock(lock_);
     const std::size_t n = count_.load(std::memory_order_relaxed);
     if (n == 0) return false;
-    const slot& s = slots_[first_];
-    asyncband::detail::spin_until([&s] { return s.ready.load(std::memory_order_acquire); });
-    v = s.v;
+    v = slots_[first_].v;
     first_ = (first_ + 1) % capacity_;
     count_.store(n - 1, std::memory_order_relaxed);
     return true;
   }
   [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
-  /// Some record's value holds its cell (a hint: exact under the lock).
+  /// Some value holds its cell (a hint: exact under the lock).
   [[nodiscard]] bool may_hold_cells() const noexcept { return held_.load(std::memory_order_relaxed) != 0; }
   /// The records, when nobody else is left (the channel's destruction).
   template <class F>
@@ -134,6 +120,13 @@ class claimed_values {
   }
 
  private:
+  /// A record, with room for a copy of its value.
+  struct slot {
+    parked_value<T> v;
+    alignas(T) unsigned char storage[std::is_trivially_copyable_v<T> ? sizeof(T) : 1];
+  };
+
+  std::size_t front_slot() noexcept { return first_ = first_ == 0 ? capacity_ - 1 : first_ - 1; }
   void grow(const parked_value<T>& v, bool again) noexcept {
     count_.store(count_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (!again && v.in_cell) held_.store(held_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -200,12 +193,20 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   using value_type = T;
   static constexpr bool multi_consumer = true;
 
-  /// What a receive holds once it may take a value: a record of `claimed_` (`record`, with the
-  /// unit of `items_` it came with), or a place it claimed itself (`in_cell`, at `p`).
+  /// What a receive holds once it may take a value: a place it claimed itself (`v.in_cell`, at
+  /// `v.p`), a value a delivery bound to it (`bound`: in its cell, or copied into the receive's
+  /// node: `in_node`), or a record of `claimed_` (with the unit of `items_` it came with).
   struct claimed_value {
     parked_value<T> v;
-    bool parked = false;
+    /// Not a place it claimed itself: a bound value or a record (so not unclaimed, and counted
+    /// as holding its cell, if it does, until it is taken).
+    bool bound = false;
+    bool in_node = false;
   };
+
+  /// A delivered value of this type is copied out of its cell, under the lock, into the node of
+  /// the receive it goes to.
+  static constexpr bool delivered_out = std::is_trivially_copyable_v<T> && sizeof(T) <= 128;
 
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
@@ -304,15 +305,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
         c = pop_record();
         return true;
       }
-      // Claims past records (which hold no cell for a trivially copyable T): faster, but a
-      // receive that later pops an older record sees one producer's values out of order
-      // (MpmcBoundedReceivers.EachValueGoesToExactlyOneOfSeveralReceivingCoroutines fails).
-      // Next: bind a delivered record to the receive it was granted to.
       if (!word.idle(s)) return false;
       const place p = word.ticket_in(s);
       if (!ring_.published(p) && !being_written(p)) return false;
       if (!word.try_advance_idle(s)) continue;
-      ring_.await_publication(p);  // at once, or one send's move construction away
+      ring_.await_publication(p);  // at once, or one copy away (being_written)
       if (!ring_.empty_at(p)) {
         c = {{&ring_.at(p).value(), nullptr, p, true}, false};
         return true;
@@ -333,7 +330,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// value whose move threw does (park): its cell goes on at once, since later places may have
   /// been taken meanwhile, and a send coming round the ring to it must not wait for a receive.
   void give_back(const claimed_value& c) noexcept {
-    if (!c.parked && unclaim(c.v.p)) return;
+    if (!c.bound && unclaim(c.v.p)) return;
     park(c);
   }
 
@@ -350,9 +347,15 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   }
 
   /// Place p is claimed by a send (it lies before the send ticket) on another thread, which is
-  /// writing it: a receive may claim it and wait for the write.
+  /// writing a value of a trivially copyable type there: a receive may claim it and wait for the
+  /// write, a few instructions (unless the value is converted from another type by user code).
+  /// A receive never waits for another type's move constructor, which may take any time.
   [[nodiscard]] bool being_written(place p) const noexcept {
-    return capacity_.next_ticket() != p && !ring_.written_by_this_thread(p);
+    if constexpr (delivered_out) {
+      return capacity_.next_ticket() != p && !ring_.written_by_this_thread(p);
+    } else {
+      return false;
+    }
   }
 
   /// A receive just queued (the word is contended): if the place at the ticket is published,
@@ -371,7 +374,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   claimed_value claim_value() noexcept { return pop_record(); }
   claimed_value pop_record() noexcept {
     claimed_value c;
-    c.parked = true;
+    c.bound = true;
     [[maybe_unused]] const bool found = claimed_.pop(c.v);
     assert(found && "asyncband::mpmc: a unit of items_ without its record");
     return c;
@@ -385,13 +388,22 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     delete c.v.block;
     if (c.v.in_cell) {
       ring_.hand_on(c.v.p);
-      if (c.parked) give_capacity(claimed_.taken_from_cell());
+      if (c.bound) give_capacity(claimed_.taken_from_cell());
     }
   }
 
   /// Its move threw: parked (again) for the next receive, with a unit of `items_`.
   void park(const claimed_value& c) noexcept {
-    if (c.v.in_cell) return park(c.v.p, *c.v.value, c.parked);
+#ifdef ASYNCBAND_TESTING
+    if (auto* hook = on_value_reoffered_for_tests.load()) hook(c.v.value);
+#endif
+    if (c.v.in_cell) return park(c.v.p, *c.v.value, c.bound);
+    if constexpr (delivered_out) {
+      if (c.in_node) {
+        claimed_.push_front_copy(*c.v.value);  // the node goes with its receive
+        return items_.template give<false>(1);
+      }
+    }
     claimed_.push_front(c.v, true);
     items_.template give<false>(1);  // after the park: the receive given this unit finds it
   }
@@ -403,7 +415,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     // Last: it may resume a send inline. (So may the units of the empty places passed above; the
     // caller holds a handle, so the state outlives what they resume.) Deferred while a record
     // holds its cell: see pass_empty_places.
-    give_capacity(claimed_.may_hold_cells() ? claimed_.units_of_passed_empties(n) : n);
+    give_capacity(claimed_.may_hold_cells() ? claimed_.units_to_give(n) : n);
   }
 
   /// Closed, and every unit of capacity is back: every accepted value was received, and no
@@ -437,14 +449,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   }
 
   /// Under `items_`' lock, while receives are queued: claims the published place at the ticket
-  /// for them, one at a time (passing empty places), each into `claimed_` with a unit for the
-  /// head. The caller holds a reference (a sender's or receiver's handle, or its own).
+  /// for the first of them, one at a time (passing empty places), and binds it to that receive
+  /// with its unit (bind_delivery). The caller holds a reference (a sender's or receiver's
+  /// handle, or its own).
   void deliver() noexcept {
     std::size_t passed = 0;
-    // Values of a trivially copyable type leave their cells at once (a copy runs no user code,
-    // so it may run under the lock), so that no record holds a cell; those of another type stay
-    // there until taken.
-    constexpr bool move_out = std::is_trivially_copyable_v<T>;
     items_.wake([this, &passed](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
       while (!waiters.empty()) {
         const place p = items_.next_ticket();
@@ -458,25 +467,34 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
           }
           continue;
         }
-        // The record first, then the ticket: a receive that sees the ticket sees the record.
-        if constexpr (move_out) {
-          auto* slot = claimed_.push_back_moving(p);
-          std::memcpy(static_cast<void*>(slot->storage), static_cast<const void*>(&ring_.at(p).value()), sizeof(T));
-          ring_.hand_on(p);
-          slot->ready.store(true, std::memory_order_relaxed);
-        } else {
-          claimed_.push_back({&ring_.at(p).value(), nullptr, p, true});
-        }
-        if (!items_.try_advance_ticket(p)) {
-          // Only empty places are passed by others while receives are queued; p holds a value.
-          assert(false && "asyncband::mpmc: a delivered place claimed by another");
-        }
-        items_.hand_out(1, waiters, batch);
+        items_.grant_bound(waiters, batch, [this, p](asyncband::detail::semaphore_waiter& w) {
+          bind_delivery(p, static_cast<receive_waiter<bounded_state>&>(w));
+        });
       }
     });
 
-    if (passed != 0) give_capacity(claimed_.units_of_passed_empties(passed));
+    if (passed != 0) give_capacity(claimed_.units_to_give(passed));
     if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
+  }
+
+  /// Under `items_`' lock: the value at published place p goes to receive `r`, which was just
+  /// granted its unit and resumes after the lock. A value of a trivially copyable type leaves
+  /// its cell at once, copied into the receive's node (a copy runs no user code, so it may run
+  /// under the lock), and the cell goes on; another stays in its cell until `r` takes it, and
+  /// capacity is held back until then (claimed_values::hold_cell).
+  void bind_delivery(place p, receive_waiter<bounded_state>& r) noexcept {
+    // Only empty places are passed by others while receives are queued; p holds a value.
+    [[maybe_unused]] const bool advanced = items_.try_advance_ticket(p);
+    assert(advanced && "asyncband::mpmc: a delivered place claimed by another");
+    if constexpr (delivered_out) {
+      void* storage = r.delivery_storage();
+      std::memcpy(storage, static_cast<const void*>(&ring_.at(p).value()), sizeof(T));
+      ring_.hand_on(p);
+      r.bind(claimed_value{{std::launder(static_cast<T*>(storage)), nullptr, p, false}, true, true});
+    } else {
+      claimed_.hold_cell();
+      r.bind(claimed_value{{&ring_.at(p).value(), nullptr, p, true}, true, false});
+    }
   }
 
   /// Passes the empty places at the front of the receive order (no receive would take them),
@@ -532,7 +550,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   void hand_on_empty(place p) noexcept {
     empties_.fetch_sub(1, std::memory_order_relaxed);
     ring_.hand_on(p);
-    give_capacity(claimed_.units_of_passed_empties(1));
+    give_capacity(claimed_.units_to_give(1));
   }
   void give_capacity(std::size_t n) noexcept { capacity_.template give<false>(n); }
 

@@ -15,134 +15,155 @@
 
 namespace asyncband::mpmc::detail {
 
-/// What a receive of `State` holds when it claimed a value without a unit (try_claim): the
-/// claim, or nothing for a state whose receives always go through units.
+/// What a receive of `State` holds when it has a value without taking a unit of `items_` from
+/// the count: the value it claimed itself (try_claim), or the one a delivery bound to it while
+/// it waited; nothing for a state whose receives always go through units.
 template <class State>
 struct fast_claim {
-  /// Whether it holds one (its wait completed by try_ready then).
+  /// Whether it holds one.
   bool claimed = false;
 };
 template <class State>
   requires claims_without_units<State>
 struct fast_claim<State> {
+  using T = typename State::value_type;
   typename State::claimed_value value{};
   bool claimed = false;
+  /// Where a delivery copies a value that leaves its cell at once (State::delivered_out).
+  alignas(T) unsigned char storage[State::delivered_out ? sizeof(T) : 1];
 };
 
-/// A receive: an acquisition of one unit of the channel's `items_` semaphore (so it queues,
-/// is cancelled and loses a when_any as an acquisition does; a unit it does not use goes to the
-/// next receive), then the take of the value that unit stands for, moved once into the outcome.
-/// For a bounded channel, a receive that does not wait claims a value without a unit
-/// (try_claim), and one that queues looks once more whether a value was published meanwhile
-/// (after_receive_queued): see mpmc::detail::bounded_state.
+/// What every receive node of an MPMC channel shares: an acquisition of one unit of the
+/// channel's `items_` semaphore (so it queues, is cancelled and loses a when_any as an
+/// acquisition does; a unit it does not use goes to the next receive), and, for a bounded
+/// channel, a value it holds without a unit from the count: claimed itself, without waiting
+/// (try_claim), or bound to it by a delivery while it was queued (see
+/// mpmc::detail::bounded_state). A receive that queues looks once more whether a value was
+/// published meanwhile (after_receive_queued).
 template <class State>
-class recv_wait : public asyncband::detail::semaphore_waiter {
+class receive_waiter : public asyncband::detail::semaphore_waiter {
  public:
-  using value_type = typename State::value_type;
-  using outcome_type = result<value_type>;
-  static constexpr bool fallible = true;
+  /// The value a delivery gives this queued receive, with the unit it was just granted (under
+  /// `items_`' lock: the receive resumes after it).
+  template <class Claimed>
+  void bind(const Claimed& v) noexcept {
+    claim_.value = v;
+    claim_.claimed = true;
+  }
+  /// Storage for a value a delivery copies out of its cell for this receive.
+  void* delivery_storage() noexcept
+    requires claims_without_units<State>
+  {
+    return claim_.storage;
+  }
 
-  explicit recv_wait(State* s) noexcept : semaphore_waiter(&s->items(), 1), state_(s) {}
+ protected:
+  receive_waiter(State* s, std::size_t n) noexcept : semaphore_waiter(&s->items(), n), state_(s) {}
 
-  bool try_ready() noexcept {
+  bool claim_or_take() noexcept {
     if constexpr (claims_without_units<State>) {
       return claim_.claimed = state_->try_claim(claim_.value);
     } else {
       return semaphore_waiter::try_ready();
     }
   }
-  bool may_be_ready() noexcept {
+  bool may_claim() noexcept {
     if constexpr (claims_without_units<State>) {
       return state_->may_claim();
     } else {
       return semaphore_waiter::may_be_ready();
     }
   }
-  bool enqueue() noexcept { return enqueue_and_look_again(*this, state_); }
-  void give_back() noexcept {
+  /// semaphore_waiter::enqueue(), then, for a bounded channel, its re-check once queued. The
+  /// node is published then and may be resumed and destroyed at once, with every handle: only
+  /// the state is touched after, under a reference of its own.
+  bool enqueue_and_look_again() noexcept {
+    if constexpr (claims_without_units<State>) {
+      State* s = state_;
+      s->add_ref();
+      const bool done = semaphore_waiter::enqueue();
+      if (!done) s->after_receive_queued();
+      s->drop_ref();
+      return done;
+    } else {
+      return semaphore_waiter::enqueue();
+    }
+  }
+  /// A completed receive that will not take its value: the value goes back (for a bound or
+  /// claimed one: see bounded_state::give_back), or the unit goes to the next receive.
+  void give_back_claim() noexcept {
     if constexpr (claims_without_units<State>) {
       if (claim_.claimed) return state_->give_back(claim_.value);
     }
     semaphore_waiter::give_back();
   }
+  [[nodiscard]] bool holds_claim() const noexcept { return claim_.claimed; }
+  [[nodiscard]] const auto& claim() const noexcept { return claim_.value; }
 
-  outcome_type take() {
-    if constexpr (claims_without_units<State>) {
-      if (claim_.claimed) return state_->template take_claimed<outcome_type>(claim_.value);
-    }
-    return state_->template take<outcome_type>(take_permit());
-  }
-
-  /// semaphore_waiter::enqueue(), then, for a bounded channel, its re-check once queued. The
-  /// node is published then and may be resumed and destroyed at once, with every handle: only
-  /// the state is touched after, under a reference of its own.
-  template <class Node>
-  static bool enqueue_and_look_again(Node& node, State* s) noexcept {
-    if constexpr (claims_without_units<State>) {
-      s->add_ref();
-      const bool done = node.semaphore_waiter::enqueue();
-      if (!done) s->after_receive_queued();
-      s->drop_ref();
-      return done;
-    } else {
-      return node.semaphore_waiter::enqueue();
-    }
-  }
+  State* state_;
 
  private:
-  State* state_;
   fast_claim<State> claim_;
 };
 
-/// A batch receive (recv_many): an acquisition of one unit of `items_` as a receive's, then
-/// the take of up to `limit` values into a `Buffer` (std::vector<T, A>): the value of that unit
-/// and those it can take with it (value_takes::take_many); yields how many. Limit 0: acquires
-/// nothing, ready at once, yields 0. Claims without a unit as a receive does (recv_wait).
+/// A receive: one unit of `items_` (or a value held without one: receive_waiter), then the take
+/// of the value, moved once into the outcome.
+template <class State>
+class recv_wait : public receive_waiter<State> {
+  using base = receive_waiter<State>;
+
+ public:
+  using value_type = typename State::value_type;
+  using outcome_type = result<value_type>;
+  static constexpr bool fallible = true;
+
+  explicit recv_wait(State* s) noexcept : base(s, 1) {}
+
+  bool try_ready() noexcept { return this->claim_or_take(); }
+  bool may_be_ready() noexcept { return this->may_claim(); }
+  bool enqueue() noexcept { return this->enqueue_and_look_again(); }
+  void give_back() noexcept { this->give_back_claim(); }
+
+  outcome_type take() {
+    if constexpr (claims_without_units<State>) {
+      if (this->holds_claim()) return this->state_->template take_claimed<outcome_type>(this->claim());
+    }
+    return this->state_->template take<outcome_type>(this->take_permit());
+  }
+};
+
+/// A batch receive (recv_many): a receive's unit (or value held without one), then the take of
+/// up to `limit` values into a `Buffer` (std::vector<T, A>): that one and those it can take
+/// with it (value_takes::take_many); yields how many. Limit 0: acquires nothing, ready at once,
+/// yields 0.
 template <class State, class Buffer>
-class recv_many_wait : public asyncband::detail::semaphore_waiter {
+class recv_many_wait : public receive_waiter<State> {
+  using base = receive_waiter<State>;
+
  public:
   using value_type = std::size_t;
   using outcome_type = result<std::size_t>;
   static constexpr bool fallible = true;
 
   recv_many_wait(State* s, Buffer& buffer, std::size_t limit) noexcept
-      : semaphore_waiter(&s->items(), limit == 0 ? 0 : 1), state_(s), buffer_(&buffer), limit_(limit) {}
+      : base(s, limit == 0 ? 0 : 1), buffer_(&buffer), limit_(limit) {}
 
-  bool try_ready() noexcept {
-    if constexpr (claims_without_units<State>) {
-      return limit_ == 0 || (claim_.claimed = state_->try_claim(claim_.value));
-    } else {
-      return semaphore_waiter::try_ready();
-    }
-  }
-  bool may_be_ready() noexcept {
-    if constexpr (claims_without_units<State>) {
-      return limit_ == 0 || state_->may_claim();
-    } else {
-      return semaphore_waiter::may_be_ready();
-    }
-  }
-  bool enqueue() noexcept { return recv_wait<State>::enqueue_and_look_again(*this, state_); }
-  void give_back() noexcept {
-    if constexpr (claims_without_units<State>) {
-      if (claim_.claimed) return state_->give_back(claim_.value);
-    }
-    semaphore_waiter::give_back();
-  }
+  bool try_ready() noexcept { return limit_ == 0 || this->claim_or_take(); }
+  bool may_be_ready() noexcept { return limit_ == 0 || this->may_claim(); }
+  bool enqueue() noexcept { return this->enqueue_and_look_again(); }
+  void give_back() noexcept { this->give_back_claim(); }
 
   outcome_type take() {
     if (limit_ == 0) return std::size_t{0};
     if constexpr (claims_without_units<State>) {
-      if (claim_.claimed) return state_->take_many_claimed(claim_.value, *buffer_, limit_);
+      if (this->holds_claim()) return this->state_->take_many_claimed(this->claim(), *buffer_, limit_);
     }
-    return state_->take_many(take_permit(), *buffer_, limit_);
+    return this->state_->take_many(this->take_permit(), *buffer_, limit_);
   }
 
  private:
-  State* state_;
   Buffer* buffer_;
   std::size_t limit_;
-  fast_claim<State> claim_;
 };
 
 /// The batch receive node of the MPMC channel `State`, as a template of the buffer type

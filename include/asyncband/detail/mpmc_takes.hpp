@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <optional>
@@ -15,6 +16,13 @@
 #include "receiving_end.hpp"
 
 namespace asyncband::mpmc::detail {
+
+#ifdef ASYNCBAND_TESTING
+/// Tests: called with each value a receive held and that goes back to the channel for another
+/// (parked after its move threw, or given back by a receive that will not take it): the one
+/// kind of value that may reach a receive after later values of its producer.
+inline std::atomic<void (*)(const void* value)> on_value_reoffered_for_tests{nullptr};
+#endif
 
 /// A state whose receives claim values without units while nobody waits (the bounded one):
 /// try_claim, give_back, may_claim and after_receive_queued, with its `claimed_value`.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <coroutine>
 #include <cstddef>
 #include <utility>
@@ -317,6 +318,26 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
     waiters.claim_front(batch, head.missing() == 0 ? wait_status::ok : wait_status::cancelled);
   }
   if (waiters.empty() && deficit_ == 0) word_.make_available(n);  // contended (count 0) until now
+}
+
+template <class Bind>
+bool semaphore::grant_bound(detail::wait_list& waiters, detail::wake_batch& batch, Bind&& bind) noexcept {
+  assert(!closed_ && deficit_ == 0);
+  bool granted = false;
+  while (!granted && !waiters.empty()) {
+    auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
+    assert(head.granted() == 0 && head.missing() == 1);
+    if (head.lost() || !head.commit()) {  // its when_any is over: it takes nothing
+      waiters.claim_front(batch, wait_status::cancelled);
+      continue;
+    }
+    head.grant(1);
+    bind(head);
+    waiters.claim_front(batch, wait_status::ok);
+    granted = true;
+  }
+  if (waiters.empty()) word_.make_available(0);  // contended until now
+  return granted;
 }
 
 inline auto semaphore::acquire(std::size_t n) {
