@@ -450,9 +450,10 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
 
   /// Under `items_`' lock, while receives are queued: claims the published place at the ticket
   /// for the first of them, one at a time (passing empty places), and binds it to that receive
-  /// with its unit (bind_delivery). The caller holds a reference (a sender's or receiver's
-  /// handle, or its own).
+  /// with its unit (bind_delivery). A receive it resumes inline may drop every handle, the
+  /// caller's included: the state keeps a reference of its own until the end.
   void deliver() noexcept {
+    this->add_ref();
     std::size_t passed = 0;
     items_.wake([this, &passed](asyncband::detail::wait_list& waiters, asyncband::detail::wake_batch& batch) {
       while (!waiters.empty()) {
@@ -475,6 +476,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
 
     if (passed != 0) give_capacity(claimed_.units_to_give(passed));
     if (empties_.load(std::memory_order_relaxed) != 0) pass_empty_places();
+    this->drop_ref();
   }
 
   /// Under `items_`' lock: the value at published place p goes to receive `r`, which was just
