@@ -204,11 +204,15 @@ struct batch_of {
 ///   goes to the next receives, and the exception propagates.
 /// - Several receives may be in progress at once, from any copies, threads or coroutines. Each
 ///   receiver must outlive its own receives (their awaiters included).
-/// - A receive takes only values whose construction in the channel is complete: it never waits
-///   for a send's move constructor (a receive from inside one, through code it resumed inline,
-///   waits for that value like any other receive). Of the bounded channel: values are received
-///   in the order they were sent, apart from a value whose receive threw or was given back by a
-///   losing when_any branch after later values were taken, which goes to the next receive.
+/// - A receive never waits for a send's constructor of the value: it takes only values whose
+///   construction in the channel is complete (a receive from inside one, through code it resumed
+///   inline, waits for that value like any other receive). The one exception, on the bounded
+///   channel: for a trivially copyable T, a receive may claim a place whose value another thread
+///   is copying in and wait for that copy to finish.
+/// - Order, of the bounded channel: each receive sees one producer's values in the order they
+///   were sent, apart from a value that went back to the channel after a receive held it (its
+///   move threw; or the receive was woken for it and then cancelled, or lost its when_any), which
+///   goes to the next receive, after later values may have been taken.
 template <class State>
 class receiver_base
     : public asyncband::detail::receiving_end<State, recv_wait<State>, batch_of<State>::template wait> {
