@@ -36,16 +36,24 @@ inline thread_local bool refuse_relocation_for_tests = false;
 
 using place = asyncband::detail::ring_place;
 
-/// A value a receive claimed but could not take (its move threw), waiting for a later receive.
-/// Normally its cell went on to fresh storage and the value stays where it was, in storage the
-/// record owns (`block`; nullptr: the cell's own, the ring's). If that storage could not be
-/// allocated, the value holds its cell (`in_cell`, at place `p`) until a receive takes it.
+/// A value of type T claimed for a receive may be copied (under a spin lock: no user code runs):
+/// out of its cell into the claim of the receive it is delivered to, and into a record when that
+/// receive gives it back.
+template <class T>
+inline constexpr bool copied_out = std::is_trivially_copyable_v<T> && sizeof(T) <= 128;
+
+/// Where a value claimed for a receive is. In the ring: in its cell (`in_cell`, at place `p`),
+/// or where a cell left it when the cell went on to fresh storage (a park), in storage the
+/// record owns (`block`; nullptr: the cell's own, the ring's). Or `copied` (a trivially
+/// copyable value): in storage of whoever holds this, a record's slot or a receive's claim, and
+/// `value` is null.
 template <class T>
 struct parked_value {
   T* value = nullptr;
   asyncband::detail::value_block<T>* block = nullptr;
   place p = 0;
   bool in_cell = false;
+  bool copied = false;
 };
 
 /// The values claimed for receives and not taken, waiting for whichever receive holds a unit of
@@ -68,13 +76,14 @@ class claimed_values {
     grow(v, again);
   }
   /// Ahead of every other: a copy of `value` (trivially copyable, in storage about to go: a
-  /// receive node's), into storage of the record's own.
+  /// receive's claim), into the record's own slot, from which pop() copies it out again under
+  /// the lock (a pointer into the slot would outlive its record: the next push reuses it).
   void push_front_copy(const T& value) noexcept {
-    static_assert(std::is_trivially_copyable_v<T>);
+    static_assert(copied_out<T>);
     const std::lock_guard lock(lock_);
     slot& s = slots_[front_slot()];
     std::memcpy(static_cast<void*>(s.storage), static_cast<const void*>(&value), sizeof(T));
-    s.v = {std::launder(reinterpret_cast<T*>(s.storage)), nullptr, 0, false};
+    s.v = {nullptr, nullptr, 0, false, true};
     grow(s.v, false);
   }
   /// A value now holds its cell until a receive takes it (a delivery bound to a receive).
@@ -98,14 +107,18 @@ class claimed_values {
     deferred_ += n;
     return 0;
   }
-  /// Takes the front record, if any. One relaxed load when none is: a receive whose unit came
-  /// with a record sees it, since the push happened before the unit was given.
-  bool pop(parked_value<T>& v) noexcept {
+  /// Takes the front record, if any, a copied value into `copy` (room for a T). One relaxed
+  /// load when none is: a receive whose unit came with a record sees it, since the push
+  /// happened before the unit was given.
+  bool pop(parked_value<T>& v, unsigned char* copy) noexcept {
     if (count_.load(std::memory_order_relaxed) == 0) return false;
     const std::lock_guard lock(lock_);
     const std::size_t n = count_.load(std::memory_order_relaxed);
     if (n == 0) return false;
     v = slots_[first_].v;
+    if constexpr (copied_out<T>) {
+      if (v.copied) std::memcpy(static_cast<void*>(copy), static_cast<const void*>(slots_[first_].storage), sizeof(T));
+    }
     first_ = (first_ + 1) % capacity_;
     count_.store(n - 1, std::memory_order_relaxed);
     return true;
@@ -113,7 +126,8 @@ class claimed_values {
   [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
   /// Some value holds its cell (a hint: exact under the lock).
   [[nodiscard]] bool may_hold_cells() const noexcept { return held_.load(std::memory_order_relaxed) != 0; }
-  /// The records, when nobody else is left (the channel's destruction).
+  /// The records, when nobody else is left (the channel's destruction). Copied values need no
+  /// destruction (trivially copyable).
   template <class F>
   void for_each(F&& f) const {
     for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(slots_[(first_ + i) % capacity_].v);
@@ -123,7 +137,7 @@ class claimed_values {
   /// A record, with room for a copy of its value.
   struct slot {
     parked_value<T> v;
-    alignas(T) unsigned char storage[std::is_trivially_copyable_v<T> ? sizeof(T) : 1];
+    alignas(T) unsigned char storage[copied_out<T> ? sizeof(T) : 1];
   };
 
   std::size_t front_slot() noexcept { return first_ = first_ == 0 ? capacity_ - 1 : first_ - 1; }
@@ -193,20 +207,24 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   using value_type = T;
   static constexpr bool multi_consumer = true;
 
+  /// A delivered value of this type is copied out of its cell, under the lock, into the claim of
+  /// the receive it goes to (in its wait node).
+  static constexpr bool delivered_out = copied_out<T>;
+
   /// What a receive holds once it may take a value: a place it claimed itself (`v.in_cell`, at
-  /// `v.p`), a value a delivery bound to it (`bound`: in its cell, or copied into the receive's
-  /// node: `in_node`), or a record of `claimed_` (with the unit of `items_` it came with).
+  /// `v.p`), a value a delivery bound to it (`delivered`: in its cell, or copied here), or a
+  /// record of `claimed_` (with the unit of `items_` it came with; a copied value copied here).
   struct claimed_value {
     parked_value<T> v;
-    /// Not a place it claimed itself: a bound value or a record (so not unclaimed, and counted
-    /// as holding its cell, if it does, until it is taken).
+    /// Not a place it claimed itself: a delivered value or a record (so not unclaimed, and
+    /// counted as holding its cell, if it does, until it is taken).
     bool bound = false;
-    bool in_node = false;
+    /// Delivered: counted in `delivered_` until taken or given back.
+    bool delivered = false;
+    /// A copied value (v.copied), for a trivially copyable T.
+    alignas(T) mutable unsigned char copy[delivered_out ? sizeof(T) : 1];
   };
 
-  /// A delivered value of this type is copied out of its cell, under the lock, into the node of
-  /// the receive it goes to.
-  static constexpr bool delivered_out = std::is_trivially_copyable_v<T> && sizeof(T) <= 128;
 
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
@@ -228,7 +246,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
            "holds units of capacity (keep a sender alive while it is held, or use an owned permit)");
     ring_.destroy_values(claimed, sent);
     claimed_.for_each([](const parked_value<T>& v) {
-      v.value->~T();
+      if (!v.copied) v.value->~T();
       delete v.block;
     });
   }
@@ -285,11 +303,12 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   // --- receiving ---------------------------------------------------------------------------------
   semaphore& items() noexcept { return items_; }
 
-  /// Values accepted and not yet received (including sends still being written, and the places
-  /// of sends whose construction threw that are not passed yet: each holds a unit of capacity).
+  /// Values accepted and not yet received (including sends still being written, values
+  /// delivered to receives that have not taken them yet, and the places of sends whose
+  /// construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
     const place queued = capacity_.next_ticket() - items_.next_ticket();  // places wrap
-    return queued + claimed_.size();
+    return queued + claimed_.size() + delivered_.load(std::memory_order_relaxed);
   }
 
   /// A receive that does not wait: a record with its unit, if a unit is available (nobody
@@ -311,7 +330,9 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
       if (!word.try_advance_idle(s)) continue;
       ring_.await_publication(p);  // at once, or one copy away (being_written)
       if (!ring_.empty_at(p)) {
-        c = {{&ring_.at(p).value(), nullptr, p, true}, false};
+        c.v = {&ring_.at(p).value(), nullptr, p, true, false};
+        c.bound = false;
+        c.delivered = false;
         return true;
       }
       hand_on_empty(p);
@@ -375,16 +396,22 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   claimed_value pop_record() noexcept {
     claimed_value c;
     c.bound = true;
-    [[maybe_unused]] const bool found = claimed_.pop(c.v);
+    [[maybe_unused]] const bool found = claimed_.pop(c.v, c.copy);
     assert(found && "asyncband::mpmc: a unit of items_ without its record");
     return c;
   }
-  static T& value_of(const claimed_value& c) noexcept { return *c.v.value; }
+  static T& value_of(const claimed_value& c) noexcept {
+    if constexpr (delivered_out) {
+      if (c.v.copied) return *std::launder(reinterpret_cast<T*>(c.copy));
+    }
+    return *c.v.value;
+  }
 
   /// Its value moved out: destroys what is left of it, frees the storage it was parked in, and
   /// hands its cell on if it held one.
   void release(const claimed_value& c) noexcept {
-    c.v.value->~T();
+    if (c.delivered) delivered_.fetch_sub(1, std::memory_order_relaxed);
+    if (!c.v.copied) c.v.value->~T();
     delete c.v.block;
     if (c.v.in_cell) {
       ring_.hand_on(c.v.p);
@@ -395,12 +422,13 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// Its move threw: parked (again) for the next receive, with a unit of `items_`.
   void park(const claimed_value& c) noexcept {
 #ifdef ASYNCBAND_TESTING
-    if (auto* hook = on_value_reoffered_for_tests.load()) hook(c.v.value);
+    if (auto* hook = on_value_reoffered_for_tests.load()) hook(&value_of(c));
 #endif
+    if (c.delivered) delivered_.fetch_sub(1, std::memory_order_relaxed);
     if (c.v.in_cell) return park(c.v.p, *c.v.value, c.bound);
     if constexpr (delivered_out) {
-      if (c.in_node) {
-        claimed_.push_front_copy(*c.v.value);  // the node goes with its receive
+      if (c.v.copied) {
+        claimed_.push_front_copy(value_of(c));  // the claim goes with its receive
         return items_.template give<false>(1);
       }
     }
@@ -485,17 +513,22 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// under the lock), and the cell goes on; another stays in its cell until `r` takes it, and
   /// capacity is held back until then (claimed_values::hold_cell).
   void bind_delivery(place p, receive_waiter<bounded_state>& r) noexcept {
+    // Capacity is held back before the ticket moves: an empty place after p passed by another
+    // thread in between must not return its unit while p's cell is held.
+    if constexpr (!delivered_out) claimed_.hold_cell();
     // Only empty places are passed by others while receives are queued; p holds a value.
     [[maybe_unused]] const bool advanced = items_.try_advance_ticket(p);
     assert(advanced && "asyncband::mpmc: a delivered place claimed by another");
+    delivered_.fetch_add(1, std::memory_order_relaxed);  // before the unit: len() never undercounts
+    claimed_value& c = r.bind();
+    c.bound = true;
+    c.delivered = true;
     if constexpr (delivered_out) {
-      void* storage = r.delivery_storage();
-      std::memcpy(storage, static_cast<const void*>(&ring_.at(p).value()), sizeof(T));
+      std::memcpy(static_cast<void*>(c.copy), static_cast<const void*>(&ring_.at(p).value()), sizeof(T));
       ring_.hand_on(p);
-      r.bind(claimed_value{{std::launder(static_cast<T*>(storage)), nullptr, p, false}, true, true});
+      c.v = {nullptr, nullptr, p, false, true};
     } else {
-      claimed_.hold_cell();
-      r.bind(claimed_value{{&ring_.at(p).value(), nullptr, p, true}, true, false});
+      c.v = {&ring_.at(p).value(), nullptr, p, true, false};
     }
   }
 
@@ -570,8 +603,9 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// empty places.
   void discard_received_by_nobody() noexcept {
     parked_value<T> v;
-    while (claimed_.pop(v)) {
-      v.value->~T();
+    alignas(T) unsigned char copy[sizeof(T)];
+    while (claimed_.pop(v, copy)) {
+      if (!v.copied) v.value->~T();
       delete v.block;
       std::size_t units = 1;
       if (v.in_cell) {
@@ -601,6 +635,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   // Written by every send and receive: each on its own line.
   alignas(64) semaphore capacity_;
   alignas(64) semaphore items_;
+  asyncband::detail::atomic<std::size_t> delivered_{0};  // values bound to receives, not yet taken
   asyncband::detail::atomic<bool> closed_{false};
 };
 

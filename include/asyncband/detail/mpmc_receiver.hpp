@@ -26,11 +26,8 @@ struct fast_claim {
 template <class State>
   requires claims_without_units<State>
 struct fast_claim<State> {
-  using T = typename State::value_type;
-  typename State::claimed_value value{};
+  typename State::claimed_value value;  // not value-initialized: a copied T's room stays as is
   bool claimed = false;
-  /// Where a delivery copies a value that leaves its cell at once (State::delivered_out).
-  alignas(T) unsigned char storage[State::delivered_out ? sizeof(T) : 1];
 };
 
 /// What every receive node of an MPMC channel shares: an acquisition of one unit of the
@@ -43,18 +40,11 @@ struct fast_claim<State> {
 template <class State>
 class receive_waiter : public asyncband::detail::semaphore_waiter {
  public:
-  /// The value a delivery gives this queued receive, with the unit it was just granted (under
-  /// `items_`' lock: the receive resumes after it).
-  template <class Claimed>
-  void bind(const Claimed& v) noexcept {
-    claim_.value = v;
+  /// The claim a delivery fills for this queued receive, with the unit it was just granted
+  /// (under `items_`' lock: the receive resumes after it).
+  auto& bind() noexcept {
     claim_.claimed = true;
-  }
-  /// Storage for a value a delivery copies out of its cell for this receive.
-  void* delivery_storage() noexcept
-    requires claims_without_units<State>
-  {
-    return claim_.storage;
+    return claim_.value;
   }
 
  protected:

@@ -279,12 +279,10 @@ class pending_wait {
     return pass_on_grant(node_);
   }
 
-  /// After completion (or resolution): what the wait yields. A wait that completed without
-  /// suspending (try_complete) committed there, after its look at the stop token: a stop
-  /// requested since does not undo it. One that suspended commits when it resumes.
+  /// After completion (or resolution): what the wait yields.
   wait_yield_t<Node, Cancellable> finish() {
     stop_.disarm();
-    return finish_wait<Node, Cancellable>(node_, node_.was_published() && stop_.stop_requested());
+    return finish_wait<Node, Cancellable>(node_, stop_.stop_requested());
   }
 
  private:
