@@ -257,14 +257,38 @@ MUTANTS = [
 """, "")],
         "ModelMpmcBounded*", "mpmc_bounded"),
     Mutant(
-        "mpmc_claim_past_records",
-        "a bounded MPMC receive claims the place at the ticket while records delivered to "
-        "queued receives are still waiting to be taken: values out of order, and a send may come "
-        "round the ring to a cell a record holds",
+        "mpmc_give_back_drops_copied_value",
+        "a bounded MPMC receive bound a trivially copyable value (copied out of its cell for it) "
+        "that will not take it (stopped after its wake-up, its frame destroyed) does not copy the "
+        "value into a record for the next receive: the value and its unit of capacity are lost",
         "detail/mpmc_bounded_state.hpp",
-        [("""      if (!word.idle(s) || claimed_.size() != 0) return false;""",
-          """      if (!word.idle(s)) return false;""")],
+        [("claimed_.push_front_copy(", "return static_cast<void>(")],
         "ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
+        "mpmc_bound_value_holds_no_cell",
+        "a bounded MPMC delivery of a value that stays in its cell (not trivially copyable) does "
+        "not count it as holding its cell: the units of places claimed past it come back before "
+        "its receive takes it, and a send comes round the ring to its cell",
+        "detail/mpmc_bounded_state.hpp",
+        [("claimed_.hold_cell();", "static_cast<void>(0);")],
+        "ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
+        "mpmc_bound_take_keeps_deferred_capacity",
+        "a bounded MPMC receive that takes the value bound to it in its cell hands the cell on "
+        "but not the units of capacity held back while the value held it",
+        "detail/mpmc_bounded_state.hpp",
+        [("      if (c.bound) give_capacity(claimed_.taken_from_cell());",
+          "      if (c.bound) static_cast<void>(claimed_.taken_from_cell());")],
+        "ModelMpmcBounded*", "mpmc_bounded"),
+    Mutant(
+        "mpmc_grant_bound_no_commit",
+        "a delivery to a queued receive does not commit the receive's when_any before binding "
+        "the value to it: every branch queued on a channel is bound a value, and the losers "
+        "give theirs back",
+        "detail/semaphore_wait.hpp",
+        [("    if (head.lost() || !head.commit()) {  // its when_any is over: it takes nothing",
+          "    if (head.lost()) {  // its when_any is over: it takes nothing")],
+        "ModelMpmcBounded*:ModelWhenAny*", "mpmc_bounded"),
     Mutant(
         "when_any_loser_keeps_grant",
         "an acquisition granted its permits after its when_any was won by another branch keeps "

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <latch>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -27,6 +28,7 @@
 
 #include "asyncband/auto_reset_event.hpp"
 #include "asyncband/block_on.hpp"
+#include "asyncband/manual_reset_event.hpp"
 #include "asyncband/result.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
@@ -621,6 +623,260 @@ TEST(MpmcBoundedDestroy, DestroyingASuspendedReceiveTakesNothing) {
 
 TEST(MpmcBoundedDestroy, AReceiveWokenForAValueThenDestroyedPassesItOn) {
   a_receive_woken_for_a_value_then_destroyed_passes_it_on<bounded_kind>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Deliveries bind a value to the queued receive they wake. A trivially copyable value (int) is
+// copied into the receive's node and its cell goes on at once; another (counted) stays in its
+// cell, and the return of capacity waits until its receive takes it. A bound receive that will
+// not take its value (stopped after the wake-up, its frame destroyed) gives it back, ahead of
+// the others, for the next receive.
+
+/// Records, while it lives, the ids of the values that go back to the channel for another
+/// receive (mpmc::detail::on_value_reoffered_for_tests: parked after a throwing move, or given
+/// back by a receive that was bound one, or had claimed one, and will not take it).
+template <class T>
+class reoffered_values {
+ public:
+  reoffered_values() {
+    seen().clear();
+    mpmc::detail::on_value_reoffered_for_tests.store(
+        [](const void* value) { seen().push_back(id_of(*static_cast<const T*>(value))); });
+  }
+  reoffered_values(const reoffered_values&) = delete;
+  reoffered_values& operator=(const reoffered_values&) = delete;
+  ~reoffered_values() { mpmc::detail::on_value_reoffered_for_tests.store(nullptr); }
+  [[nodiscard]] std::vector<int> ids() const { return seen(); }
+
+ private:
+  static std::vector<int>& seen() {
+    static std::vector<int> ids;
+    return ids;
+  }
+};
+
+static_assert(mpmc::detail::bounded_state<int>::delivered_out,
+              "int values are copied into the receive's node");
+static_assert(!mpmc::detail::bounded_state<counted>::delivered_out, "counted values stay in their cell");
+
+// Two receives queued, an int value delivered to the first (copied into its node) and the first
+// stopped before it resumes: the value goes to the second receive (or, with nobody else queued,
+// stays for the next try_recv, ahead of a newer value), once, and every unit comes back.
+TEST(MpmcBoundedDelivery, AnIntReceiveStoppedAfterItsValueWasCopiedIntoItPassesTheValueOnOnce) {
+  for (const bool next_waits : {false, true}) {
+    SCOPED_TRACE(next_waits);
+    const reoffered_values<int> reoffered;
+    fixture<int> f(2);
+    auto& a = f.recv(1, stoppable);
+    recv_probe<int>* b = next_waits ? &f.recv(2, plain) : nullptr;
+    put(f.c.tx, 10);  // bound to a, whose resumption is queued
+    EXPECT_EQ(f.s.ready_count(), 1U);
+    EXPECT_TRUE(f.c.rx.try_recv().empty()) << "10 is a's: nobody else takes it";
+    expect_free_capacity(f.c.tx, 1);  // a holds 10's unit
+    f.stop(0).request_stop();         // after the wake-up: a gives 10 back as it resumes
+    f.s.run();
+    expect_ended(a, wait_status::cancelled);
+    EXPECT_EQ(reoffered.ids(), (std::vector<int>{10}));
+    if (next_waits) {
+      expect_got(*b, 10);
+      EXPECT_TRUE(f.c.rx.try_recv().empty());
+      expect_free_capacity(f.c.tx, 2);
+    } else {
+      EXPECT_EQ(f.c.rx.len(), 1U);
+      expect_free_capacity(f.c.tx, 1);
+      put(f.c.tx, 11);
+      EXPECT_EQ(take_all(f.c.rx), (std::vector<int>{10, 11}));
+      expect_free_capacity(f.c.tx, 2);
+    }
+    put(f.c.tx, 12);  // the ring goes on: round to the cell 10 had
+    put(f.c.tx, 13);
+    EXPECT_EQ(take_all(f.c.rx), (std::vector<int>{12, 13}));
+    expect_free_capacity(f.c.tx, 2);
+  }
+}
+
+// The same, the first receive's frame destroyed (on this thread) while the send (another thread)
+// has claimed it for the value and not resolved it yet: the destructor waits for the send, then
+// gives the value in its node back.
+TEST(MpmcBoundedDelivery, AnIntReceiveDestroyedAfterItsValueWasCopiedIntoItPassesTheValueOnOnce) {
+  for (const bool next_waits : {false, true}) {
+    SCOPED_TRACE(next_waits);
+    const reoffered_values<int> reoffered;
+    auto c = make_channel<int>(2);
+    mpmc::receiver<int> rx_b = c.rx;
+    test_scheduler s;
+    recv_probe<int> doomed;
+    recv_probe<int> next;
+    auto t = receive(c.rx, doomed);
+    t.handle().resume();  // no scheduler: resumed inline by its resolver, if ever
+    auto tb = receive(rx_b, next);
+    if (next_waits) {
+      start_on(s, tb);
+      s.run();
+      expect_waiting(next);
+    }
+    asyncband::manual_reset_event claimed;
+    asyncband::manual_reset_event destroying;
+    std::thread sender([&] {
+      const thread_hook hook(test_point::claimed_for_wake, [&] {
+        claimed.set();
+        destroying.wait_blocking();  // resolve only once the destructor waits for it
+      });
+      put(c.tx, 5);
+    });
+    claimed.wait_blocking();
+    {
+      const thread_hook hook(test_point::awaiting_resolver, [&] { destroying.set(); });
+      t = {};
+    }
+    sender.join();
+    EXPECT_EQ(doomed.resumed, 0);
+    EXPECT_EQ(reoffered.ids(), (std::vector<int>{5}));
+    if (next_waits) {
+      EXPECT_EQ(s.ready_count(), 1U);
+      s.run();
+      expect_got(next, 5);
+      EXPECT_TRUE(c.rx.try_recv().empty());
+    } else {
+      EXPECT_EQ(c.rx.len(), 1U);
+      expect_free_capacity(c.tx, 1);
+      EXPECT_EQ(take(c.rx), 5);
+    }
+    expect_free_capacity(c.tx, 2);
+  }
+}
+
+/// A receive woken for value 1 (bound to it) has not resumed when a try_recv claims the next
+/// place, 2: each gets its own value, in order (2, then 3 for the try_recv's receiver). A value
+/// that stays in its cell (not delivered_out) holds back the units of the places claimed past
+/// it until its receive takes it.
+template <class T>
+void a_receive_woken_for_a_value_gets_it_after_a_try_recv_claimed_a_later_one() {
+  const count_scope counts;
+  const reoffered_values<T> reoffered;
+  constexpr std::size_t held_back = mpmc::detail::bounded_state<T>::delivered_out ? 0 : 1;
+  fixture<T> f(3);
+  auto& a = f.recv(1);
+  put(f.c.tx, 1);  // bound to a; its resumption is queued
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  put(f.c.tx, 2);  // nobody queued: published for whoever claims it
+  put(f.c.tx, 3);
+  expect_free_capacity(f.c.tx, 0);
+  EXPECT_EQ(take(f.c.rx), 2) << "a try_recv claims the place after the value bound to a";
+  expect_free_capacity(f.c.tx, 1 - held_back);  // 1's unit is a's; 2's is back, or held back
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  f.s.run();
+  expect_got(a, 1);
+  expect_free_capacity(f.c.tx, 2);
+  EXPECT_EQ(take_all(f.c.rx), (std::vector<int>{3}));
+  expect_free_capacity(f.c.tx, 3);
+  EXPECT_TRUE(reoffered.ids().empty());
+}
+
+TEST(MpmcBoundedDelivery, AReceiveWokenForAValueGetsItThoughATryRecvClaimedALaterValueBeforeItResumed) {
+  {
+    SCOPED_TRACE("int: copied into the receive's node");
+    a_receive_woken_for_a_value_gets_it_after_a_try_recv_claimed_a_later_one<int>();
+  }
+  {
+    SCOPED_TRACE("counted: left in its cell");
+    a_receive_woken_for_a_value_gets_it_after_a_try_recv_claimed_a_later_one<counted>();
+  }
+}
+
+/// The same, and the woken receive is stopped before it resumes: its value goes back ahead of
+/// the values not yet claimed, for the next receive, once.
+TEST(MpmcBoundedDelivery, AValueGivenBackAfterATryRecvClaimedPastItComesBeforeTheValuesNotYetClaimed) {
+  const reoffered_values<int> reoffered;
+  fixture<int> f(3);
+  auto& a = f.recv(1, stoppable);
+  put(f.c.tx, 1);  // bound to a
+  put(f.c.tx, 2);
+  put(f.c.tx, 3);
+  EXPECT_EQ(take(f.c.rx), 2);
+  f.stop(0).request_stop();
+  f.s.run();
+  expect_ended(a, wait_status::cancelled);
+  EXPECT_EQ(reoffered.ids(), (std::vector<int>{1}));
+  EXPECT_EQ(f.c.rx.len(), 2U);
+  expect_free_capacity(f.c.tx, 1);
+  EXPECT_EQ(take_all(f.c.rx), (std::vector<int>{1, 3}));
+  expect_free_capacity(f.c.tx, 3);
+}
+
+// A counted value delivered to a receive stays in its cell until that receive takes it. While it
+// has not (its resumption queued), a try_recv takes the next value, and the unit of that place
+// is held back: a send must not come round the ring (two cells) to the bound value's cell, where
+// it would wait for a receive on the only thread. try_send is full, and a send waits until the
+// bound receive takes its value; then it goes on, into that cell.
+TEST(MpmcBoundedDelivery, ASendWaitsForTheCellOfAValueBoundToAReceiveThatHasNotResumedYet) {
+  const count_scope counts;
+  fixture<counted> f(2);
+  auto& a = f.recv(1);
+  put(f.c.tx, 1);  // place 0: bound to a, in its cell
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  put(f.c.tx, 2);  // place 1
+  EXPECT_EQ(take(f.c.rx), 2);
+  expect_free_capacity(f.c.tx, 0);            // 1 holds its unit; 2's waits for 1's take
+  if (::testing::Test::HasFailure()) return;  // a send now would come round to 1's cell
+  {
+    auto r = f.c.tx.try_send(counted(3));
+    EXPECT_TRUE(r.full());
+    EXPECT_EQ(r.value().id(), 3);
+  }
+  test_scheduler senders;  // a's resumption is queued on f.s: the send runs apart from it
+  send_probe<counted> sp;
+  sp.id = 4;
+  auto t = send_value(f.c.tx, 4, sp);
+  start_on(senders, t);
+  senders.run();
+  expect_waiting(sp);
+  f.s.run();  // a takes 1: its cell goes on, and both units come back
+  expect_got(a, 1);
+  EXPECT_EQ(senders.ready_count(), 1U) << "the send was given its unit";
+  senders.run();
+  expect_sent(sp);
+  EXPECT_EQ(take_all(f.c.rx), (std::vector<int>{4}));
+  expect_free_capacity(f.c.tx, 2);
+  put(f.c.tx, 5);  // places 3 and 4: round the ring once more
+  put(f.c.tx, 6);
+  EXPECT_EQ(take_all(f.c.rx), (std::vector<int>{5, 6}));
+  expect_free_capacity(f.c.tx, 2);
+}
+
+// Receives of a when_any on two channels, both queued; a value sent to one channel is bound to
+// its branch, which wins, and while that wake-up is claimed and not resolved (the other branch
+// still queued) a value is sent to the other channel: the delivery commits a branch before it
+// binds a value to it, so the losing branch is passed over, and its channel keeps the value
+// (not bound to the loser and given back).
+TEST(MpmcBoundedDelivery, OnlyTheWinningReceiveOfAWhenAnyIsBoundAValue) {
+  for (const int winner : {0, 1}) {
+    SCOPED_TRACE(winner);
+    const reoffered_values<int> reoffered;
+    auto a = make_channel<int>(2);
+    auto b = make_channel<int>(2);
+    test_scheduler s;
+    std::optional<std::size_t> index;
+    std::optional<int> value;
+    s.spawn([](mpmc::receiver<int>& ra, mpmc::receiver<int>& rb, std::optional<std::size_t>& idx,
+               std::optional<int>& v) -> task<void> {
+      auto r = co_await when_any(ra.recv(), rb.recv());
+      idx = r.index();
+      if (r.index() == 0) v = *r.get<0>();
+      if (r.index() == 1) v = *r.get<1>();
+    }(a.rx, b.rx, index, value));
+    s.run();
+    s.at(test_point::claimed_for_wake, [&] { put(winner == 0 ? b.tx : a.tx, 8); });
+    put(winner == 0 ? a.tx : b.tx, 7);
+    EXPECT_EQ(s.pending_actions(), 0U);
+    s.run();
+    EXPECT_EQ(index, static_cast<std::size_t>(winner));
+    EXPECT_EQ(value, 7);
+    EXPECT_TRUE(reoffered.ids().empty()) << "8 was bound to the losing branch, then given back";
+    EXPECT_EQ(take(winner == 0 ? b.rx : a.rx), 8);
+    expect_free_capacity(a.tx, 2);
+    expect_free_capacity(b.tx, 2);
+  }
 }
 
 // Close (by either half) while a send writes its value, with three receives waiting: the send
@@ -1739,6 +1995,87 @@ TEST(MpmcBoundedRecvMany, ACancelledOrDestroyedBatchReceiveTakesNothing) {
 }
 TEST(MpmcBoundedRecvMany, ABatchReceiveWokenThenStoppedPassesItsValueOn) {
   EXPECT_EQ(a_batch_receive_woken_then_stopped<bounded_kind>(), wait_status::cancelled);
+}
+// A batch receive and a single receive queued; an int value delivered to the batch receive
+// (copied into its node), which is stopped before it resumes: the value goes to the receive
+// behind it, once; the values sent later are there for a batch, and every unit comes back.
+TEST(MpmcBoundedRecvMany, ABatchReceiveStoppedAfterAnIntWasCopiedIntoItPassesItToTheNextReceive) {
+  const reoffered_values<int> reoffered;
+  batch_fixture<bounded_kind> f(4);
+  mpmc::receiver<int> rx_b = f.c.rx;
+  many_probe<int> batch;
+  recv_probe<int> next;
+  f.start(batch, 4, stoppable);
+  f.s.spawn(receive(rx_b, next));
+  f.s.run();
+  expect_waiting(batch);
+  expect_waiting(next);
+  put(f.c.tx, 1);  // bound to the batch receive
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  expect_free_capacity(f.c.tx, 3);
+  f.stop.request_stop();
+  f.s.run();
+  EXPECT_EQ(batch.resumed, 1);
+  EXPECT_EQ(batch.status, wait_status::cancelled);
+  EXPECT_TRUE(batch.buffer.empty());
+  expect_got(next, 1);
+  EXPECT_EQ(reoffered.ids(), (std::vector<int>{1}));
+  expect_free_capacity(f.c.tx, 4);
+  put(f.c.tx, 2);
+  put(f.c.tx, 3);
+  std::vector<int> buffer;
+  auto r = f.c.rx.try_recv_many(buffer, 4);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 2U);
+  EXPECT_EQ(buffer, (std::vector<int>{2, 3}));
+  expect_free_capacity(f.c.tx, 4);
+}
+/// An allocator whose construct() runs `hook` once first: code that runs in the middle of a
+/// batch receive, between the values it takes.
+template <class T>
+struct hooked_allocator {
+  using value_type = T;
+  static inline std::function<void()> hook;
+  hooked_allocator() = default;
+  template <class U>
+  explicit hooked_allocator(const hooked_allocator<U>& /*unused*/) noexcept {}
+  T* allocate(std::size_t n) { return std::allocator<T>().allocate(n); }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>().deallocate(p, n); }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if (hook) std::exchange(hook, nullptr)();
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  bool operator==(const hooked_allocator& /*unused*/) const noexcept { return true; }
+};
+
+// Two int values given back (each a record with a copy of its value) while a batch receive is
+// taking the first: the second reuses the first's record slot, and the batch still gets the
+// first value, not the second twice (found by review: a record handed out a pointer into its
+// slot, which the next give-back overwrote under the reader).
+TEST(MpmcBoundedRecvMany, AValueGivenBackWhileABatchTakesAnEarlierOneGivenBackIsNotOverwritten) {
+  const reoffered_values<int> reoffered;
+  fixture<int> f(4);
+  auto& a = f.recv(1, stoppable);
+  auto& c = f.recv(2, stoppable);
+  put(f.c.tx, 1);  // bound to a
+  put(f.c.tx, 2);  // bound to c
+  f.stop(0).request_stop();
+  ASSERT_TRUE(f.s.step());  // a resumes stopped: 1 goes back, a record
+  expect_ended(a, wait_status::cancelled);
+  put(f.c.tx, 3);
+  std::vector<int, hooked_allocator<int>> batch;
+  hooked_allocator<int>::hook = [&f] {  // while the batch holds record 1: c gives 2 back
+    f.stop(1).request_stop();
+    f.s.run();
+  };
+  auto r = f.c.rx.try_recv_many(batch, 10);
+  ASSERT_TRUE(r.ok());
+  expect_ended(c, wait_status::cancelled);
+  EXPECT_EQ(std::vector<int>(batch.begin(), batch.end()), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(reoffered.ids(), (std::vector<int>{1, 2}));
+  EXPECT_TRUE(f.c.rx.try_recv().empty());
+  expect_free_capacity(f.c.tx, 4);
 }
 TEST(MpmcBoundedRecvMany, BatchAndSingleReceivesKeepTheirFifoOrder) {
   batch_receives_keep_the_fifo_order_of_the_receives<bounded_kind>();

@@ -472,6 +472,22 @@ TEST(Once, AStopAsTheCallerQueuesCancelsItWithoutSuspending) {
   }
 }
 
+// A stop requested as the first caller queues, the once idle: its wait is granted the run at
+// once (without suspending), sees the stop before f runs, and passes the run on: it ends
+// cancelled without running, and the next caller runs f (found by review: a wait that
+// completed without suspending once ignored a stop seen there, and the run was lost).
+TEST(Once, AStopAsAnIdleOncesFirstCallerQueuesCancelsItAndTheRunPassesOn) {
+  stage<2> st;
+  st.s.at(test_point::queueing, [&st] { st.stop[0].request_stop(); });
+  st.spawn(0, true);
+  st.s.run();
+  expect_cancelled(st.p[0]);
+  st.spawn(1);
+  st.s.run();
+  expect_ok(st.p[1]);
+  EXPECT_EQ(st.log.order, order{1});
+}
+
 // The running f fails while caller 1 is linked but not yet suspended: the run comes to caller 1
 // before it arms, and its own f runs at once, without a trip through the scheduler.
 TEST(Once, TheRunHandedToACallerBeforeItSuspendsRunsAtOnce) {

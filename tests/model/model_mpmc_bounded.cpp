@@ -165,4 +165,40 @@ TEST(ModelMpmcBounded, AStoppedReceiveDelaysOnlyTheValueItGivesBack) {
   }));
 }
 
+// A receive waits while values that are not trivially copyable are sent: a value delivered to
+// it (if it queued in time) stays in its cell until it takes it, while another receiver takes
+// the values after it and the sender sends twice the capacity. The units of the places taken
+// past the bound value come back only with its take (a send coming round the ring to its cell
+// would wait for it), and then all of them: a unit lost or held back for good leaves the sender
+// waiting (a deadlock). Every value is received exactly once and destroyed exactly once.
+TEST(ModelMpmcBounded, AValueBoundToAWaitingReceiveInItsCellHoldsBackCapacityUntilItsTake) {
+  EXPECT_TRUE(model::explored(135, [] {
+    atomic<int> live{0};
+    atomic<int> seen{0};  // bit v - 1: value v received
+    const auto mark = [&seen](int v) {
+      check(v >= 1 && v <= 4, "a value never sent");
+      check((seen.fetch_or(1 << (v - 1)) & (1 << (v - 1))) == 0, "a value received twice");
+    };
+    {
+      auto [tx, rx] = asyncband::mpmc::bounded<counted>(2);
+      thread waiting([&, r = rx]() mutable {
+        auto v = r.recv_blocking();  // closed if the other receiver drained every value first
+        if (v.ok()) mark(v->value());
+      });
+      thread sender([&, t = std::move(tx)]() mutable {
+        for (int v = 1; v <= 4; ++v) check(t.send_blocking(counted(v, &live)).ok(), "a send failed");
+      });
+      for (;;) {
+        auto v = rx.recv_blocking();
+        if (!v.ok()) break;
+        mark(v->value());
+      }
+      waiting.join();
+      sender.join();
+    }
+    check(seen.load() == 15, "a value was lost");
+    check(live.load() == 0, "a value was leaked or destroyed twice");
+  }));
+}
+
 }  // namespace
