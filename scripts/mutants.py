@@ -245,7 +245,7 @@ MUTANTS = [
         "receives is gone (a store-load reordering: a receive that queued meanwhile and looked "
         "at the place before it was published sleeps through it)",
         "detail/mpmc_bounded_state.hpp",
-        [("""          asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with after_receive_queued()'s
+        [("""    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with after_receive_queued()'s
 """, "")],
         "ModelMpmcBounded*", "mpmc_bounded"),
     Mutant(
@@ -262,7 +262,8 @@ MUTANTS = [
         "that will not take it (stopped after its wake-up, its frame destroyed) does not copy the "
         "value into a record for the next receive: the value and its unit of capacity are lost",
         "detail/mpmc_bounded_state.hpp",
-        [("claimed_.push_front_copy(", "return static_cast<void>(")],
+        [("        claimed_.push_front_copy(value_of(c));  // the claim goes with its receive",
+          "        static_cast<void>(0);")],
         "ModelMpmcBounded*", "mpmc_bounded"),
     Mutant(
         "mpmc_bound_value_holds_no_cell",

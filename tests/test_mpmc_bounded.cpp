@@ -671,6 +671,7 @@ TEST(MpmcBoundedDelivery, AnIntReceiveStoppedAfterItsValueWasCopiedIntoItPassesT
     recv_probe<int>* b = next_waits ? &f.recv(2, plain) : nullptr;
     put(f.c.tx, 10);  // bound to a, whose resumption is queued
     EXPECT_EQ(f.s.ready_count(), 1U);
+    EXPECT_EQ(f.c.rx.len(), 1U) << "a value bound to a receive is not received yet";
     EXPECT_TRUE(f.c.rx.try_recv().empty()) << "10 is a's: nobody else takes it";
     expect_free_capacity(f.c.tx, 1);  // a holds 10's unit
     f.stop(0).request_stop();         // after the wake-up: a gives 10 back as it resumes
@@ -1502,9 +1503,9 @@ TEST(MpmcBoundedThrowing, AReceiveBehindASendOnAParkedValuesCellIsNotLeftWaiting
   });
   EXPECT_THROW((void)c.rx.try_recv(), payload_error);  // 1 is parked
   spin_until([&] { return got.load() != -1; }, "the waiting receive got a value");
-  const int first = take(c.rx);  // the value sent meanwhile (were both threads still waiting, they go on)
-  wrapping.join();
+  wrapping.join();  // its send goes on once the park handed the cell on (were it still waiting, this hangs)
   receiving.join();
+  const int first = take(c.rx);  // the value that send published
   EXPECT_TRUE(sent.load());
   EXPECT_EQ(got.load(), 1) << "the parked value goes to the next receive: the waiting one";
   EXPECT_EQ(first, 5);

@@ -240,6 +240,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     const place sent = capacity_.next_ticket();
     const place claimed = items_.next_ticket();
     [[maybe_unused]] const place unclaimed = sent - claimed;  // places wrap: unsigned arithmetic
+    assert(delivered_.load(std::memory_order_relaxed) == 0 && "asyncband::mpmc: a receive outlived its channel");
     assert((asyncband::detail::model_run_failed() ||
             capacity_.closed_count() + unclaimed + claimed_.size() == logical_capacity_) &&
            "asyncband: permit outlived its channel: every sender and receiver are gone while a permit still "
@@ -307,8 +308,13 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// delivered to receives that have not taken them yet, and the places of sends whose
   /// construction threw that are not passed yet: each holds a unit of capacity).
   [[nodiscard]] std::size_t len() const noexcept {
-    const place queued = capacity_.next_ticket() - items_.next_ticket();  // places wrap
-    return queued + claimed_.size() + delivered_.load(std::memory_order_relaxed);
+    // The receive ticket first: it never passes the send ticket, so read in this order the
+    // difference is never negative (a wrap to ~2^32); and the sum of counts read at different
+    // moments is clamped to what the channel can hold.
+    const place claimed = items_.next_ticket();
+    const place queued = capacity_.next_ticket() - claimed;  // places wrap
+    const std::size_t n = queued + claimed_.size() + delivered_.load(std::memory_order_relaxed);
+    return std::min(n, logical_capacity_);
   }
 
   /// A receive that does not wait: a record with its unit, if a unit is available (nobody
@@ -347,12 +353,23 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
            (word::idle(s) && (ring_.published(word::ticket_in(s)) || being_written(word::ticket_in(s))));
   }
   /// A claim that will not be used (its receive lost a when_any, or was stopped after it
-  /// claimed): its value goes back ahead of the others, for the next receive, with a unit, as a
-  /// value whose move threw does (park): its cell goes on at once, since later places may have
-  /// been taken meanwhile, and a send coming round the ring to it must not wait for a receive.
+  /// claimed or was bound its value): back to the ring if it can go there unnoticed (unclaim);
+  /// else its value goes back ahead of the others as a record, for the next receive, with a unit
+  /// of `items_`. Nothing is allocated (a cancellation is a wait's path): a trivially copyable
+  /// value is copied into the record and its cell goes on at once; another stays in its cell,
+  /// holding capacity back until the next receive takes it (as a bound value does).
   void give_back(const claimed_value& c) noexcept {
     if (!c.bound && unclaim(c.v.p)) return;
-    park(c);
+    note_reoffered(c);
+    if (!c.v.in_cell) return record_again(c);
+    if constexpr (delivered_out) {
+      claimed_.push_front_copy(*c.v.value);
+      ring_.hand_on(c.v.p);  // its unit of capacity stays with the record
+    } else {
+      claimed_.push_front(c.v, c.bound);  // a bound value's cell is counted as held already
+    }
+    stop_counting_delivery(c);
+    items_.template give<false>(1);  // last: the receive given this unit finds the record
   }
 
   /// Place p, claimed by a receive that will not take it, back to the ring if nobody claimed a
@@ -421,19 +438,39 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
 
   /// Its move threw: parked (again) for the next receive, with a unit of `items_`.
   void park(const claimed_value& c) noexcept {
-#ifdef ASYNCBAND_TESTING
-    if (auto* hook = on_value_reoffered_for_tests.load()) hook(&value_of(c));
-#endif
-    if (c.delivered) delivered_.fetch_sub(1, std::memory_order_relaxed);
-    if (c.v.in_cell) return park(c.v.p, *c.v.value, c.bound);
+    note_reoffered(c);
+    if (!c.v.in_cell) return record_again(c);
+    park_out_of_cell(c.v.p, *c.v.value, c.bound);
+    stop_counting_delivery(c);
+    items_.template give<false>(1);  // last: the receive given this unit finds the record
+  }
+
+  /// A value out of its cell (copied, or parked in storage of its own) goes back to the front
+  /// of the records, with a unit of `items_`.
+  void record_again(const claimed_value& c) noexcept {
     if constexpr (delivered_out) {
       if (c.v.copied) {
         claimed_.push_front_copy(value_of(c));  // the claim goes with its receive
-        return items_.template give<false>(1);
+      } else {
+        claimed_.push_front(c.v, true);
       }
+    } else {
+      claimed_.push_front(c.v, true);
     }
-    claimed_.push_front(c.v, true);
-    items_.template give<false>(1);  // after the park: the receive given this unit finds it
+    stop_counting_delivery(c);
+    items_.template give<false>(1);  // last: the receive given this unit finds the record
+  }
+
+  /// A delivered value is a record now (or taken): after it is counted there, so that len()
+  /// never undercounts.
+  void stop_counting_delivery(const claimed_value& c) noexcept {
+    if (c.delivered) delivered_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void note_reoffered([[maybe_unused]] const claimed_value& c) noexcept {
+#ifdef ASYNCBAND_TESTING
+    if (auto* hook = on_value_reoffered_for_tests.load()) hook(&value_of(c));
+#endif
   }
 
   /// n values were taken and their cells handed on: passes the empty places they held up, then
@@ -469,11 +506,21 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     ring_.write_at(
         i, std::forward<U>(value),
         [this](bool with_value) noexcept {
-          if (!with_value) pass_empty_places();
-          asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with after_receive_queued()'s
-          if (items_.contended_now()) deliver();
+          if (with_value) return after_publication();
+          // Passing the empty place returns capacity, which may resume a send inline that drops
+          // every handle, the caller's included.
+          this->add_ref();
+          pass_empty_places();
+          after_publication();
+          this->drop_ref();
         },
         [this]() noexcept { empties_.fetch_add(1, std::memory_order_relaxed); });
+  }
+
+  /// A place was published: receives that queued meanwhile get what is there.
+  void after_publication() noexcept {
+    asyncband::detail::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with after_receive_queued()'s
+    if (items_.contended_now()) deliver();
   }
 
   /// Under `items_`' lock, while receives are queued: claims the published place at the ticket
@@ -516,10 +563,10 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     // Capacity is held back before the ticket moves: an empty place after p passed by another
     // thread in between must not return its unit while p's cell is held.
     if constexpr (!delivered_out) claimed_.hold_cell();
+    delivered_.fetch_add(1, std::memory_order_relaxed);  // before the ticket: len() never undercounts
     // Only empty places are passed by others while receives are queued; p holds a value.
     [[maybe_unused]] const bool advanced = items_.try_advance_ticket(p);
     assert(advanced && "asyncband::mpmc: a delivered place claimed by another");
-    delivered_.fetch_add(1, std::memory_order_relaxed);  // before the unit: len() never undercounts
     claimed_value& c = r.bind();
     c.bound = true;
     c.delivered = true;
@@ -555,12 +602,13 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     }
   }
 
-  /// A receive could not move the value it claimed out: the value stays where it is, for the
-  /// next receive (ahead of newer places), with its unit of capacity, and a unit of `items_` goes
-  /// for it. Its cell goes on at once, to fresh storage, so that sends coming round the ring do
-  /// not wait for a receive to take it; only if that storage cannot be allocated does the value
-  /// hold its cell (as a value still being moved out does). `again`: it was a record already.
-  void park(place p, T& value, bool again) noexcept {
+  /// A receive could not move the value it claimed out: the value stays where it is, a record
+  /// for the next receive (ahead of newer places), with its unit of capacity; the caller gives a
+  /// unit of `items_` for it. Its cell goes on at once, to fresh storage, so that sends coming
+  /// round the ring do not wait for a receive to take it; only if that storage cannot be
+  /// allocated does the value hold its cell (as a bound value does). `again`: its cell was
+  /// counted as held already (a record, a bound value).
+  void park_out_of_cell(place p, T& value, bool again) noexcept {
     parked_value<T> v{&value, nullptr, p, true};
     if (auto* fresh = new_block()) {
       v.block = ring_.relocate(p, fresh);
@@ -569,7 +617,6 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
       if (again) give_capacity(claimed_.taken_from_cell());  // it was counted as holding its cell
     }
     claimed_.push_front(v, again);
-    items_.template give<false>(1);  // after the park: the receive given this unit finds it
   }
 
   /// Storage for a cell whose value is parked; nullptr if it cannot be allocated.
@@ -603,7 +650,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// empty places.
   void discard_received_by_nobody() noexcept {
     parked_value<T> v;
-    alignas(T) unsigned char copy[sizeof(T)];
+    alignas(T) unsigned char copy[copied_out<T> ? sizeof(T) : 1];
     while (claimed_.pop(v, copy)) {
       if (!v.copied) v.value->~T();
       delete v.block;
