@@ -16,8 +16,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <latch>
 #include <functional>
+#include <latch>
 #include <limits>
 #include <memory>
 #include <optional>

@@ -111,7 +111,9 @@ TEST(ModelMpmcBounded, SendsDeliverToReceivesThatQueued) {
       check(v.ok(), "a receive ended without a value");
       if (v.ok()) sum.fetch_add(*v);
     };
-    const auto send = [](asyncband::mpmc::sender<int> t, int v) { check(t.send_blocking(v).ok(), "a send failed"); };
+    const auto send = [](asyncband::mpmc::sender<int> t, int v) {
+      check(t.send_blocking(v).ok(), "a send failed");
+    };
     thread a(receive, rx);
     thread b(receive, std::move(rx));
     thread one(send, tx, 1);

@@ -10,10 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "../result.hpp"
@@ -117,7 +117,8 @@ class claimed_values {
     if (n == 0) return false;
     v = slots_[first_].v;
     if constexpr (copied_out<T>) {
-      if (v.copied) std::memcpy(static_cast<void*>(copy), static_cast<const void*>(slots_[first_].storage), sizeof(T));
+      if (v.copied)
+        std::memcpy(static_cast<void*>(copy), static_cast<const void*>(slots_[first_].storage), sizeof(T));
     }
     first_ = (first_ + 1) % capacity_;
     count_.store(n - 1, std::memory_order_relaxed);
@@ -130,7 +131,8 @@ class claimed_values {
   /// destruction (trivially copyable).
   template <class F>
   void for_each(F&& f) const {
-    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i) f(slots_[(first_ + i) % capacity_].v);
+    for (std::size_t i = 0; i != count_.load(std::memory_order_relaxed); ++i)
+      f(slots_[(first_ + i) % capacity_].v);
   }
 
  private:
@@ -143,7 +145,8 @@ class claimed_values {
   std::size_t front_slot() noexcept { return first_ = first_ == 0 ? capacity_ - 1 : first_ - 1; }
   void grow(const parked_value<T>& v, bool again) noexcept {
     count_.store(count_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (!again && v.in_cell) held_.store(held_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (!again && v.in_cell)
+      held_.store(held_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
   asyncband::detail::spin_lock lock_;
@@ -225,7 +228,6 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     alignas(T) mutable unsigned char copy[delivered_out ? sizeof(T) : 1];
   };
 
-
   bounded_state(std::size_t capacity, place first_index)
       : logical_capacity_(capacity),
         ring_(capacity, first_index),
@@ -240,7 +242,8 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     const place sent = capacity_.next_ticket();
     const place claimed = items_.next_ticket();
     [[maybe_unused]] const place unclaimed = sent - claimed;  // places wrap: unsigned arithmetic
-    assert(delivered_.load(std::memory_order_relaxed) == 0 && "asyncband::mpmc: a receive outlived its channel");
+    assert(delivered_.load(std::memory_order_relaxed) == 0 &&
+           "asyncband::mpmc: a receive outlived its channel");
     assert((asyncband::detail::model_run_failed() ||
             capacity_.closed_count() + unclaimed + claimed_.size() == logical_capacity_) &&
            "asyncband: permit outlived its channel: every sender and receiver are gone while a permit still "
@@ -322,16 +325,17 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// record waiting for its unit's holder). Passes the empty places it finds at the ticket.
   /// False: nothing to take now without overtaking a waiting receive.
   bool try_claim(claimed_value& c) noexcept {
+    using sw = asyncband::detail::semaphore_word;
     auto& word = items_.word();
     std::uint64_t s = word.load();
     for (;;) {
-      if (word.has_units(s)) {
+      if (sw::has_units(s)) {
         if (!items_.try_take(1)) return false;
         c = pop_record();
         return true;
       }
-      if (!word.idle(s)) return false;
-      const place p = word.ticket_in(s);
+      if (!sw::idle(s)) return false;
+      const place p = sw::ticket_in(s);
       if (!ring_.published(p) && !being_written(p)) return false;
       if (!word.try_advance_idle(s)) continue;
       ring_.await_publication(p);  // at once, or one copy away (being_written)
@@ -377,10 +381,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// had not been claimed. (A claim that read the word at p + 1 earlier and succeeds after this
   /// and another claim of p takes p + 1, which is still the next place then.)
   bool unclaim(place p) noexcept {
+    using sw = asyncband::detail::semaphore_word;
     auto& word = items_.word();
     std::uint64_t s = word.load();
     const place next = p + 1;  // wraps like every place
-    if (!word.idle(s) || word.ticket_in(s) != next) return false;
+    if (!sw::idle(s) || sw::ticket_in(s) != next) return false;
     return word.try_retreat_idle(s);
   }
 

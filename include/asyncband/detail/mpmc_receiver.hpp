@@ -9,8 +9,8 @@
 
 #include "../result.hpp"
 #include "../semaphore.hpp"
-#include "receiving_end.hpp"
 #include "mpmc_takes.hpp"
+#include "receiving_end.hpp"
 #include "semaphore_wait.hpp"
 
 namespace asyncband::mpmc::detail {
