@@ -636,17 +636,18 @@ void destroying_a_suspended_receive_takes_nothing() {
 
 /// A send has claimed a receive for its value but not resolved it when the receive's frame is
 /// destroyed (on another thread): the destructor waits for the send to resolve it, and the value
-/// goes to the next waiting receive, or stays in the channel.
-template <class Kind>
+/// goes to the next waiting receive, or stays in the channel. `V`: the value type (an int is
+/// copied into the receive's node by a bounded channel's delivery; counted stays in its cell).
+template <class Kind, class V = counted>
 void a_receive_woken_for_a_value_then_destroyed_passes_it_on() {
   for (const bool next_waits : {false, true}) {
     SCOPED_TRACE(next_waits);
     const count_scope counts;
-    auto c = Kind::template make<counted>(2);
-    typename Kind::template receiver<counted> rx_b = c.rx;
+    auto c = Kind::template make<V>(2);
+    typename Kind::template receiver<V> rx_b = c.rx;
     test_scheduler s;
-    recv_probe<counted> doomed;
-    recv_probe<counted> next;
+    recv_probe<V> doomed;
+    recv_probe<V> next;
     auto t = receive(c.rx, doomed);
     t.handle().resume();  // no scheduler: resumed inline by its resolver, if ever
     auto tb = receive(rx_b, next);
