@@ -287,8 +287,8 @@ MUTANTS = [
         "the value to it: every branch queued on a channel is bound a value, and the losers "
         "give theirs back",
         "detail/semaphore_wait.hpp",
-        [("    if (head.lost() || !head.commit()) {  // its when_any is over: it takes nothing",
-          "    if (head.lost()) {  // its when_any is over: it takes nothing")],
+        [("  auto* head = static_cast<detail::semaphore_waiter*>(waiters.committed_front(batch));",
+          "  auto* head = static_cast<detail::semaphore_waiter*>(waiters.front());")],
         "ModelMpmcBounded*:ModelWhenAny*", "mpmc_bounded"),
     Mutant(
         "when_any_loser_keeps_grant",

@@ -174,27 +174,27 @@ class claimed_values {
 /// Waiting receives queue on the semaphore `items_` (so they are FIFO across every copy of the
 /// receiver, are cancelled, time out and lose a when_any as acquisitions do). While any is
 /// queued the word is contended, so no receive claims a place itself (no barging): values are
-/// *delivered* instead. A delivery, under `items_`' lock, claims the published places at the
-/// ticket one by one for the queued receives, puts each into `claimed_` (at the back) and grants
-/// the head one unit for it. A unit of `items_` always stands for exactly one record of
-/// `claimed_`: a receive that holds a unit takes the front record; a unit it does not use (a
-/// cancelled or losing receive) goes to the next waiting receive, or to the count, where the
-/// next receive takes it before any place (the record is still there). Parks (a receive's move
-/// threw) and claims given back (a receive that claimed a place and then lost its when_any)
-/// put their record at the front and give a unit for it.
+/// *delivered* instead. A delivery, under `items_`' lock, claims the published place at the
+/// ticket for the first queued receive that can still take it (semaphore::grant_bound), grants
+/// it one unit and binds the value to it, in its wait node (bind_delivery): a trivially copyable
+/// value is copied there and its cell goes on; another stays in its cell, and every return of
+/// capacity is held back until its receive takes it, so that no send comes round the ring to
+/// that cell. Other receives may claim the places after a bound value before its receive runs:
+/// each value is its receive's, so nobody's order changes.
 ///
 /// Who delivers: a send, after publishing, fences and looks whether receives are queued; a
 /// receive, after queueing (the word is contended from then on), fences and looks whether the
 /// place at the ticket is published. One of the two sees the other (Dekker), so a published
 /// value is never slept through; a delivery goes on along the published places while receives
 /// are queued, and a place that is not published yet is delivered by its send, which then sees
-/// them queued. A receive therefore never waits for a send still writing its value.
+/// them queued.
 ///
-/// Records are taken front first, and while any is there no receive claims a place itself, so
-/// places are taken in order, apart from a record being taken while later places are claimed
-/// (by running receives, for a few instructions): a send that comes round the ring to a cell
-/// whose value a receive claimed but has not finished moving waits for it, as in every ring
-/// with per-cell stamps.
+/// Records (`claimed_`): values that went back to the channel after a receive held them (a
+/// throwing move, a receive cancelled after its claim or delivery), at the front, each with a
+/// unit of `items_`; a receive holding a unit takes the front record. Such a value may reach a
+/// receive after later values of its producer; every other value keeps its producer's order.
+/// A send that comes round the ring to a cell whose value a running receive claimed but has not
+/// finished moving waits for it, as in every ring with per-cell stamps.
 ///
 /// An empty place (a send whose construction threw) is passed by whoever finds it at the ticket:
 /// a receive claiming a place, a delivery, or the send that empties it, if it is next in line
@@ -359,9 +359,11 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// A claim that will not be used (its receive lost a when_any, or was stopped after it
   /// claimed or was bound its value): back to the ring if it can go there unnoticed (unclaim);
   /// else its value goes back ahead of the others as a record, for the next receive, with a unit
-  /// of `items_`. Nothing is allocated (a cancellation is a wait's path): a trivially copyable
-  /// value is copied into the record and its cell goes on at once; another stays in its cell,
-  /// holding capacity back until the next receive takes it (as a bound value does).
+  /// of `items_`. A trivially copyable value is copied into the record and its cell goes on at
+  /// once; a bound value of another type stays in its cell, whose capacity is held back since
+  /// its delivery. Only a place of another type that the receive claimed itself is parked
+  /// (its cell goes on to fresh storage, an allocation): capacity was not held back for it, so
+  /// a send may already wait for its cell.
   void give_back(const claimed_value& c) noexcept {
     if (!c.bound && unclaim(c.v.p)) return;
     note_reoffered(c);
@@ -369,8 +371,10 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
     if constexpr (delivered_out) {
       claimed_.push_front_copy(*c.v.value);
       ring_.hand_on(c.v.p);  // its unit of capacity stays with the record
+    } else if (c.bound) {
+      claimed_.push_front(c.v, true);  // its cell is counted as held already
     } else {
-      claimed_.push_front(c.v, c.bound);  // a bound value's cell is counted as held already
+      park_out_of_cell(c.v.p, *c.v.value, false);
     }
     stop_counting_delivery(c);
     items_.template give<false>(1);  // last: the receive given this unit finds the record
@@ -432,7 +436,7 @@ class bounded_state : public handle_counts<bounded_state<T>>, public value_takes
   /// Its value moved out: destroys what is left of it, frees the storage it was parked in, and
   /// hands its cell on if it held one.
   void release(const claimed_value& c) noexcept {
-    if (c.delivered) delivered_.fetch_sub(1, std::memory_order_relaxed);
+    stop_counting_delivery(c);
     if (!c.v.copied) c.v.value->~T();
     delete c.v.block;
     if (c.v.in_cell) {

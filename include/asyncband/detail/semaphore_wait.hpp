@@ -323,21 +323,15 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
 template <class Bind>
 bool semaphore::grant_bound(detail::wait_list& waiters, detail::wake_batch& batch, Bind&& bind) noexcept {
   assert(!closed_ && deficit_ == 0);
-  bool granted = false;
-  while (!granted && !waiters.empty()) {
-    auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
-    assert(head.granted() == 0 && head.missing() == 1);
-    if (head.lost() || !head.commit()) {  // its when_any is over: it takes nothing
-      waiters.claim_front(batch, wait_status::cancelled);
-      continue;
-    }
-    head.grant(1);
-    bind(head);
+  auto* head = static_cast<detail::semaphore_waiter*>(waiters.committed_front(batch));
+  if (head != nullptr) {
+    assert(head->granted() == 0 && head->missing() == 1);
+    head->grant(1);
+    bind(*head);
     waiters.claim_front(batch, wait_status::ok);
-    granted = true;
   }
   if (waiters.empty()) word_.make_available(0);  // contended until now
-  return granted;
+  return head != nullptr;
 }
 
 inline auto semaphore::acquire(std::size_t n) {

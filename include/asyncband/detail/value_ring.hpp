@@ -100,7 +100,6 @@ class value_ring {
   }
 
   cell_type& at(ring_place i) const noexcept { return cells_[i & mask_]; }
-  ring_place mask() const noexcept { return mask_; }
 
   /// The reader of place i leaves its value where it is (the caller takes charge of it) and
   /// gives the cell `fresh` storage for its next laps; hand_on(i) follows. Returns the block
