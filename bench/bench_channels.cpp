@@ -7,6 +7,9 @@
 //   asio        boost::asio::experimental::concurrent_channel<void(error_code, T)> (Boost 1.81)
 //   moodycamel  moodycamel::BlockingConcurrentQueue<T>: UNBOUNDED (no capacity, producers never
 //               wait), with a producer token per producer and a consumer token
+//   moodycamel_capped  the same queue made bounded by a moodycamel::LightweightSemaphore of free
+//               slots (taken before enqueue, given after dequeue): no library ships it, and no
+//               target counts it; it measures what bounding costs the fastest unbounded queue
 //   tbb         tbb::concurrent_bounded_queue<T> with set_capacity
 //   std         a bounded std::deque under a std::mutex, with two std::condition_variables,
 //               written the obvious way (cv_bounded_queue below)
@@ -114,6 +117,7 @@ using asyncband_bench::peers::asio_channel;
 using asyncband_bench::peers::asio_threads;
 using asyncband_bench::peers::cv_bounded_queue;
 using asyncband_bench::peers::impossible;
+using asyncband_bench::peers::moodycamel_capped_threads;
 using asyncband_bench::peers::moodycamel_threads;
 using asyncband_bench::peers::std_threads;
 using asyncband_bench::peers::tbb_threads;
@@ -633,6 +637,7 @@ void register_thread_impls(const std::string& case_name, std::size_t capacity, i
   register_threads<asyncband_plain, T>(prefix + "asyncband", capacity, producers, samples);
   register_threads<asio_threads, T>(prefix + "asio", capacity, producers, samples);
   register_threads<moodycamel_threads, T>(prefix + "moodycamel", capacity, producers, samples);
+  register_threads<moodycamel_capped_threads, T>(prefix + "moodycamel_capped", capacity, producers, samples);
   register_threads<tbb_threads, T>(prefix + "tbb", capacity, producers, samples);
   register_threads<std_threads, T>(prefix + "std", capacity, producers, samples);
 }

@@ -7,6 +7,9 @@
 //   asio        boost::asio::experimental::concurrent_channel<void(error_code, u64)> (Boost 1.81)
 //   moodycamel  moodycamel::BlockingConcurrentQueue<u64>: UNBOUNDED (producers never wait), a
 //               token per producer and per consumer
+//   moodycamel_capped  the same queue made bounded by a moodycamel::LightweightSemaphore of free
+//               slots (taken before enqueue, given after dequeue): no library ships it, and no
+//               target counts it; it measures what bounding costs the fastest unbounded queue
 //   tbb         tbb::concurrent_bounded_queue<u64> with set_capacity
 //   std         a bounded std::deque under a std::mutex with two condition variables
 // (the peers' adapters are bench/queue_peers.hpp, shared with bench_channels).
@@ -61,6 +64,7 @@ using asyncband_bench::thread_crew;
 using asyncband_bench::peers::asio_channel;
 using asyncband_bench::peers::asio_threads;
 using asyncband_bench::peers::impossible;
+using asyncband_bench::peers::moodycamel_capped_threads;
 using asyncband_bench::peers::moodycamel_threads;
 using asyncband_bench::peers::std_threads;
 using asyncband_bench::peers::tbb_threads;
@@ -284,6 +288,7 @@ void register_all() {
       register_threads<asyncband_threads>(prefix + "asyncband", capacity, pairs);
       register_threads<asio_threads<u64>>(prefix + "asio", capacity, pairs);
       register_threads<moodycamel_threads<u64>>(prefix + "moodycamel", capacity, pairs);
+      register_threads<moodycamel_capped_threads<u64>>(prefix + "moodycamel_capped", capacity, pairs);
       register_threads<tbb_threads<u64>>(prefix + "tbb", capacity, pairs);
       register_threads<std_threads<u64>>(prefix + "std", capacity, pairs);
     }

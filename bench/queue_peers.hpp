@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // bench/queue_peers.hpp: the bounded queues of the C++ ecosystem, adapted for the plain-thread
 // channel cases (bench_channels, bench_mpmc): Asio's concurrent_channel, moodycamel's
-// BlockingConcurrentQueue, tbb::concurrent_bounded_queue, and a textbook deque + mutex + two
+// BlockingConcurrentQueue (and, as a reference, the same made bounded with its own semaphore),
+// tbb::concurrent_bounded_queue, and a textbook deque + mutex + two
 // condition variables. Each adapter is `Channel(capacity)`, `Channel::producer` (one per
 // producer thread, kept for the whole run) with send(T&&) that blocks while the queue is full,
 // and `Channel::consumer` (one per consumer thread) with recv() that blocks while it is empty.
@@ -191,6 +192,52 @@ class moodycamel_threads {
 
  private:
   moodycamel::BlockingConcurrentQueue<T> queue_;
+};
+
+/// moodycamel's queue made bounded with moodycamel's own semaphore of free slots: a producer
+/// takes a slot before it enqueues, a consumer gives one back after it dequeues. Not a peer of
+/// the targets (no library ships it): the floor of a bounded queue built from the fastest
+/// unbounded one, to tell what bounding itself costs at a small capacity.
+template <class T>
+class moodycamel_capped_threads {
+ public:
+  explicit moodycamel_capped_threads(std::size_t capacity)
+      : queue_(capacity), free_(static_cast<moodycamel::LightweightSemaphore::ssize_t>(capacity)) {}
+
+  class producer {
+   public:
+    explicit producer(moodycamel_capped_threads& q) : q_(&q), token_(q.queue_) {}
+    void send(T&& value) {
+      while (!q_->free_.wait()) {
+      }
+      if (!q_->queue_.enqueue(token_, std::move(value))) impossible("moodycamel: enqueue failed");
+    }
+
+   private:
+    moodycamel_capped_threads* q_;
+    moodycamel::ProducerToken token_;
+  };
+  producer make_producer() { return producer(*this); }
+
+  class consumer {
+   public:
+    explicit consumer(moodycamel_capped_threads& q) : q_(&q), token_(q.queue_) {}
+    T recv() {
+      T value{};
+      q_->queue_.wait_dequeue(token_, value);
+      q_->free_.signal();
+      return value;
+    }
+
+   private:
+    moodycamel_capped_threads* q_;
+    moodycamel::ConsumerToken token_;
+  };
+  consumer make_consumer() { return consumer(*this); }
+
+ private:
+  moodycamel::BlockingConcurrentQueue<T> queue_;
+  moodycamel::LightweightSemaphore free_;
 };
 
 template <class T>
