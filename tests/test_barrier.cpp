@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "asyncband/block_on.hpp"
+#include "asyncband/debug.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
 #include "asyncband/runtime/when_all.hpp"
 #include "asyncband/stop_token.hpp"
 #include "support/destroyed_with_waiters.hpp"
+#include "support/last_one_out.hpp"
 #include "support/probe.hpp"
 #include "support/stress.hpp"
 
@@ -245,6 +247,38 @@ TEST(Barrier, PlainThreadsWithBlockingTwins) {
   t2.join();
   EXPECT_EQ(leaders.load(), kRounds);
   EXPECT_EQ(b.generation(), static_cast<std::uint64_t>(kRounds));
+}
+
+// Issue 16: a plain wait_blocking() sleeps on the barrier's broadcast word with no wait node, so
+// that the leader releases a whole generation of threads with one notify.
+TEST(Barrier, PlainBlockedThreadsWaitWithoutANode) {
+  barrier b(3);
+  std::atomic<int> leaders{0};
+  auto body = [&] {
+    if (b.wait_blocking().is_leader()) leaders.fetch_add(1);
+  };
+  std::thread t1(body);
+  std::thread t2(body);
+  for (;;) {
+    const auto st = asyncband::detail::debug_access::state(b);
+    if (st.remaining == 1) {
+      EXPECT_EQ(st.waiters.counted, 0U) << "a plain blocked thread queued a node";
+      break;
+    }
+    std::this_thread::yield();
+  }
+  body();
+  t1.join();
+  t2.join();
+  EXPECT_EQ(leaders.load(), 1);
+  EXPECT_EQ(b.generation(), 1U);
+}
+
+TEST(BarrierLifetime, AThreadReleasedFromTheBroadcastWordMayDestroyTheBarrierWhileTheLeaderNotifies) {
+  released_thread_destroys_while_the_waker_notifies(
+      [] { return std::make_unique<barrier>(2); },
+      [](barrier& b) { EXPECT_TRUE(b.wait_blocking().is_leader()); },
+      [](barrier& b) { EXPECT_FALSE(b.wait_blocking().is_leader()); });
 }
 
 TEST(Barrier, BlockOnWaitFromPlainThreads) {

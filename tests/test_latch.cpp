@@ -389,6 +389,13 @@ TEST(LatchLifetime, TheWaiterMayDestroyTheLatchWhileTheFinalArrivalReturns) {
       count_down, [](latch& l) { l.wait_blocking(); });
 }
 
+// Issue 16: a plain blocked thread sleeps on the latch's broadcast word; the final arrival
+// resolves it, then moves the word. A thread that sees its release in between returns at once.
+TEST(LatchLifetime, AThreadReleasedFromTheBroadcastWordMayDestroyTheLatchWhileTheFinalArrivalNotifies) {
+  released_thread_destroys_while_the_waker_notifies([] { return std::make_unique<latch>(1); }, count_down,
+                                                    [](latch& l) { l.wait_blocking(); });
+}
+
 // Issue 11: a coroutine without a scheduler, resumed inline inside the final arrival, destroys
 // the latch before arrive() returns. The arrival must not hold a pin of its own while it resumes
 // waiters: the latch's destructor waits for pins, and this one would be further up its stack

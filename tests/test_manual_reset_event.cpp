@@ -353,6 +353,13 @@ TEST(ManualResetEventLifetime, TheWaiterMayDestroyTheEventWhileSetReturns) {
                                           waker_path::last_access);
 }
 
+// Issue 16: a plain blocked thread sleeps on the event's broadcast word; set() resolves it, then
+// moves the word. A thread that sees its release in between returns at once.
+TEST(ManualResetEventLifetime, AThreadReleasedFromTheBroadcastWordMayDestroyTheEventWhileSetNotifies) {
+  released_thread_destroys_while_the_waker_notifies([] { return std::make_unique<manual_reset_event>(); },
+                                                    set, [](manual_reset_event& ev) { ev.wait_blocking(); });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
 

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "detail/atomic.hpp"
+#include "detail/broadcast_parking.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -40,6 +42,10 @@ struct barrier_wait_result {
 ///   confused with, or counted in, a later generation.
 /// - Synchronization: every arrival of a generation happens-before the return of every wait of
 ///   that generation.
+/// - Plain threads: `wait_blocking()` (no stop token, no deadline) arrives under the lock and
+///   then sleeps on the barrier's one broadcast word, without a wait node; the leader releases
+///   a whole generation of such threads with one notify (at most one system call), after
+///   releasing the lock. The cancellable and timed forms queue a node, as coroutines do.
 /// - n must be at least 1: zero or a negative n throws std::invalid_argument (a barrier that
 ///   nobody can complete is a mistake, as a zero-capacity channel is).
 /// - The barrier must outlive every pending wait.
@@ -67,9 +73,8 @@ class barrier : public detail::wait_functions<barrier> {
   [[nodiscard]] std::ptrdiff_t participants() const noexcept { return participants_; }
 
   /// Completed generations so far (a snapshot).
-  [[nodiscard]] std::uint64_t generation() const {
-    const std::lock_guard lock(queue_.mutex());
-    return generation_;
+  [[nodiscard]] std::uint64_t generation() const noexcept {
+    return generation_.load(std::memory_order_acquire);
   }
 
  private:
@@ -80,8 +85,10 @@ class barrier : public detail::wait_functions<barrier> {
     using queued_waiter::queued_waiter;
 
     // The arrival that completes the generation needs no suspension setup: it arrives here.
-    // Any other arrival is left to enqueue(), which arrives and queues under one hold of the lock.
+    // Any other arrival is left to enqueue(), which arrives and queues under one hold of the lock
+    // (an arrival that the lock-free look takes for not the last, wrongly, completes there).
     bool try_ready() noexcept {
+      if (!owner().may_be_last()) return false;
       return owner().queue_.complete_under_lock(
           [this](detail::wait_list& waiters, detail::wake_batch& batch) {
             return leader_ = owner().arrive_locked_if_last(waiters, batch);
@@ -102,16 +109,46 @@ class barrier : public detail::wait_functions<barrier> {
   /// Under the lock: records one arrival; if it completes the generation, claims every waiter
   /// into `batch` (resolved once the lock is released) and returns true: this arrival leads.
   bool arrive_locked_if_last(detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
-    return remaining_ == 1 && arrive_locked(waiters, batch);
+    return remaining_.load(std::memory_order_relaxed) == 1 && arrive_locked(waiters, batch);
   }
 
   bool arrive_locked(detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
-    if (--remaining_ > 0) return false;
-    remaining_ = participants_;
-    ++generation_;
+    const std::ptrdiff_t left = remaining_.load(std::memory_order_relaxed) - 1;
+    if (left > 0) {
+      remaining_.store(left, std::memory_order_relaxed);
+      return false;
+    }
+    remaining_.store(participants_, std::memory_order_relaxed);
+    generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     waiters.claim_all(batch);
+    batch.release_word(parking_);  // the blocked threads of this generation (block_until_released)
     return true;
   }
+
+  /// wait_blocking(): a plain thread arrives under the lock, and, unless it leads, sleeps on the
+  /// broadcast word without a node until the generation moves on. The leader's release then
+  /// costs one notify, however many threads are blocked, and touches none of their stacks.
+  barrier_wait_result block_until_released() noexcept {
+    std::uint64_t arrived_in = 0;
+    const bool leader = queue_.complete_under_lock(
+        [this, &arrived_in](detail::wait_list& waiters, detail::wake_batch& batch) {
+          arrived_in = generation_.load(std::memory_order_relaxed);
+          return arrive_locked(waiters, batch);
+        });
+    if (leader) return {true};
+    // Its arrival is visible: the generation may complete, and the word move, from here on.
+    detail::at_test_point(detail::test_point::published);
+    for (;;) {
+      const std::uint32_t key = parking_.key();
+      if (generation() != arrived_in) return {false};
+      detail::at_test_point(detail::test_point::parking);
+      parking_.sleep(key);
+    }
+  }
+
+  /// Without the lock, a hint: this arrival may complete the generation. With N threads arriving
+  /// one after another, the N - 1 that cannot take the lock once instead of twice.
+  [[nodiscard]] bool may_be_last() const noexcept { return remaining_.load(std::memory_order_relaxed) == 1; }
 
   static std::ptrdiff_t checked(std::ptrdiff_t n) {
     if (n < 0) throw std::invalid_argument("asyncband::barrier: negative participant count");
@@ -122,8 +159,12 @@ class barrier : public detail::wait_functions<barrier> {
   detail::wait_queue& queue() noexcept { return queue_; }
 
   const std::ptrdiff_t participants_;
-  std::ptrdiff_t remaining_;  // guarded by queue_.mutex()
-  std::uint64_t generation_ = 0;
+  asyncband::detail::atomic<std::ptrdiff_t>
+      remaining_;  // written under queue_.mutex(); read lock-free as a hint
+  asyncband::detail::atomic<std::uint64_t> generation_{0};  // written under queue_.mutex()
+  // Blocked threads sleep on it (wait_blocking); declared before queue_, whose destruction
+  // waits for a waker that still releases them.
+  detail::broadcast_parking parking_;
   mutable detail::wait_queue queue_;
 };
 

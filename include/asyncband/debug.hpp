@@ -165,7 +165,7 @@ struct debug_access {
   };
   static barrier_state state(const barrier& b) noexcept {
     const std::lock_guard lock(b.queue_.mutex());
-    return {b.remaining_, b.generation_, count_waiters(b.queue_.waiters())};
+    return {b.remaining_.load(std::memory_order_relaxed), b.generation(), count_waiters(b.queue_.waiters())};
   }
 
   struct phaser_state {
@@ -454,7 +454,8 @@ inline std::ostream& operator<<(std::ostream& os, const wait_group& g) {
 }
 
 /// `asyncband::barrier{participants: 3, remaining: 2, generation: 0, waiters: 1}`: `remaining`
-/// arrivals complete the current generation.
+/// arrivals complete the current generation (`waiters`: the coroutine and cancellable waits
+/// queued; threads in a plain wait_blocking() sleep on the barrier's word uncounted).
 inline std::ostream& operator<<(std::ostream& os, const barrier& b) {
   const auto st = detail::debug_access::state(b);
   return os << "asyncband::barrier{participants: " << b.participants() << ", remaining: " << st.remaining

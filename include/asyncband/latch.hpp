@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "detail/atomic.hpp"
+#include "detail/broadcast_parking.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -121,12 +122,17 @@ class latch : public detail::wait_functions<latch> {
   }
 
   detail::wait_queue& queue() noexcept { return queue_; }
+  /// Every wake-up releases all waiters at once: blocked threads share one word (wait_functions).
+  detail::broadcast_parking& broadcast_word() noexcept { return parking_; }
 
   // The remaining count, and (waiters_flag) whether a waiter may be queued.
   static constexpr std::ptrdiff_t waiters_flag = std::ptrdiff_t{1}
                                                  << (std::numeric_limits<std::ptrdiff_t>::digits - 1);
   asyncband::detail::atomic<std::ptrdiff_t> state_;
   // mutable: debug.hpp counts the waiters of a const one
+  // Blocked threads sleep on it (wait_blocking); declared before queue_, whose destruction
+  // waits for a waker that still releases them.
+  detail::broadcast_parking parking_;
   mutable detail::wait_queue queue_;
 };
 

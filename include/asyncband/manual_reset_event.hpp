@@ -8,6 +8,7 @@
 #include <cassert>
 
 #include "detail/atomic.hpp"
+#include "detail/broadcast_parking.hpp"
 #include "detail/debug_access.hpp"
 #include "detail/wait_functions.hpp"
 #include "detail/wait_queue.hpp"
@@ -103,6 +104,8 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   }
 
   detail::wait_queue& queue() noexcept { return queue_; }
+  /// Every wake-up releases all waiters at once: blocked threads share one word (wait_functions).
+  detail::broadcast_parking& broadcast_word() noexcept { return parking_; }
 
   static constexpr unsigned set_bit = 1;
   static constexpr unsigned waiting_bit = 2;
@@ -112,6 +115,9 @@ class manual_reset_event : public detail::wait_functions<manual_reset_event> {
   // (reset's CAS), never while anybody is marked as queued.
   asyncband::detail::atomic<unsigned> state_;
   // mutable: debug.hpp counts the waiters of a const one
+  // Blocked threads sleep on it (wait_blocking); declared before queue_, whose destruction
+  // waits for a waker that still releases them.
+  detail::broadcast_parking parking_;
   mutable detail::wait_queue queue_;
 };
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <latch>
 #include <memory>
 #include <thread>
@@ -53,6 +54,51 @@ void waiter_destroys_while_the_waker_returns(Make make, Wake wake, Wait wait,
     destroying.count_down();
   }
   waker.join();
+}
+
+/// The same for threads released from a broadcast word (wake_batch::release_broadcast): the
+/// waker resolves them, then moves the word and notifies. A thread that checks its release
+/// between the two (it had not gone to sleep yet, or spins in atomic::wait) returns before the
+/// notify and may destroy the primitive. `wait` runs on a thread of its own, stopped once its
+/// wait is visible to the waker (test point `published`) until the waker has resolved it and
+/// stopped before moving the word (test point `releasing`); it then returns without sleeping and
+/// destroys the primitive. The destructor must wait for the waker (ASan reports the word moved in
+/// freed memory otherwise).
+template <class Make, class Wake, class Wait>
+void released_thread_destroys_while_the_waker_notifies(Make make, Wake wake, Wait wait) {
+  using asyncband::detail::test_point;
+  auto primitive = make();
+  auto* raw = primitive.get();
+  std::latch visible(1);
+  std::atomic<bool> resolved{false};
+  std::latch destroying(1);
+  std::atomic<bool> waker_released{false};
+  std::thread waiting([&] {
+    {
+      const thread_hook hook(test_point::published, [&] {
+        visible.count_down();
+        // A waker that wakes the thread some other way never stops at `releasing`: a failure,
+        // after a generous bound, rather than a test that hangs.
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!resolved.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+        EXPECT_TRUE(resolved.load()) << "the waker did not release the thread through the broadcast word";
+      });
+      wait(*raw);
+    }
+    const thread_hook hook(test_point::destroying, [&] { destroying.count_down(); });
+    primitive.reset();
+    EXPECT_TRUE(waker_released.load()) << "the primitive was destroyed while its waker was still inside it";
+  });
+  visible.wait();
+  {
+    const thread_hook hook(test_point::releasing, [&] {
+      resolved = true;
+      destroying.wait();
+      waker_released = true;
+    });
+    wake(*raw);
+  }
+  waiting.join();
 }
 
 }  // namespace asyncband_test

@@ -11,8 +11,13 @@
 
 namespace asyncband::detail {
 
-/// The blocking twin of a wait that a state change always ends for everybody (a phaser's
-/// advance): the threads sleep on one futex word rather than on one parker each. The change
+/// The blocking twin of a wait that a state change always ends for everybody (a barrier's
+/// generation, a phaser's advance, a latch reaching zero, an event set): the threads sleep on
+/// one futex word rather than on one parker each. Two ways to use it: a blocked thread queues
+/// its node with resume_target::broadcast (any primitive: the waker's wake_batch moves the word
+/// once for all the nodes it resolved), or it queues nothing and sleeps until a state it can
+/// read lock-free says it is released (a barrier's generation, a phaser's phase), and the
+/// waker's batch moves the word all the same (wake_batch::release_word). The change
 /// then costs the waker one notify (at most one system call) instead of one wake-up per
 /// sleeper, and the sleepers are released together, in parallel, instead of one after another
 /// while the waker is preempted by each one it wakes. Waits that can be cancelled or time out
@@ -33,8 +38,8 @@ class broadcast_parking {
     epoch_.wait(key, std::memory_order_acquire);
   }
 
-  /// After the state change, by whoever made it (under the primitive's lock, so that changes
-  /// are counted in order).
+  /// After the state change, by whoever made it (after the change, which is a release operation
+  /// or made under the primitive's lock).
   void changed() noexcept { epoch_.fetch_add(1, std::memory_order_release); }
 
   /// After changed(), outside the lock: wakes every sleeper. Costs a load when nobody sleeps.

@@ -85,8 +85,19 @@ class wait_functions {
   }
 
   /// Blocks the calling thread until completion. Yields the node's value type as it is: a
-  /// reference stays a reference (a once_cell's T&), not a copy.
-  decltype(auto) wait_blocking() { return block_wait<typename Owner::wait_node, false>({}, {}, self()); }
+  /// reference stays a reference (a once_cell's T&), not a copy. A primitive whose wake-ups
+  /// release every waiter at once lets its blocked threads sleep on one word: without a node
+  /// (its `block_until_released()`), or with a node whose target is that word (its
+  /// `broadcast_word()`: block_wait_broadcast).
+  decltype(auto) wait_blocking() {
+    if constexpr (requires(Owner& o) { o.block_until_released(); }) {
+      return self()->block_until_released();
+    } else if constexpr (requires(Owner& o) { o.broadcast_word(); }) {
+      return block_wait_broadcast<typename Owner::wait_node>(self()->broadcast_word(), self());
+    } else {
+      return block_wait<typename Owner::wait_node, false>({}, {}, self());
+    }
+  }
 
   /// Blocks the calling thread until completion or until `stop` is requested.
   auto wait_blocking(asyncband::stop_token stop) {

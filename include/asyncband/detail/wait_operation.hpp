@@ -30,6 +30,7 @@
 #include <chrono>
 #include <concepts>
 #include <coroutine>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -40,6 +41,7 @@
 #include "../result.hpp"
 #include "../scheduler.hpp"
 #include "../stop_token.hpp"
+#include "broadcast_parking.hpp"
 #include "spin_lock.hpp"
 #include "waiter.hpp"
 
@@ -477,6 +479,28 @@ wait_yield_t<Node, Cancellable> block_wait(asyncband::stop_token token, steady_d
     if (wait.publish(resume_target(&timed_parker::unpark_thunk, &park))) {
       if (!park.park_until(*deadline)) wait.cancel(wait_status::timeout);
       park.park();  // at once if released; else until the resolver that claimed the node
+    }
+  }
+  return wait.finish();
+}
+
+/// block_wait() without a stop token or a deadline, for a primitive whose wake-ups release
+/// every waiter at once (a barrier's generation, a latch reaching zero, an event set): the
+/// thread queues its node as any waiter does, with the primitive's broadcast word as its target,
+/// and sleeps on that word instead of a parker of its own. The waker resolves every such node,
+/// then moves the word once and notifies once (wake_batch::release_broadcast). The eventcount
+/// order: the word's key is read before the node's state, so a resolution after the read moves
+/// the word and sleep() returns at once.
+template <wait_node Node, class... Args>
+wait_yield_t<Node, false> block_wait_broadcast(broadcast_parking& word, Args&&... args) {
+  pending_wait<Node, false> wait(asyncband::stop_token{}, std::forward<Args>(args)...);
+  if (wait.try_complete() || spin_before_parking(wait)) return wait.finish();
+  if (wait.publish(resume_target::broadcast(&word))) {
+    for (;;) {
+      const std::uint32_t key = word.key();
+      if (wait.node().is_resolved()) break;
+      at_test_point(test_point::parking);
+      word.sleep(key);
     }
   }
   return wait.finish();

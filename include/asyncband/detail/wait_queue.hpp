@@ -85,14 +85,34 @@ class wait_queue {
   /// wait without queueing anything (a barrier's last arrival).
   template <class Complete>
   bool complete_under_lock(Complete&& complete) noexcept {
+    return locked_step(std::forward<Complete>(complete));
+  }
+
+  /// Runs `step(waiters, batch)` under the lock and returns what it returned; then, unlocked,
+  /// releases the threads on a broadcast word if the step claimed any or asked for it
+  /// (wake_batch::release_word), and resolves what it claimed. A thread released from the word
+  /// may destroy the primitive as soon as it sees its release, before the notify: if there is
+  /// one, the queue is pinned under the lock until the notify is done.
+  template <class Step>
+  auto locked_step(Step&& step) noexcept {
     wake_batch batch;
-    bool completed = false;
-    {
+    bool pinned = false;
+    auto outcome = [&] {
       const std::lock_guard lock(mutex_);
-      completed = std::forward<Complete>(complete)(waiters_, batch);
+      auto r = std::forward<Step>(step)(waiters_, batch);
+      if (batch.has_broadcast()) {
+        pin();
+        pinned = true;
+      }
+      return r;
+    }();
+    if (pinned) {
+      at_test_point(test_point::woken);
+      batch.release_broadcast();
+      unpin();  // the last access to the primitive
     }
     batch.resolve_all();
-    return completed;
+    return outcome;
   }
 
   /// Unlinks `w` with outcome `why` if it is still queued (true); false if a waker claimed it.
@@ -167,6 +187,7 @@ class wait_queue {
       at_test_point(test_point::woken);
       return r;
     }();
+    batch.release_broadcast();  // one notify for the threads on the broadcast word, still pinned
     unlocked();  // the last access to the primitive: resolving the batch touches only the nodes
     if (after_unlock != test_point::claimed_for_wake && !batch.empty()) at_test_point(after_unlock);
     batch.resolve_all();

@@ -30,6 +30,7 @@
 #include "../result.hpp"
 #include "../scheduler.hpp"
 #include "atomic.hpp"
+#include "broadcast_parking.hpp"
 
 namespace asyncband::detail {
 
@@ -48,9 +49,10 @@ enum class test_point : unsigned char {
   queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
   claimed_position,      ///< A broadcast send claimed its position and has not written it yet.
-  parking,  ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
-  listing,  ///< An Asio operation's wait is published and pending; it lists itself with its context next.
-  refused   ///< An Asio operation's listing found its context shut down; it cancels its wait next.
+  parking,   ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
+  listing,   ///< An Asio operation's wait is published and pending; it lists itself with its context next.
+  refused,   ///< An Asio operation's listing found its context shut down; it cancels its wait next.
+  releasing  ///< A waker resolved the threads on a broadcast word; it moves the word and notifies next.
 };
 
 #ifdef ASYNCBAND_TESTING
@@ -162,14 +164,30 @@ class resume_target {
     return t;
   }
 
+  /// A plain thread that sleeps on its primitive's broadcast word (broadcast_parking) rather
+  /// than on a parker of its own: resolving it does nothing by itself; the waker moves the word
+  /// once for every such waiter it resolved and wakes them all with one notify
+  /// (wake_batch::release_broadcast).
+  static resume_target broadcast(broadcast_parking* word) noexcept {
+    resume_target t;
+    t.context_ = word;
+    t.broadcast_ = true;
+    return t;
+  }
+
   /// Whether running it runs the waiter's code on the resolving thread (an inline coroutine, a
   /// continuation): only those can nest resolutions one inside another.
   [[nodiscard]] bool runs_inline() const noexcept { return runs_inline_; }
 
+  /// The broadcast word the waiter sleeps on (resume_target::broadcast), or nullptr.
+  [[nodiscard]] broadcast_parking* broadcast_word() const noexcept {
+    return broadcast_ ? static_cast<broadcast_parking*>(context_) : nullptr;
+  }
+
   void run() const noexcept {
     if (callback_ != nullptr) {
       callback_(context_);
-    } else {
+    } else if (!broadcast_) {
       sched_.resume(handle_);
     }
   }
@@ -180,6 +198,7 @@ class resume_target {
   callback callback_ = nullptr;
   void* context_ = nullptr;
   bool runs_inline_ = false;
+  bool broadcast_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -269,6 +288,8 @@ class waiter {
   /// nothing may be granted to it, not even part of a grant.
   [[nodiscard]] bool lost() const noexcept { return commit_ != nullptr && commit_->lost(this); }
   [[nodiscard]] bool resumes_inline() const noexcept { return target_.runs_inline(); }
+  /// The broadcast word the waiter's thread sleeps on, or nullptr (resume_target::broadcast).
+  [[nodiscard]] broadcast_parking* broadcast_word() const noexcept { return target_.broadcast_word(); }
 
   /// The waiting side, once setup is done: returns true if the waiter must stay suspended
   /// (a resolver will resume it), false if it was already resolved (continue now).
@@ -347,6 +368,10 @@ class wake_batch {
 
   /// Under the lock: the node is already unlinked and its status written.
   void add(waiter& w) noexcept {
+    if (broadcast_parking* word = w.broadcast_word()) {
+      assert((broadcast_ == nullptr || broadcast_ == word) && "wake_batch: waiters of two broadcast words");
+      broadcast_ = word;
+    }
     w.set_claimed(true);
     w.next = nullptr;
     if (tail_ == nullptr) {
@@ -359,10 +384,51 @@ class wake_batch {
 
   [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
 
+  /// Under the lock: threads sleep on `word` without a node (a barrier's wait_blocking) and
+  /// are released by this wake-up: release_broadcast() moves the word, with or without members.
+  void release_word(broadcast_parking& word) noexcept {
+    assert((broadcast_ == nullptr || broadcast_ == &word) && "wake_batch: two broadcast words");
+    broadcast_ = &word;
+  }
+
+  /// Some member sleeps on a broadcast word, or release_word() was called: release_broadcast()
+  /// must come first, while the primitive is kept alive.
+  [[nodiscard]] bool has_broadcast() const noexcept { return broadcast_ != nullptr; }
+
+  /// After the lock is released, while the primitive is kept alive (pinned, or held by a
+  /// reference): resolves the members that sleep on the broadcast word, then moves the word
+  /// once and wakes them all with one notify, and takes them out of the batch. One system call
+  /// at most for a whole generation of blocked threads, and they wake together instead of one
+  /// after another while the waker is preempted by each. A thread may return as soon as it sees
+  /// its node resolved, before the notify: hence the caller's pin, which the primitive's
+  /// destruction waits for. The other members stay for resolve_all().
+  void release_broadcast() noexcept {
+    broadcast_parking* const word = std::exchange(broadcast_, nullptr);
+    if (word == nullptr) return;
+    waiter* kept_tail = nullptr;
+    for (waiter* w = head_; w != nullptr;) {
+      waiter* const next = w->next;  // before resolve(): the node may be gone after it
+      if (w->broadcast_word() == word) {
+        (kept_tail == nullptr ? head_ : kept_tail->next) = next;
+        w->resolve();
+      } else {
+        kept_tail = w;
+      }
+      w = next;
+    }
+    tail_ = kept_tail;
+    at_test_point(test_point::releasing);
+    word->changed();
+    word->notify();
+  }
+
   /// After the lock is released: resolves every node in FIFO order. While it runs, the batch
   /// is registered as this thread's, so that a coroutine it resumes inline may destroy the frame
   /// of a later member (see withdraw()).
   void resolve_all() noexcept {
+    assert(broadcast_ == nullptr &&
+           "wake_batch: release_broadcast() first, while the primitive is kept alive");
+    release_broadcast();  // (a release build's fallback: its threads must not sleep for good)
     if (head_ == nullptr) return;
     at_test_point(test_point::claimed_for_wake);
     if (wake_batch* outer = resolving_here();
@@ -469,7 +535,8 @@ class wake_batch {
 
   waiter* head_ = nullptr;
   waiter* tail_ = nullptr;
-  wake_batch* outer_ = nullptr;  // the batch this thread was resolving when this one started
+  wake_batch* outer_ = nullptr;             // the batch this thread was resolving when this one started
+  broadcast_parking* broadcast_ = nullptr;  // the word some members sleep on, until released
 };
 
 /// For a caller that must be done with its own state before any waiter code runs on this
