@@ -281,6 +281,16 @@ TEST(BarrierLifetime, AThreadReleasedFromTheBroadcastWordMayDestroyTheBarrierWhi
       [](barrier& b) { EXPECT_FALSE(b.wait_blocking().is_leader()); });
 }
 
+// Review finding: a blocked thread reads the generation without the lock, so it may see the
+// leader's move and destroy the barrier while the leader still holds the lock (stopped right
+// after the move). The leader pinned the barrier before the move; the destructor waits.
+TEST(BarrierLifetime, AThreadThatSeesTheGenerationMoveMayDestroyTheBarrierWhileTheLeaderHoldsItsLock) {
+  released_thread_destroys_while_the_waker_notifies(
+      [] { return std::make_unique<barrier>(2); },
+      [](barrier& b) { EXPECT_TRUE(b.wait_blocking().is_leader()); },
+      [](barrier& b) { EXPECT_FALSE(b.wait_blocking().is_leader()); }, asyncband::detail::test_point::woken);
+}
+
 TEST(Barrier, BlockOnWaitFromPlainThreads) {
   barrier b(2);
   std::optional<barrier_wait_result> other;

@@ -66,7 +66,7 @@ class barrier : public detail::wait_functions<barrier> {
       : participants_(checked(participants)), remaining_(participants_) {}
   barrier(const barrier&) = delete;
   barrier& operator=(const barrier&) = delete;
-  /// Debug builds assert that no wait is pending.
+  /// Debug builds assert that no queued wait is pending (a plain wait_blocking() queues no node).
   ~barrier() { assert(queue_.no_waiters_left() && "asyncband::barrier destroyed with waiters"); }
 
   /// The participant count of every generation.
@@ -118,10 +118,16 @@ class barrier : public detail::wait_functions<barrier> {
       remaining_.store(left, std::memory_order_relaxed);
       return false;
     }
+    // Blocked threads of this generation (block_until_released) counted themselves under this
+    // lock. They read the generation without it and may destroy the barrier once they see it
+    // move: pinned before the move, until the notify after the lock (wake_batch::release_word).
+    const bool release_sleepers = parking_.has_counted_sleepers();
+    if (release_sleepers) queue_.pin();
     remaining_.store(participants_, std::memory_order_relaxed);
     generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    detail::at_test_point(detail::test_point::woken);
     waiters.claim_all(batch);
-    batch.release_word(parking_);  // the blocked threads of this generation (block_until_released)
+    if (release_sleepers) batch.release_word(parking_);
     return true;
   }
 
@@ -133,17 +139,21 @@ class barrier : public detail::wait_functions<barrier> {
     const bool leader = queue_.complete_under_lock(
         [this, &arrived_in](detail::wait_list& waiters, detail::wake_batch& batch) {
           arrived_in = generation_.load(std::memory_order_relaxed);
-          return arrive_locked(waiters, batch);
+          if (arrive_locked(waiters, batch)) return true;
+          parking_.count_sleeper();
+          return false;
         });
     if (leader) return {true};
     // Its arrival is visible: the generation may complete, and the word move, from here on.
     detail::at_test_point(detail::test_point::published);
     for (;;) {
       const std::uint32_t key = parking_.key();
-      if (generation() != arrived_in) return {false};
+      if (generation() != arrived_in) break;
       detail::at_test_point(detail::test_point::parking);
       parking_.sleep(key);
     }
+    parking_.uncount_sleeper();  // its own wait is still pending: the barrier is there
+    return {false};
   }
 
   /// Without the lock, a hint: this arrival may complete the generation. With N threads arriving

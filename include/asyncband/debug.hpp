@@ -455,7 +455,7 @@ inline std::ostream& operator<<(std::ostream& os, const wait_group& g) {
 
 /// `asyncband::barrier{participants: 3, remaining: 2, generation: 0, waiters: 1}`: `remaining`
 /// arrivals complete the current generation (`waiters`: the coroutine and cancellable waits
-/// queued; threads in a plain wait_blocking() sleep on the barrier's word uncounted).
+/// queued; threads in a plain wait_blocking() queue no node: they sleep on the barrier's word).
 inline std::ostream& operator<<(std::ostream& os, const barrier& b) {
   const auto st = detail::debug_access::state(b);
   return os << "asyncband::barrier{participants: " << b.participants() << ", remaining: " << st.remaining

@@ -163,17 +163,27 @@ class phaser : public std::enable_shared_from_this<phaser> {
   struct locked_state {
     detail::wait_list& waiters;
     detail::wake_batch& batch;
+    bool pinned = false;  // will_release_parked() was called: the driver releases and unpins
   };
 
   /// Runs `step(locked_state&)` under the lock; then, unlocked, releases the parked threads if
-  /// the step changed what they wait for (an advance, a close: release_parked) and resolves the
-  /// waiters the step claimed (detail::wait_queue::locked_step). Returns what the step returned.
+  /// the step changed what they wait for (an advance, a close: will_release_parked) and resolves
+  /// the waiters the step claimed. Returns what the step returned.
   template <class Step>
   auto locked(Step&& step) noexcept {
-    return queue_.locked_step([&step](detail::wait_list& waiters, detail::wake_batch& batch) {
-      locked_state state{waiters, batch};
+    detail::wake_batch batch;
+    locked_state state{queue_.waiters(), batch};
+    auto outcome = [&] {
+      const std::lock_guard lock(queue_.mutex());
       return std::forward<Step>(step)(state);
-    });
+    }();
+    if (state.pinned) {
+      detail::at_test_point(detail::test_point::woken);
+      batch.release_broadcast();
+      queue_.unpin();  // the last access: a thread that saw the change may destroy the phaser now
+    }
+    batch.resolve_all();
+    return outcome;
   }
 
   [[nodiscard]] std::uint64_t phase_locked() const noexcept { return phase_.load(std::memory_order_relaxed); }
@@ -193,17 +203,23 @@ class phaser : public std::enable_shared_from_this<phaser> {
   }
 
   void advance_locked(locked_state& s) noexcept {
+    will_release_parked(s);
     phase_.store(phase_locked() + 1, std::memory_order_release);
     unarrived_ = registered_;
     s.waiters.claim_all(s.batch);
-    release_parked(s);
+    s.batch.release_word(parking_);
   }
 
-  /// After a change that lets waits complete lock-free (a new phase, the close): the step's
-  /// driver moves the parking word and notifies the parked threads after unlocking. A thread
-  /// that sees the change (spinning, or a wait that never parked) may destroy the phaser at once
-  /// (last one out), so the driver keeps the queue pinned until then; the destructor waits.
-  void release_parked(locked_state& s) noexcept { s.batch.release_word(parking_); }
+  /// Before a change that lets waits complete lock-free (a new phase, the close), made with
+  /// the batch's release_word() after it: the step's driver notifies the parked threads after
+  /// unlocking. A thread that sees the change (spinning, or a wait that never parked) may
+  /// destroy the phaser at once (last one out), so the queue stays pinned until that release is
+  /// done; the destructor waits for it.
+  void will_release_parked(locked_state& s) noexcept {
+    if (s.pinned) return;
+    queue_.pin();
+    s.pinned = true;
+  }
 
   /// Withdraws n registrations, of which `owing` had not arrived in the current phase.
   void withdraw(std::size_t n, std::size_t owing) noexcept {
@@ -575,9 +591,10 @@ result<phase_id> phaser_participant::wait_timeout(std::chrono::duration<Rep, Per
 inline void phaser::close() noexcept {
   locked([this](locked_state& s) {
     if (closed_locked()) return false;
+    will_release_parked(s);
     closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);
-    release_parked(s);
+    s.batch.release_word(parking_);
     return true;
   });
 }

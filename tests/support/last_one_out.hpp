@@ -57,43 +57,49 @@ void waiter_destroys_while_the_waker_returns(Make make, Wake wake, Wait wait,
 }
 
 /// The same for threads released from a broadcast word (wake_batch::release_broadcast): the
-/// waker resolves them, then moves the word and notifies. A thread that checks its release
-/// between the two (it had not gone to sleep yet, or spins in atomic::wait) returns before the
-/// notify and may destroy the primitive. `wait` runs on a thread of its own, stopped once its
-/// wait is visible to the waker (test point `published`) until the waker has resolved it and
-/// stopped before moving the word (test point `releasing`); it then returns without sleeping and
-/// destroys the primitive. The destructor must wait for the waker (ASan reports the word moved in
-/// freed memory otherwise).
+/// waker makes the change (a generation moved, a node resolved), then moves the word and
+/// notifies. A thread that checks its release in between (it had not gone to sleep yet, or spins
+/// in atomic::wait) returns before the notify and may destroy the primitive. `wait` runs on a
+/// thread of its own, stopped once its wait is visible to the waker (test point `published`)
+/// until the waker has made the change and stopped at `waker_stop` (`releasing`: after the
+/// resolution, before the notify; `woken`: right after the change, a barrier's generation moved
+/// under its lock); the thread then returns without sleeping and destroys the primitive. The
+/// destructor must wait for the waker (ASan reports the waker's later accesses otherwise). Each
+/// side waits for the other with a generous bound, so a broken protocol fails instead of hanging.
 template <class Make, class Wake, class Wait>
-void released_thread_destroys_while_the_waker_notifies(Make make, Wake wake, Wait wait) {
+void released_thread_destroys_while_the_waker_notifies(
+    Make make, Wake wake, Wait wait,
+    asyncband::detail::test_point waker_stop = asyncband::detail::test_point::releasing) {
   using asyncband::detail::test_point;
+  const auto await_flag = [](const std::atomic<bool>& flag, const char* what) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!flag.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    EXPECT_TRUE(flag.load()) << what;
+  };
   auto primitive = make();
   auto* raw = primitive.get();
   std::latch visible(1);
-  std::atomic<bool> resolved{false};
-  std::latch destroying(1);
+  std::atomic<bool> changed{false};
+  std::atomic<bool> destroying{false};
   std::atomic<bool> waker_released{false};
   std::thread waiting([&] {
     {
       const thread_hook hook(test_point::published, [&] {
         visible.count_down();
-        // A waker that wakes the thread some other way never stops at `releasing`: a failure,
-        // after a generous bound, rather than a test that hangs.
-        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-        while (!resolved.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
-        EXPECT_TRUE(resolved.load()) << "the waker did not release the thread through the broadcast word";
+        // A waker that wakes the thread some other way never stops there.
+        await_flag(changed, "the waker did not stop where the thread may see its release before the notify");
       });
       wait(*raw);
     }
-    const thread_hook hook(test_point::destroying, [&] { destroying.count_down(); });
+    const thread_hook hook(test_point::destroying, [&] { destroying = true; });
     primitive.reset();
     EXPECT_TRUE(waker_released.load()) << "the primitive was destroyed while its waker was still inside it";
   });
   visible.wait();
   {
-    const thread_hook hook(test_point::releasing, [&] {
-      resolved = true;
-      destroying.wait();
+    const thread_hook hook(waker_stop, [&] {
+      changed = true;
+      await_flag(destroying, "the released thread did not reach the primitive's destructor");
       waker_released = true;
     });
     wake(*raw);

@@ -42,11 +42,25 @@ class broadcast_parking {
   /// or made under the primitive's lock).
   void changed() noexcept { epoch_.fetch_add(1, std::memory_order_release); }
 
+  /// For a primitive whose threads sleep without a node and commit to waiting under its lock
+  /// (a barrier's arrival): the thread counts itself there, and uncounts itself once released.
+  /// A change made under the lock that finds nobody counted needs no release at all (no pin,
+  /// no move of the word, no notify: what an uncontended barrier generation would otherwise
+  /// pay); a stale count (a released thread that has not uncounted yet) costs a needless
+  /// release only (the pin, the move, the notify).
+  void count_sleeper() noexcept { sleepers_.fetch_add(1, std::memory_order_relaxed); }
+  void uncount_sleeper() noexcept { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
+  /// Under the lock the sleepers count themselves under.
+  [[nodiscard]] bool has_counted_sleepers() const noexcept {
+    return sleepers_.load(std::memory_order_relaxed) != 0;
+  }
+
   /// After changed(), outside the lock: wakes every sleeper. Costs a load when nobody sleeps.
   void notify() noexcept { epoch_.notify_all(); }
 
  private:
   asyncband::detail::atomic<std::uint32_t> epoch_{0};
+  asyncband::detail::atomic<std::uint32_t> sleepers_{0};  // see count_sleeper()
 };
 
 }  // namespace asyncband::detail

@@ -501,6 +501,9 @@ wait_yield_t<Node, false> block_wait_broadcast(broadcast_parking& word, Args&&..
       if (wait.node().is_resolved()) break;
       at_test_point(test_point::parking);
       word.sleep(key);
+      // Woken: its own node first, before the primitive's word again (once released, the
+      // thread has no more business with the primitive).
+      if (wait.node().is_resolved()) break;
     }
   }
   return wait.finish();

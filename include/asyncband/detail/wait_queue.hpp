@@ -91,8 +91,10 @@ class wait_queue {
   /// Runs `step(waiters, batch)` under the lock and returns what it returned; then, unlocked,
   /// releases the threads on a broadcast word if the step claimed any or asked for it
   /// (wake_batch::release_word), and resolves what it claimed. A thread released from the word
-  /// may destroy the primitive as soon as it sees its release, before the notify: if there is
-  /// one, the queue is pinned under the lock until the notify is done.
+  /// may destroy the primitive as soon as it sees its release, before the notify: the queue
+  /// stays pinned until the notify is done, pinned here under the lock for claimed nodes (they
+  /// see their release only once resolved, after the lock), and by the step itself, before its
+  /// change, for threads that read the changed state without the lock (release_word).
   template <class Step>
   auto locked_step(Step&& step) noexcept {
     wake_batch batch;
@@ -101,7 +103,7 @@ class wait_queue {
       const std::lock_guard lock(mutex_);
       auto r = std::forward<Step>(step)(waiters_, batch);
       if (batch.has_broadcast()) {
-        pin();
+        if (!batch.owner_pinned()) pin();  // else the step pinned before its change
         pinned = true;
       }
       return r;
@@ -187,7 +189,7 @@ class wait_queue {
       at_test_point(test_point::woken);
       return r;
     }();
-    batch.release_broadcast();  // one notify for the threads on the broadcast word, still pinned
+    batch.release_broadcast();  // one notify for the threads on the broadcast word, pinned or kept alive
     unlocked();  // the last access to the primitive: resolving the batch touches only the nodes
     if (after_unlock != test_point::claimed_for_wake && !batch.empty()) at_test_point(after_unlock);
     batch.resolve_all();

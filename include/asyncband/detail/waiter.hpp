@@ -49,7 +49,7 @@ enum class test_point : unsigned char {
   queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
   claimed_position,      ///< A broadcast send claimed its position and has not written it yet.
-  parking,   ///< A wait without a node read its parking key and found nothing; it sleeps on the key next.
+  parking,   ///< A thread read its broadcast word's key and was not released yet; it sleeps on the key next.
   listing,   ///< An Asio operation's wait is published and pending; it lists itself with its context next.
   refused,   ///< An Asio operation's listing found its context shut down; it cancels its wait next.
   releasing  ///< A waker resolved the threads on a broadcast word; it moves the word and notifies next.
@@ -384,12 +384,20 @@ class wake_batch {
 
   [[nodiscard]] bool empty() const noexcept { return head_ == nullptr; }
 
-  /// Under the lock: threads sleep on `word` without a node (a barrier's wait_blocking) and
-  /// are released by this wake-up: release_broadcast() moves the word, with or without members.
+  /// Under the lock, after the change: threads sleep on `word` without a node (a barrier's or a
+  /// phaser's wait_blocking) and are released by it. Precondition: the caller pinned the queue
+  /// before its change, since those threads read the changed state without the lock and may
+  /// destroy the primitive as soon as they see it; the driver of the step unpins once it has
+  /// notified (owner_pinned()). The word moves here, under the lock (a locked instruction right
+  /// after the unlock's store would wait for it to drain); release_broadcast() notifies.
   void release_word(broadcast_parking& word) noexcept {
     assert((broadcast_ == nullptr || broadcast_ == &word) && "wake_batch: two broadcast words");
+    word.changed();
     broadcast_ = &word;
+    owner_pinned_ = true;
   }
+  /// release_word() was called: the step's owner pinned the queue already.
+  [[nodiscard]] bool owner_pinned() const noexcept { return owner_pinned_; }
 
   /// Some member sleeps on a broadcast word, or release_word() was called: release_broadcast()
   /// must come first, while the primitive is kept alive.
@@ -403,23 +411,7 @@ class wake_batch {
   /// its node resolved, before the notify: hence the caller's pin, which the primitive's
   /// destruction waits for. The other members stay for resolve_all().
   void release_broadcast() noexcept {
-    broadcast_parking* const word = std::exchange(broadcast_, nullptr);
-    if (word == nullptr) return;
-    waiter* kept_tail = nullptr;
-    for (waiter* w = head_; w != nullptr;) {
-      waiter* const next = w->next;  // before resolve(): the node may be gone after it
-      if (w->broadcast_word() == word) {
-        (kept_tail == nullptr ? head_ : kept_tail->next) = next;
-        w->resolve();
-      } else {
-        kept_tail = w;
-      }
-      w = next;
-    }
-    tail_ = kept_tail;
-    at_test_point(test_point::releasing);
-    word->changed();
-    word->notify();
+    if (broadcast_ != nullptr) release_broadcast_now();
   }
 
   /// After the lock is released: resolves every node in FIFO order. While it runs, the batch
@@ -479,6 +471,28 @@ class wake_batch {
   }
 
  private:
+  /// release_broadcast()'s work, out of line: the test is what every other wake-up pays.
+  [[gnu::noinline]] void release_broadcast_now() noexcept {
+    broadcast_parking* const word = std::exchange(broadcast_, nullptr);
+    bool resolved = false;
+    waiter* kept_tail = nullptr;
+    for (waiter* w = head_; w != nullptr;) {
+      waiter* const next = w->next;  // before resolve(): the node may be gone after it
+      if (w->broadcast_word() == word) {
+        (kept_tail == nullptr ? head_ : kept_tail->next) = next;
+        w->resolve();
+        resolved = true;
+      } else {
+        kept_tail = w;
+      }
+      w = next;
+    }
+    tail_ = kept_tail;
+    at_test_point(test_point::releasing);
+    if (resolved) word->changed();  // after the resolutions the sleepers check
+    word->notify();
+  }
+
   static wake_batch*& resolving_here() noexcept {
     thread_local wake_batch* batch = nullptr;
     return batch;
@@ -537,6 +551,7 @@ class wake_batch {
   waiter* tail_ = nullptr;
   wake_batch* outer_ = nullptr;             // the batch this thread was resolving when this one started
   broadcast_parking* broadcast_ = nullptr;  // the word some members sleep on, until released
+  bool owner_pinned_ = false;               // release_word() was called
 };
 
 /// For a caller that must be done with its own state before any waiter code runs on this
