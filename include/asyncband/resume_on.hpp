@@ -171,6 +171,14 @@ struct arrive_on_scheduler {
   void await_resume() const noexcept {}
 };
 
+// g++ 12 without optimisation (-O0) warns that the frame's operator delete does not match its
+// operator new (-Wmismatched-new-delete). It does: a coroutine frame is always freed by the
+// promise's usual operator delete(void*, size_t), whatever arguments its operator new took
+// ([dcl.fct.def.coroutine]); the warning is wrong here, and would fail a user's -Werror build.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 inline hop_coroutine<post_hop> run_post_hop(hop_promise<post_hop>::storage& /*room*/) {
   co_await arrive_on_scheduler{};
 }
@@ -180,6 +188,9 @@ template <class S>
 hop_coroutine<await_hop<S>> run_await_hop(typename hop_promise<await_hop<S>>::storage& /*room*/, S& target) {
   co_await target.schedule();
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 /// What resume_on returns: forwards the awaited operation's awaiter, with the hop in place of
 /// the waiting coroutine. Holds the awaitable by reference when it is its own awaiter (an
