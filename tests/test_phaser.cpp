@@ -2710,12 +2710,49 @@ TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileCloseNotifies) {
       [](asyncband::phaser& p) { EXPECT_TRUE(p.wait_blocking(asyncband::phase_id{}).closed()); });
 }
 
+// A final arrival releases the word (and pins) only for threads that counted themselves as
+// blocked: the observer here is stopped right after it did, and sees the new phase before the
+// notify.
 TEST(PhaserLastOneOut, ObserverThreadMayDestroyThePhaserWhileTheFinalArrivalNotifies) {
-  asyncband_test::waiter_destroys_while_the_waker_returns(
+  asyncband_test::released_thread_destroys_while_the_waker_notifies(
       [] { return std::make_unique<arriving_world>(); }, [](arriving_world& w) { (void)w.p.arrive(); },
       [](arriving_world& w) {
         EXPECT_EQ(*w.ph->wait_blocking(asyncband::phase_id{}), asyncband::phase_id{1});
-      });
+      },
+      test_point::woken);
+}
+
+namespace {
+struct two_participants {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant mine = std::move(*ph->enroll());
+  asyncband::phaser_participant other = std::move(*ph->enroll());
+};
+}  // namespace
+
+TEST(PhaserLastOneOut, ParticipantThreadMayDestroyThePhaserWhileTheFinalArrivalNotifies) {
+  for (const test_point stop : {test_point::woken, test_point::releasing}) {
+    asyncband_test::released_thread_destroys_while_the_waker_notifies(
+        [] { return std::make_unique<two_participants>(); },
+        [](two_participants& w) { (void)w.other.arrive(); },
+        [](two_participants& w) { EXPECT_EQ(*w.mine.wait_blocking(), asyncband::phase_id{1}); }, stop);
+  }
+}
+
+// The other side of the above: an advance that finds no blocked thread counted has nothing to
+// release after its lock (no pin, no move of the word, no notify), and no thread that sees the new
+// phase can destroy the phaser while the lock is held: the arriving participant's reference goes
+// only through a withdrawal, which takes that lock.
+TEST(PhaserLastOneOut, AnAdvanceThatFindsNoBlockedThreadReleasesNothingAfterItsLock) {
+  auto ph = phaser::create();
+  auto p = std::move(*ph->enroll());
+  int released = 0;
+  {
+    const thread_hook after_unlock(test_point::woken, [&] { ++released; });
+    ASSERT_TRUE(p.arrive().ok());
+  }
+  EXPECT_EQ(released, 0) << "the advance pinned the phaser to release a word nobody sleeps on";
+  EXPECT_EQ(ph->phase(), phase_id(1));
 }
 
 // The same for a wait whose own arrival completes the phase (issue 11): every wait form must be

@@ -146,12 +146,8 @@ class barrier : public detail::wait_functions<barrier> {
     if (leader) return {true};
     // Its arrival is visible: the generation may complete, and the word move, from here on.
     detail::at_test_point(detail::test_point::published);
-    for (;;) {
-      const std::uint32_t key = parking_.key();
-      if (generation() != arrived_in) break;
-      detail::at_test_point(detail::test_point::parking);
-      parking_.sleep(key);
-    }
+    parking_.sleep_until([this, arrived_in] { return generation() != arrived_in; },
+                         [] { detail::at_test_point(detail::test_point::parking); });
     parking_.uncount_sleeper();  // its own wait is still pending: the barrier is there
     return {false};
   }

@@ -202,19 +202,26 @@ class phaser : public std::enable_shared_from_this<phaser> {
     if (unarrived_ == 0 && !closed_locked()) advance_locked(s);
   }
 
+  /// An advance is made by a participant (or a batch) that arrives or withdraws, and the
+  /// phaser outlives its lock hold whatever a thread that sees the new phase does: the
+  /// participant's reference to the phaser goes only through a withdrawal, which takes this
+  /// lock. So an advance that finds no blocked thread counted takes no pin, moves no word and
+  /// notifies nobody: one lock hold in all (an uncontended arrive()).
   void advance_locked(locked_state& s) noexcept {
-    will_release_parked(s);
+    const bool release_sleepers = parking_.has_counted_sleepers();
+    if (release_sleepers) will_release_parked(s);
     phase_.store(phase_locked() + 1, std::memory_order_release);
     unarrived_ = registered_;
     s.waiters.claim_all(s.batch);
-    s.batch.release_word(parking_);
+    if (release_sleepers) s.batch.release_word(parking_);
   }
 
   /// Before a change that lets waits complete lock-free (a new phase, the close), made with
   /// the batch's release_word() after it: the step's driver notifies the parked threads after
   /// unlocking. A thread that sees the change (spinning, or a wait that never parked) may
   /// destroy the phaser at once (last one out), so the queue stays pinned until that release is
-  /// done; the destructor waits for it.
+  /// done; the destructor waits for it. The close always pins: it is called through a reference
+  /// that a woken thread may drop.
   void will_release_parked(locked_state& s) noexcept {
     if (s.pinned) return;
     queue_.pin();
@@ -231,17 +238,24 @@ class phaser : public std::enable_shared_from_this<phaser> {
   }
 
   /// A plain thread's wait, without a node: until the phase is no longer `awaited`, or the
-  /// phaser closed while still in it. The closed flag is read first: once closed, the phase is
-  /// frozen, so a phase read after it tells a completed phase from a frozen one.
-  result<phase_id> block_while_in(phase_id awaited) const noexcept {
-    for (;;) {
-      const std::uint32_t sleep_key = parking_.key();
-      const bool closed = is_closed();
-      const phase_id now = phase();
-      if (now != awaited) return now;
-      if (closed) return wait_status::closed;
-      parking_.sleep(sleep_key);
-    }
+  /// phaser closed while still in it. The thread counted itself as a sleeper under the lock,
+  /// where it saw the phaser still in `awaited` and open (so the advance or close that ends the
+  /// wait releases the word); it uncounts itself here. The closed flag is read first: once
+  /// closed, the phase is frozen, so a phase read after it tells a completed phase from a frozen
+  /// one.
+  result<phase_id> block_while_in(phase_id awaited) noexcept {
+    detail::at_test_point(detail::test_point::published);
+    result<phase_id> outcome = wait_status::closed;
+    parking_.sleep_until(
+        [this, awaited, &outcome] {
+          const bool closed = is_closed();
+          const phase_id now = phase();
+          if (now != awaited) outcome = now;
+          return now != awaited || closed;
+        },
+        [] { detail::at_test_point(detail::test_point::parking); });
+    parking_.uncount_sleeper();  // the caller's reference (or its registration) keeps the phaser
+    return outcome;
   }
 
   detail::wait_queue& queue() noexcept { return queue_; }
@@ -564,6 +578,19 @@ inline auto phaser::wait(phase_id observed, asyncband::stop_token stop) noexcept
   return observer_forms::await_until_stopped(std::move(stop), this, observed);
 }
 inline result<phase_id> phaser::wait_blocking(phase_id observed) {
+  if (const phase_id now = phase(); now != observed) return now;
+  std::optional<result<phase_id>> over;
+  locked([this, observed, &over](locked_state& /*unused*/) {
+    if (phase_locked() != observed.value()) {
+      over = phase_id(phase_locked());
+    } else if (closed_locked()) {
+      over = wait_status::closed;
+    } else {
+      parking_.count_sleeper();  // seen by the advance or close that ends this wait
+    }
+    return true;
+  });
+  if (over) return *over;
   return block_while_in(observed);
 }
 inline result<phase_id> phaser::wait_blocking(phase_id observed, asyncband::stop_token stop) {
@@ -626,6 +653,8 @@ inline result<phase_id> phaser_participant::wait_blocking() {
     } else if (owner->phase_locked() != arrived_in_.value()) {
       awaiting_ = false;
       over = arrived_in_.next();
+    } else {                            // (closed: arrive_for_wait_locked() said so)
+      owner->parking_.count_sleeper();  // seen by the advance or close that ends this wait
     }
     return true;
   });

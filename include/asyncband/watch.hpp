@@ -155,27 +155,23 @@ class state {
   /// sleep returns at once; a send before it is seen by the check (the key's acquire pairs with
   /// the release of the send's bump, made after its version store). No change is missed.
   [[nodiscard]] result<void> park_until_changed(std::uint64_t& seen) const noexcept {
-    for (;;) {
-      const std::uint32_t key = receivers_parking_.key();
-      const std::uint64_t word = version_word();
-      if (version_of(word) != seen) {
-        seen = version_of(word);
-        return {};
-      }
-      if (is_closed(word)) return wait_status::closed;
-      core::at_test_point(core::test_point::parking);
-      receivers_parking_.sleep(key);
-    }
+    result<void> outcome = wait_status::closed;
+    receivers_parking_.sleep_until(
+        [this, &seen, &outcome] {
+          const std::uint64_t word = version_word();
+          if (version_of(word) == seen) return is_closed(word);
+          seen = version_of(word);
+          outcome = {};
+          return true;
+        },
+        [] { core::at_test_point(core::test_point::parking); });
+    return outcome;
   }
 
   /// The sender's closed_blocking(): sleeps on its parking word until no receiver is left.
   void park_until_no_receivers() const noexcept {
-    for (;;) {
-      const std::uint32_t key = sender_parking_.key();
-      if (receiver_count() == 0) return;
-      core::at_test_point(core::test_point::parking);
-      sender_parking_.sleep(key);
-    }
+    sender_parking_.sleep_until([this] { return receiver_count() == 0; },
+                                [] { core::at_test_point(core::test_point::parking); });
   }
 
   // ---- Reading ---------------------------------------------------------------------------------

@@ -38,6 +38,22 @@ class broadcast_parking {
     epoch_.wait(key, std::memory_order_acquire);
   }
 
+  /// The sleeper's side of the pattern: returns once `released()` holds, sleeping on the word
+  /// while it does not. `released()` reads the state lock-free; it is checked after each read
+  /// of the key, and once more right after each wake-up, before the word (a released thread has
+  /// no more business with the primitive, which may be gone). `before_sleep()` runs before each
+  /// sleep (the callers' test point).
+  template <class Released, class BeforeSleep>
+  void sleep_until(Released&& released, BeforeSleep&& before_sleep) const {
+    for (;;) {
+      const std::uint32_t sleep_key = key();
+      if (released()) return;
+      before_sleep();
+      sleep(sleep_key);
+      if (released()) return;
+    }
+  }
+
   /// After the state change, by whoever made it (after the change, which is a release operation
   /// or made under the primitive's lock).
   void changed() noexcept { epoch_.fetch_add(1, std::memory_order_release); }

@@ -496,15 +496,8 @@ wait_yield_t<Node, false> block_wait_broadcast(broadcast_parking& word, Args&&..
   pending_wait<Node, false> wait(asyncband::stop_token{}, std::forward<Args>(args)...);
   if (wait.try_complete() || spin_before_parking(wait)) return wait.finish();
   if (wait.publish(resume_target::broadcast(&word))) {
-    for (;;) {
-      const std::uint32_t key = word.key();
-      if (wait.node().is_resolved()) break;
-      at_test_point(test_point::parking);
-      word.sleep(key);
-      // Woken: its own node first, before the primitive's word again (once released, the
-      // thread has no more business with the primitive).
-      if (wait.node().is_resolved()) break;
-    }
+    word.sleep_until([&wait] { return wait.node().is_resolved(); },
+                     [] { at_test_point(test_point::parking); });
   }
   return wait.finish();
 }
