@@ -24,9 +24,12 @@
 // over in FIFO order, std::mutex lets the unlocking thread take it again).
 //
 // `cppcoro_model` there is a model of the coroutine peers' async mutex (inline_handoff_mutex
-// below), run as asyncband's: K coroutines on the same pool. mutex/worst_wait_K runs the two
-// coroutine locks again with each lock timed (two clock reads per lock, in both alike, so its
-// times are longer): its counter worst_wait_us is the longest any one `co_await lock()` took.
+// below), run as asyncband's: K coroutines on the same pool. `barging_model` is a model of the
+// bounded barging that issue 16 asks the library for (barging_model_mutex below: waiters resume
+// on their own scheduler, as asyncband's do; a waiter is passed by bargers at most 100 times per
+// retry), on the same pool: what that design can reach. mutex/worst_wait_K runs the coroutine
+// locks again with each lock timed (two clock reads per lock, in all alike, so its times are
+// longer): its counter worst_wait_us is the longest any one `co_await lock()` took.
 //
 //   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
@@ -346,6 +349,153 @@ class inline_handoff_mutex {
   awaiter* oldest_ = nullptr;  // only the holder touches it
 };
 
+/// A model of the bounded barging that issue 16 asks for (Go's sync.Mutex, parking_lot), with
+/// asyncband's rule that a waiter resumes on its own scheduler, never inline on the unlocker: it
+/// measures what that design can reach before the semaphore gets it. One word holds `locked`,
+/// `queued` (the FIFO is not empty) and `retrying` (a retry is in flight); a spin lock guards
+/// the FIFO.
+/// - Anybody whose lock finds `locked` clear takes it, queued waiters or not (barging).
+/// - An unlock is one fetch_sub. If it finds waiters queued and no retry in flight, it posts
+///   the head to its scheduler to try again (a "retry"); a retry that loses queues at the front.
+/// - Every MaxPasses unlocks, the holder (which counts them in a field of its own, guarded by
+///   the lock) hands the lock to the retry in flight, if any, instead of freeing it: the
+///   barger's next lock then fails, and the barger queues and suspends, which lets the waiter
+///   run (a pool posts a wake-up from a worker to that worker's next slot, which runs when the
+///   worker's current coroutine suspends). A waiter is so passed at most MaxPasses times per
+///   retry. (The library would look at its word before taking the list lock there: the model
+///   takes it every MaxPasses unlocks, contended or not.)
+/// The waiting loop (wait(), then retry() while it yields false) is the caller's here: in the
+/// library it would be a small coroutine of its own in the waiter's node.
+template <std::uint32_t MaxPasses>
+class barging_model_mutex {
+  static constexpr std::uint32_t locked = 1;
+  static constexpr std::uint32_t queued = 2;
+  static constexpr std::uint32_t retrying = 4;
+
+ public:
+  /// One acquisition's wait, in the waiting coroutine's frame.
+  struct waiter {
+    std::coroutine_handle<> handle;
+    waiter* next = nullptr;
+    std::atomic<bool> owns{false};  // set under the list lock; read by the waiter on resuming
+  };
+
+  class awaiter {
+   public:
+    awaiter(barging_model_mutex& m, waiter& w, bool retry) noexcept : mutex_(m), waiter_(w), retry_(retry) {}
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      waiter_.handle = h;
+      return mutex_.queue_unless_taken(waiter_, retry_);
+    }
+    [[nodiscard]] bool await_resume() const noexcept { return waiter_.owns.load(std::memory_order_acquire); }
+
+   private:
+    barging_model_mutex& mutex_;
+    waiter& waiter_;
+    bool retry_;
+  };
+
+  explicit barging_model_mutex(thread_pool& pool) noexcept : pool_(pool) {}
+
+  bool try_lock() noexcept {
+    std::uint32_t s = word_.load(std::memory_order_relaxed);  // contended, seldom 0: read it
+    while ((s & locked) == 0) {
+      if (word_.compare_exchange_weak(s, s | locked, std::memory_order_acquire, std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+  /// The first wait of an acquisition whose try_lock failed; yields whether it owns the lock.
+  awaiter wait(waiter& w) noexcept { return {*this, w, false}; }
+  /// After a wait that yielded false: the retry runs on the waiter's scheduler.
+  awaiter retry(waiter& w) noexcept { return {*this, w, true}; }
+
+  void unlock() noexcept {
+    // Every MaxPasses unlocks the holder looks for a retry in flight, and hands it the lock if
+    // there is one (it stays locked). passes_ is the holder's: the lock guards it.
+    if (++passes_ >= MaxPasses) {
+      passes_ = 0;
+      if (grant_to_retry()) return;
+    }
+    const std::uint32_t old = word_.fetch_sub(locked, std::memory_order_release);
+    if ((old & queued) != 0 && (old & retrying) == 0) post_retry();
+  }
+
+ private:
+  /// Still holding the lock: hands it to the retry in flight, if any.
+  bool grant_to_retry() noexcept {
+    const std::lock_guard guard(list_lock_);
+    if (in_flight_ == nullptr) return false;
+    // Release: the waiter reads it on resuming, without the list lock (it was posted before).
+    std::exchange(in_flight_, nullptr)->owns.store(true, std::memory_order_release);
+    word_.fetch_and(~retrying, std::memory_order_relaxed);
+    return true;
+  }
+
+  /// After an unlock that found waiters queued and no retry in flight: posts the head's retry.
+  void post_retry() noexcept {
+    std::coroutine_handle<> post;
+    {
+      const std::lock_guard guard(list_lock_);
+      if (in_flight_ != nullptr) return;  // another unlock posted one meanwhile
+      waiter* head = pop_front();
+      if (head == nullptr) return;
+      in_flight_ = head;
+      word_.fetch_or(retrying, std::memory_order_relaxed);
+      if (head_ == nullptr) word_.fetch_and(~queued, std::memory_order_relaxed);
+      post = head->handle;
+    }
+    pool_.schedule(post);
+  }
+
+  /// Under the list lock: a retry ends its flight; a waiter given the lock meanwhile keeps it;
+  /// else a last try with `queued` set (an unlock after it takes the slow path), else queue.
+  bool queue_unless_taken(waiter& w, bool retry) noexcept {
+    const std::lock_guard guard(list_lock_);
+    if (retry && in_flight_ == &w) {
+      in_flight_ = nullptr;
+      word_.fetch_and(~retrying, std::memory_order_relaxed);
+    }
+    if (w.owns.load(std::memory_order_relaxed)) return false;
+    std::uint32_t s = word_.fetch_or(queued, std::memory_order_relaxed) | queued;
+    while ((s & locked) == 0) {
+      if (word_.compare_exchange_weak(s, s | locked, std::memory_order_acquire, std::memory_order_relaxed)) {
+        w.owns.store(true, std::memory_order_relaxed);
+        if (head_ == nullptr) word_.fetch_and(~queued, std::memory_order_relaxed);
+        return false;
+      }
+    }
+    if (retry) {
+      w.next = head_;
+      head_ = &w;
+      if (tail_ == nullptr) tail_ = &w;
+    } else {
+      w.next = nullptr;
+      (tail_ != nullptr ? tail_->next : head_) = &w;
+      tail_ = &w;
+    }
+    return true;
+  }
+
+  waiter* pop_front() noexcept {
+    waiter* w = head_;
+    if (w != nullptr) {
+      head_ = w->next;
+      if (head_ == nullptr) tail_ = nullptr;
+    }
+    return w;
+  }
+
+  std::atomic<std::uint32_t> word_{0};
+  asyncband::detail::spin_lock list_lock_;
+  waiter* head_ = nullptr;
+  waiter* tail_ = nullptr;
+  waiter* in_flight_ = nullptr;
+  std::uint32_t passes_ = 0;  // the holder's
+  thread_pool& pool_;
+};
+
 /// The longest single lock wait of a contended coroutine run, shared by its workers.
 class worst_wait {
  public:
@@ -397,6 +547,24 @@ task<void> increment_on(thread_pool& pool, inline_handoff_mutex& m, std::uint64_
   }
 }
 
+template <bool Timed, std::uint32_t MaxPasses>
+task<void> increment_on(thread_pool& pool, barging_model_mutex<MaxPasses>& m, std::uint64_t& counter,
+                        worst_wait& worst) {
+  co_await pool.schedule();
+  for (int i = 0; i < kIncrements; ++i) {
+    worst_wait::clock::time_point asked{};
+    if constexpr (Timed) asked = worst_wait::clock::now();
+    if (!m.try_lock()) {
+      typename barging_model_mutex<MaxPasses>::waiter w;
+      bool owns = co_await m.wait(w);
+      while (!owns) owns = co_await m.retry(w);
+    }
+    if constexpr (Timed) worst.record(worst_wait::clock::now() - asked);
+    ++counter;
+    m.unlock();
+  }
+}
+
 /// K coroutines on the pool, one whole run per iteration: `one_run(pool, worst)` starts the K
 /// workers of a run and returns them with a function that reads the final counter; every lock
 /// is timed when `Timed`.
@@ -441,6 +609,23 @@ void mutex_contended_model(benchmark::State& state) {
     auto s = std::make_unique<shared>();
     std::vector<task<void>> workers;
     for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, s->m, s->counter, worst));
+    return std::pair(std::move(workers), [s = std::move(s)] { return s->counter; });
+  });
+}
+
+/// ... under barging_model_mutex, a waiter passed at most MaxPasses times.
+template <int K, std::uint32_t MaxPasses, bool Timed = false>
+void mutex_contended_barging_model(benchmark::State& state) {
+  mutex_contended_coroutines<K, Timed>(state, [](thread_pool& pool, worst_wait& worst) {
+    struct shared {
+      explicit shared(thread_pool& p) : m(p) {}
+      barging_model_mutex<MaxPasses> m;
+      std::uint64_t counter = 0;
+    };
+    auto s = std::make_unique<shared>(pool);
+    std::vector<task<void>> workers;
+    for (int i = 0; i < K; ++i)
+      workers.push_back(increment_on<Timed, MaxPasses>(pool, s->m, s->counter, worst));
     return std::pair(std::move(workers), [s = std::move(s)] { return s->counter; });
   });
 }
@@ -497,23 +682,35 @@ BENCHMARK(mutex_contended_threads<2, std::mutex>)->Name("mutex/contended_2/std")
 BENCHMARK(mutex_contended_threads<2, tbb::mutex>)->Name("mutex/contended_2/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<2, tbb::spin_mutex>)->Name("mutex/contended_2/tbb_spin")->UseManualTime();
 BENCHMARK(mutex_contended_model<2>)->Name("mutex/contended_2/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_barging_model<2, 100>)->Name("mutex/contended_2/barging_model")->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<4>)->Name("mutex/contended_4/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, std::mutex>)->Name("mutex/contended_4/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, tbb::mutex>)->Name("mutex/contended_4/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, tbb::spin_mutex>)->Name("mutex/contended_4/tbb_spin")->UseManualTime();
 BENCHMARK(mutex_contended_model<4>)->Name("mutex/contended_4/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_barging_model<4, 100>)->Name("mutex/contended_4/barging_model")->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<8>)->Name("mutex/contended_8/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, std::mutex>)->Name("mutex/contended_8/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, tbb::mutex>)->Name("mutex/contended_8/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, tbb::spin_mutex>)->Name("mutex/contended_8/tbb_spin")->UseManualTime();
 BENCHMARK(mutex_contended_model<8>)->Name("mutex/contended_8/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_barging_model<8, 100>)->Name("mutex/contended_8/barging_model")->UseManualTime();
 
 BENCHMARK(mutex_contended_asyncband<2, true>)->Name("mutex/worst_wait_2/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_model<2, true>)->Name("mutex/worst_wait_2/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_barging_model<2, 100, true>)
+    ->Name("mutex/worst_wait_2/barging_model")
+    ->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<4, true>)->Name("mutex/worst_wait_4/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_model<4, true>)->Name("mutex/worst_wait_4/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_barging_model<4, 100, true>)
+    ->Name("mutex/worst_wait_4/barging_model")
+    ->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<8, true>)->Name("mutex/worst_wait_8/asyncband")->UseManualTime();
 BENCHMARK(mutex_contended_model<8, true>)->Name("mutex/worst_wait_8/cppcoro_model")->UseManualTime();
+BENCHMARK(mutex_contended_barging_model<8, 100, true>)
+    ->Name("mutex/worst_wait_8/barging_model")
+    ->UseManualTime();
 
 BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
 BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release/std");

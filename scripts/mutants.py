@@ -208,8 +208,16 @@ MUTANTS = [
         "phaser.hpp",
         [("""    closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);
-    parking_.changed();""", """    closed_.store(true, std::memory_order_release);
+    s.batch.release_word(parking_);""", """    closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);""")],
+        "ModelPhaser*", "phaser"),
+    Mutant(
+        "phaser_advance_ignores_counted_sleepers",
+        "an advance never releases the broadcast word, as if no blocked thread had counted "
+        "itself: the threads parked on it sleep through the phase's completion",
+        "phaser.hpp",
+        [("    const bool release_sleepers = parking_.has_counted_sleepers();",
+          "    const bool release_sleepers = false;")],
         "ModelPhaser*", "phaser"),
     Mutant(
         "oneshot_send_forgets_wake",

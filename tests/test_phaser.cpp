@@ -2695,7 +2695,9 @@ TEST(PhaserLastOneOut, AssignmentMovesTheRegistration) {
 // after unlocking, but a thread that sees the change without having parked (spinning in
 // atomic::wait, or arriving at the wait late) may destroy the phaser at once; the notify then
 // touched a destroyed phaser. The waker now pins the phaser until it has notified. The tests stop
-// the waker exactly there (test point woken) and check that destruction waits for it.
+// the waker exactly there (test point woken) and check that destruction waits for it. (An advance
+// that finds no blocked thread counted notifies nobody and needs no pin: see the last test here,
+// and the model tests ModelPhaser.*DestroysWhileTheFinalArrivalReturns.)
 
 namespace {
 struct arriving_world {

@@ -167,8 +167,9 @@ class phaser : public std::enable_shared_from_this<phaser> {
   };
 
   /// Runs `step(locked_state&)` under the lock; then, unlocked, releases the parked threads if
-  /// the step changed what they wait for (an advance, a close: will_release_parked) and resolves
-  /// the waiters the step claimed. Returns what the step returned.
+  /// the step changed what they wait for and asked for it (will_release_parked: a close always,
+  /// an advance when a blocked thread counted itself) and resolves the waiters the step
+  /// claimed. Returns what the step returned.
   template <class Step>
   auto locked(Step&& step) noexcept {
     detail::wake_batch batch;
@@ -653,7 +654,7 @@ inline result<phase_id> phaser_participant::wait_blocking() {
     } else if (owner->phase_locked() != arrived_in_.value()) {
       awaiting_ = false;
       over = arrived_in_.next();
-    } else {                            // (closed: arrive_for_wait_locked() said so)
+    } else {                            // open: on a closed phaser, arrive_for_wait_locked() returned false
       owner->parking_.count_sleeper();  // seen by the advance or close that ends this wait
     }
     return true;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Model tests of asyncband::phaser: phases completed by the last of three arrivals, a withdrawal
-// completing a phase under an observer, a cancelled wait that keeps its arrival, and close()
-// against the final arrival, under the explorer's schedules.
+// completing a phase under an observer, a cancelled wait that keeps its arrival, close() against
+// the final arrival, and threads that destroy the phaser as soon as they see its phase move,
+// under the explorer's schedules.
 #include <asyncband/phaser.hpp>
 #include <asyncband/stop_token.hpp>
 
@@ -117,6 +118,76 @@ TEST(ModelPhaser, CloseRacesTheFinalArrival) {
     waiter.join();
     check(first_ok.load() == second_ok, "the phase completed for one participant and froze for the other");
     check(second_ok == (ph->phase() == phase_id(1)), "a wait's outcome and the phase disagree");
+  }));
+}
+
+// Last one out without a pin: an advance that finds no blocked thread counted takes no pin and
+// releases no word, so nothing of the phaser may be touched after its unlock. A thread that sees
+// the new phase (blocked, or spinning on phase() without the lock) destroys everything at once,
+// the arriving participant included; ASan reports any later access of the arrival (an access
+// after the unlock was injected during review and found this way).
+
+struct arriving {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant p = std::move(*ph->enroll());
+};
+struct two_arriving {
+  std::shared_ptr<asyncband::phaser> ph = asyncband::phaser::create();
+  asyncband::phaser_participant mine = std::move(*ph->enroll());
+  asyncband::phaser_participant other = std::move(*ph->enroll());
+};
+
+TEST(ModelPhaser, ObserverDestroysWhileTheFinalArrivalReturns) {
+  EXPECT_TRUE(model::explored(905, [] {
+    auto* w = new arriving;
+    thread observer([w] {
+      const auto r = w->ph->wait_blocking(phase_id(0));
+      check(r.ok() && *r == phase_id(1), "the observer saw another phase");
+      delete w;
+    });
+    (void)w->p.arrive();
+    observer.join();
+  }));
+}
+
+TEST(ModelPhaser, ParticipantDestroysWhileTheFinalArrivalReturns) {
+  EXPECT_TRUE(model::explored(906, [] {
+    auto* w = new two_arriving;
+    thread waiting([w] {
+      const auto r = w->mine.wait_blocking();
+      check(r.ok() && *r == phase_id(1), "the participant saw another phase");
+      delete w;
+    });
+    (void)w->other.arrive();
+    waiting.join();
+  }));
+}
+
+TEST(ModelPhaser, LockFreeReaderDestroysWhileTheFinalArrivalReturns) {
+  EXPECT_TRUE(model::explored(907, [] {
+    auto* w = new arriving;
+    thread reader([w] {
+      while (w->ph->phase() == phase_id(0)) asyncband::detail::yield_thread();
+      delete w;
+    });
+    (void)w->p.arrive();
+    reader.join();
+  }));
+}
+
+// A batch's withdrawal completes the phase that a blocked observer and a blocked participant
+// wait for: both counted themselves, so the advance releases the word.
+TEST(ModelPhaser, BatchWithdrawalReleasesBlockedThreads) {
+  EXPECT_TRUE(model::explored(908, [] {
+    const model::kept<std::shared_ptr<asyncband::phaser>> kept_ph(asyncband::phaser::create());
+    const auto& ph = *kept_ph;
+    auto mine = std::move(*ph->enroll());
+    auto batch = std::make_unique<asyncband::phaser_batch>(std::move(*ph->enroll(2)));
+    thread observer([&] { check(ph->wait_blocking(phase_id(0)).ok(), "the observer was not released"); });
+    thread waiting([&] { check(mine.wait_blocking().ok(), "the participant was not released"); });
+    batch.reset();
+    observer.join();
+    waiting.join();
   }));
 }
 

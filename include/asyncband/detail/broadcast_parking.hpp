@@ -40,9 +40,10 @@ class broadcast_parking {
 
   /// The sleeper's side of the pattern: returns once `released()` holds, sleeping on the word
   /// while it does not. `released()` reads the state lock-free; it is checked after each read
-  /// of the key, and once more right after each wake-up, before the word (a released thread has
-  /// no more business with the primitive, which may be gone). `before_sleep()` runs before each
-  /// sleep (the callers' test point).
+  /// of the key, and once more right after each wake-up, before the word is read again (a thread
+  /// released through its node, block_wait_broadcast, has no more business with the primitive,
+  /// which may be gone by then). `before_sleep()` runs before each sleep (the callers' test
+  /// point).
   template <class Released, class BeforeSleep>
   void sleep_until(Released&& released, BeforeSleep&& before_sleep) const {
     for (;;) {
@@ -58,8 +59,9 @@ class broadcast_parking {
   /// or made under the primitive's lock).
   void changed() noexcept { epoch_.fetch_add(1, std::memory_order_release); }
 
-  /// For a primitive whose threads sleep without a node and commit to waiting under its lock
-  /// (a barrier's arrival): the thread counts itself there, and uncounts itself once released.
+  /// For a primitive whose threads sleep without a node and see under its lock that they must
+  /// wait (a barrier's arrival, a phaser's participant or observer): the thread counts itself
+  /// there, and uncounts itself once released.
   /// A change made under the lock that finds nobody counted needs no release at all (no pin,
   /// no move of the word, no notify: what an uncontended barrier generation would otherwise
   /// pay); a stale count (a released thread that has not uncounted yet) costs a needless
