@@ -137,42 +137,48 @@ struct two_arriving {
   asyncband::phaser_participant other = std::move(*ph->enroll());
 };
 
-TEST(ModelPhaser, ObserverDestroysWhileTheFinalArrivalReturns) {
-  EXPECT_TRUE(model::explored(905, [] {
-    auto* w = new arriving;
-    thread observer([w] {
-      const auto r = w->ph->wait_blocking(phase_id(0));
-      check(r.ok() && *r == phase_id(1), "the observer saw another phase");
+/// An explored run: on a thread of its own, `see(world)` returns once it has seen phase 1, and the
+/// thread destroys the world at once, while this thread's `arrive(world)` completes phase 0.
+template <class World, class See, class Arrive>
+bool destroyed_on_sight(std::uint64_t seed, See see, Arrive arrive) {
+  return model::explored(seed, [see, arrive] {
+    auto* w = new World;
+    thread seer([w, see] {
+      see(*w);
       delete w;
     });
-    (void)w->p.arrive();
-    observer.join();
-  }));
+    arrive(*w);
+    seer.join();
+  });
+}
+
+TEST(ModelPhaser, ObserverDestroysWhileTheFinalArrivalReturns) {
+  EXPECT_TRUE(destroyed_on_sight<arriving>(
+      905,
+      [](arriving& w) {
+        const auto r = w.ph->wait_blocking(phase_id(0));
+        check(r.ok() && *r == phase_id(1), "the observer saw another phase");
+      },
+      [](arriving& w) { (void)w.p.arrive(); }));
 }
 
 TEST(ModelPhaser, ParticipantDestroysWhileTheFinalArrivalReturns) {
-  EXPECT_TRUE(model::explored(906, [] {
-    auto* w = new two_arriving;
-    thread waiting([w] {
-      const auto r = w->mine.wait_blocking();
-      check(r.ok() && *r == phase_id(1), "the participant saw another phase");
-      delete w;
-    });
-    (void)w->other.arrive();
-    waiting.join();
-  }));
+  EXPECT_TRUE(destroyed_on_sight<two_arriving>(
+      906,
+      [](two_arriving& w) {
+        const auto r = w.mine.wait_blocking();
+        check(r.ok() && *r == phase_id(1), "the participant saw another phase");
+      },
+      [](two_arriving& w) { (void)w.other.arrive(); }));
 }
 
 TEST(ModelPhaser, LockFreeReaderDestroysWhileTheFinalArrivalReturns) {
-  EXPECT_TRUE(model::explored(907, [] {
-    auto* w = new arriving;
-    thread reader([w] {
-      while (w->ph->phase() == phase_id(0)) asyncband::detail::yield_thread();
-      delete w;
-    });
-    (void)w->p.arrive();
-    reader.join();
-  }));
+  EXPECT_TRUE(destroyed_on_sight<arriving>(
+      907,
+      [](arriving& w) {
+        while (w.ph->phase() == phase_id(0)) asyncband::detail::yield_thread();
+      },
+      [](arriving& w) { (void)w.p.arrive(); }));
 }
 
 // A batch's withdrawal completes the phase that a blocked observer and a blocked participant
