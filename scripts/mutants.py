@@ -208,7 +208,7 @@ MUTANTS = [
         "phaser.hpp",
         [("""    closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);
-    s.batch.release_word(parking_);""", """    closed_.store(true, std::memory_order_release);
+    release_parked(s);""", """    closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);""")],
         "ModelPhaser*", "phaser"),
     Mutant(

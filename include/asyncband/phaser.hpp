@@ -163,28 +163,19 @@ class phaser : public std::enable_shared_from_this<phaser> {
   struct locked_state {
     detail::wait_list& waiters;
     detail::wake_batch& batch;
-    bool pinned = false;  // will_release_parked() was called: the driver releases and unpins
   };
 
   /// Runs `step(locked_state&)` under the lock; then, unlocked, releases the parked threads if
-  /// the step changed what they wait for and asked for it (will_release_parked: a close always,
-  /// an advance when a blocked thread counted itself) and resolves the waiters the step
-  /// claimed. Returns what the step returned.
+  /// the step changed what they wait for and asked for it (release_parked: a close always, an
+  /// advance when a blocked thread counted itself) and resolves the waiters the step claimed
+  /// (detail::wait_queue::locked_step, which unpins after the notify). Returns what the step
+  /// returned.
   template <class Step>
   auto locked(Step&& step) noexcept {
-    detail::wake_batch batch;
-    locked_state state{queue_.waiters(), batch};
-    auto outcome = [&] {
-      const std::lock_guard lock(queue_.mutex());
+    return queue_.locked_step([&step](detail::wait_list& waiters, detail::wake_batch& batch) {
+      locked_state state{waiters, batch};
       return std::forward<Step>(step)(state);
-    }();
-    if (state.pinned) {
-      detail::at_test_point(detail::test_point::woken);
-      batch.release_broadcast();
-      queue_.unpin();  // the last access: a thread that saw the change may destroy the phaser now
-    }
-    batch.resolve_all();
-    return outcome;
+    });
   }
 
   [[nodiscard]] std::uint64_t phase_locked() const noexcept { return phase_.load(std::memory_order_relaxed); }
@@ -210,24 +201,20 @@ class phaser : public std::enable_shared_from_this<phaser> {
   /// notifies nobody: one lock hold in all (an uncontended arrive()).
   void advance_locked(locked_state& s) noexcept {
     const bool release_sleepers = parking_.has_counted_sleepers();
-    if (release_sleepers) will_release_parked(s);
+    if (release_sleepers) queue_.pin();  // before the change: see release_parked()
     phase_.store(phase_locked() + 1, std::memory_order_release);
     unarrived_ = registered_;
     s.waiters.claim_all(s.batch);
-    if (release_sleepers) s.batch.release_word(parking_);
+    if (release_sleepers) release_parked(s);
   }
 
-  /// Before a change that lets waits complete lock-free (a new phase, the close), made with
-  /// the batch's release_word() after it: the step's driver notifies the parked threads after
-  /// unlocking. A thread that sees the change (spinning, or a wait that never parked) may
-  /// destroy the phaser at once (last one out), so the queue stays pinned until that release is
-  /// done; the destructor waits for it. The close always pins: it is called through a reference
-  /// that a woken thread may drop.
-  void will_release_parked(locked_state& s) noexcept {
-    if (s.pinned) return;
-    queue_.pin();
-    s.pinned = true;
-  }
+  /// After a change that lets waits complete lock-free (a new phase, the close), made with the
+  /// queue pinned before it: the step's driver notifies the parked threads after unlocking and
+  /// then unpins (wake_batch::release_word). A thread that sees the change (spinning, or a wait
+  /// that never parked) may destroy the phaser at once (last one out); the destructor waits for
+  /// the pin. The close always pins: it is called through a reference that a woken thread may
+  /// drop.
+  void release_parked(locked_state& s) noexcept { s.batch.release_word(parking_); }
 
   /// Withdraws n registrations, of which `owing` had not arrived in the current phase.
   void withdraw(std::size_t n, std::size_t owing) noexcept {
@@ -619,10 +606,10 @@ result<phase_id> phaser_participant::wait_timeout(std::chrono::duration<Rep, Per
 inline void phaser::close() noexcept {
   locked([this](locked_state& s) {
     if (closed_locked()) return false;
-    will_release_parked(s);
+    queue_.pin();  // before the change: see release_parked()
     closed_.store(true, std::memory_order_release);
     s.waiters.claim_all(s.batch, wait_status::closed);
-    s.batch.release_word(parking_);
+    release_parked(s);
     return true;
   });
 }
