@@ -347,11 +347,20 @@ TEST(DebugOutput, MutexShowsWhetherItIsHeldAndItsWaiters) {
   test_scheduler s;
   spawn_waiters(s, 2, [&m] { return m.lock(); });
   EXPECT_EQ(str(m), "asyncband::mutex{locked, waiters: 2}");
-  g->unlock();  // hands the mutex to the first waiter
+  g->unlock();  // frees the mutex and posts the first waiter's retry (bounded barging)
   EXPECT_EQ(str(*g), "asyncband::mutex_guard{unlocked}");
-  EXPECT_EQ(str(m), "asyncband::mutex{locked, waiters: 1}");
+  EXPECT_EQ(str(m), "asyncband::mutex{unlocked, waiters: 1}");  // the retry is out of the queue
   s.run();
   EXPECT_EQ(str(m), "asyncband::mutex{unlocked, waiters: 0}");
+
+  mutex<int> fifo(asyncband::strict_fifo, 42);
+  g = fifo.try_lock();
+  ASSERT_TRUE(g);
+  spawn_waiters(s, 2, [&fifo] { return fifo.lock(); });
+  g->unlock();  // hands the mutex to the first waiter
+  EXPECT_EQ(str(fifo), "asyncband::mutex{locked, waiters: 1}");
+  s.run();
+  EXPECT_EQ(str(fifo), "asyncband::mutex{unlocked, waiters: 0}");
 }
 
 TEST(DebugOutput, MutexGuards) {

@@ -54,7 +54,16 @@ using asyncband::runtime::thread_pool;
 /// lock(), and the test holds the lock from the start (`held`), so that every lock queues;
 /// `unlock_held` is the scenarios' wake. The waiter coroutines keep the guard they receive until
 /// they end, so each one unlocks (handing the mutex on) as soon as it has run.
-struct held_mutex {
+/// `Fifo`: the mutex is built with asyncband::strict_fifo (no barging).
+template <bool Fifo>
+struct basic_held_mutex {
+  basic_held_mutex() noexcept
+    requires(!Fifo)
+  {}
+  basic_held_mutex() noexcept
+    requires Fifo
+      : m(asyncband::strict_fifo) {}
+
   mutex<int> m;
   std::optional<mutex_guard<int>> held = m.try_lock();
 
@@ -68,20 +77,29 @@ struct held_mutex {
   }
 };
 
-const auto unlock_held = [](held_mutex& h) { h.held.reset(); };
+using held_mutex = basic_held_mutex<false>;
+using held_fifo_mutex = basic_held_mutex<true>;
+
+const auto unlock_held = [](auto& h) { h.held.reset(); };
 
 /// Nothing is left locked or queued: the mutex is free and a try_lock gets it.
 void expect_free(mutex<int>& m) {
   EXPECT_FALSE(m.is_locked());
-  EXPECT_TRUE(m.try_lock().has_value());
+  {
+    const auto g = m.try_lock();
+    EXPECT_TRUE(g.has_value());
+    EXPECT_FALSE(m.try_lock().has_value()) << "a second holder: a permit was given twice";
+  }
   EXPECT_FALSE(m.is_locked());
 }
 
 /// What a locker saw once it had the lock: that its guard owned this mutex, locked.
 struct lock_probe : probe {
   bool owned = false;
-  void after_wait(held_mutex& /*unused*/) noexcept {}
-  void after_wait(held_mutex& h, const mutex_guard<int>& g) noexcept {
+  template <class Held>
+  void after_wait(Held& /*unused*/) noexcept {}
+  template <class Held>
+  void after_wait(Held& h, const mutex_guard<int>& g) noexcept {
     owned = g.owns_lock() && g.mutex() == &h.m && h.m.is_locked();
   }
 };
@@ -668,54 +686,66 @@ TEST(Mutex, LockIsHandedToWaitersInFifoOrder) {
   expect_free(h.m);
 }
 
-TEST(Mutex, TurnsHoldingTheLockAcrossSuspensionsAreExclusiveAndServedInArrivalOrder) {
+TEST(Mutex, TurnsHoldingTheLockAcrossSuspensionsAreExclusive) {
+  // Both kinds: strict FIFO serves in arrival order; bounded barging may let a turn that
+  // arrives while the lock is free (the head's retry posted, not run) go first.
   constexpr int kTurns = 8;
-  for (const std::uint64_t seed : {0ULL, 1ULL, 2ULL, 3ULL, 4ULL, 5ULL, 17ULL, 99ULL}) {
-    SCOPED_TRACE(seed);
-    test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
-    mutex<int> m(0);
-    turn_log log;
-    for (int id = 0; id < kTurns; ++id)
-      s.spawn(take_turn(s, m, id, 1 + id % 3, asyncband::stop_token{}, log));
-    s.run();
-    EXPECT_EQ(log.acquisitions, log.arrivals);
-    EXPECT_EQ(log.acquisitions.size(), static_cast<std::size_t>(kTurns));
-    EXPECT_EQ(log.inside, 0);
-    auto g = m.try_lock();
-    ASSERT_TRUE(g.has_value());
-    EXPECT_EQ(**g, kTurns);
-  }
-}
-
-TEST(Mutex, CancelledTurnsLeaveTheOthersInArrivalOrder) {
-  constexpr int kTurns = 10;
-  int cancelled_somewhere = 0;
-  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
-    SCOPED_TRACE(seed);
-    test_scheduler s(seed);
-    mutex<int> m(0);
-    turn_log log;
-    asyncband::stop_source src;
-    for (int id = 0; id < kTurns; ++id) {
-      const asyncband::stop_token stop = id % 2 == 0 ? asyncband::stop_token{} : src.get_token();
-      s.spawn(take_turn(s, m, id, 1 + id % 2, stop, log));
+  for (const bool fifo : {true, false}) {
+    for (const std::uint64_t seed : {0ULL, 1ULL, 2ULL, 3ULL, 4ULL, 5ULL, 17ULL, 99ULL}) {
+      SCOPED_TRACE(testing::Message() << "seed " << seed << (fifo ? ", strict FIFO" : ", barging"));
+      test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
+      auto m =
+          fifo ? std::make_unique<mutex<int>>(asyncband::strict_fifo, 0) : std::make_unique<mutex<int>>(0);
+      turn_log log;
+      for (int id = 0; id < kTurns; ++id)
+        s.spawn(take_turn(s, *m, id, 1 + id % 3, asyncband::stop_token{}, log));
+      s.run();
+      if (fifo) {
+        EXPECT_EQ(log.acquisitions, log.arrivals);
+      }
+      EXPECT_EQ(log.acquisitions.size(), static_cast<std::size_t>(kTurns));
+      EXPECT_EQ(log.inside, 0);
+      auto g = m->try_lock();
+      ASSERT_TRUE(g.has_value());
+      EXPECT_EQ(**g, kTurns);
     }
-    s.spawn(request_stop_later(s, src, static_cast<int>(seed % 7)));
-    s.run();
-    EXPECT_EQ(log.acquisitions, log.arrivals);  // the cancelled ones removed themselves
-    EXPECT_EQ(static_cast<int>(log.acquisitions.size()) + log.cancelled, kTurns);
-    EXPECT_EQ(log.inside, 0);
-    cancelled_somewhere += log.cancelled;
-    auto g = m.try_lock();
-    ASSERT_TRUE(g.has_value());
-    EXPECT_EQ(**g, static_cast<int>(log.acquisitions.size()));
   }
-  EXPECT_GT(cancelled_somewhere, 0);  // the seeds do exercise cancellation
 }
 
-TEST(Mutex, NoBargingTheLockIsHandedToTheQueuedWaiterNotLeftFree) {
+TEST(Mutex, CancelledTurnsLeaveTheOthersExclusiveAndUnderStrictFifoInArrivalOrder) {
+  constexpr int kTurns = 10;
+  for (const bool fifo : {true, false}) {
+    int cancelled_somewhere = 0;
+    for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+      SCOPED_TRACE(testing::Message() << "seed " << seed << (fifo ? ", strict FIFO" : ", barging"));
+      test_scheduler s(seed);
+      auto m =
+          fifo ? std::make_unique<mutex<int>>(asyncband::strict_fifo, 0) : std::make_unique<mutex<int>>(0);
+      turn_log log;
+      asyncband::stop_source src;
+      for (int id = 0; id < kTurns; ++id) {
+        const asyncband::stop_token stop = id % 2 == 0 ? asyncband::stop_token{} : src.get_token();
+        s.spawn(take_turn(s, *m, id, 1 + id % 2, stop, log));
+      }
+      s.spawn(request_stop_later(s, src, static_cast<int>(seed % 7)));
+      s.run();
+      if (fifo) {
+        EXPECT_EQ(log.acquisitions, log.arrivals);  // the cancelled ones removed themselves
+      }
+      EXPECT_EQ(static_cast<int>(log.acquisitions.size()) + log.cancelled, kTurns);
+      EXPECT_EQ(log.inside, 0);
+      cancelled_somewhere += log.cancelled;
+      auto g = m->try_lock();
+      ASSERT_TRUE(g.has_value());
+      EXPECT_EQ(**g, static_cast<int>(log.acquisitions.size()));
+    }
+    EXPECT_GT(cancelled_somewhere, 0);  // the seeds do exercise cancellation
+  }
+}
+
+TEST(MutexStrictFifo, NoBargingTheLockIsHandedToTheQueuedWaiterNotLeftFree) {
   test_scheduler s;
-  held_mutex h;
+  held_fifo_mutex h;
   lock_probe first;
   lock_probe newcomer;
   std::vector<int> order;
@@ -740,6 +770,185 @@ TEST(Mutex, NoBargingTheLockIsHandedToTheQueuedWaiterNotLeftFree) {
   EXPECT_EQ(order, (std::vector<int>{1, 2}));
   EXPECT_TRUE(first.owned);
   EXPECT_TRUE(newcomer.owned);
+  expect_free(h.m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded barging: an unlock frees the lock and posts the head's retry to its scheduler
+
+constexpr int max_passes = static_cast<int>(mutex<int>::max_passes);
+
+/// Locks and unlocks `m` with try_lock as long as that succeeds (at most `limit` times), as a
+/// stream of running lockers that barge would; returns how many times it got the lock.
+int barge_while_free(mutex<int>& m, int limit) {
+  int barges = 0;
+  while (barges < limit && m.try_lock().has_value()) ++barges;
+  return barges;
+}
+
+TEST(MutexBarging, AnUnlockFreesTheLockAndPostsTheHeadsRetryWhichANewcomerMayBeat) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe first;
+  s.spawn(plain_waiter(h, first));
+  s.run();
+  h.held.reset();  // frees the lock and posts first's retry
+  EXPECT_FALSE(h.m.is_locked());
+  EXPECT_EQ(s.ready_count(), 1U);
+  auto barger = h.m.try_lock();  // comes first: takes the free lock
+  ASSERT_TRUE(barger.has_value());
+  s.step();  // the retry finds the lock held: back to the front of the queue, first not resumed
+  EXPECT_EQ(first.resumed, 0);
+  EXPECT_EQ(s.ready_count(), 0U);
+  barger.reset();  // posts the retry again
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(first.resumed, 1);
+  EXPECT_TRUE(first.owned);
+  expect_free(h.m);
+}
+
+TEST(MutexBarging, ARetryThatLostKeepsItsPlaceAheadOfLaterWaiters) {
+  test_scheduler s;
+  held_mutex h;
+  std::vector<int> order;
+  lock_probe first;
+  lock_probe second;
+  first.id = 1;
+  second.id = 2;
+  first.order = second.order = &order;
+  s.spawn(plain_waiter(h, first));
+  s.spawn(plain_waiter(h, second));
+  s.run();
+  h.held.reset();
+  auto barger = h.m.try_lock();
+  ASSERT_TRUE(barger.has_value());
+  s.step();  // first's retry lost: queued again, ahead of second
+  EXPECT_EQ(s.ready_count(), 0U);
+  barger.reset();  // posts first's retry, not second's
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(first.owned);
+  EXPECT_TRUE(second.owned);
+  expect_free(h.m);
+}
+
+// The bound, with the retry in flight all along: every unlock passes it until the max_passes-th
+// since the last hand-over keeps the lock for it.
+TEST(MutexBarging, AfterMaxPassesTheRetryInFlightIsHandedTheLockBeforeAnyBarger) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe first;
+  s.spawn(plain_waiter(h, first));
+  s.run();
+  h.held.reset();  // the first pass: the lock is free, first's retry posted
+  EXPECT_EQ(barge_while_free(h.m, 10 * max_passes), max_passes - 1);
+  EXPECT_TRUE(h.m.is_locked());  // kept for the retry: no barger gets it any more
+  EXPECT_FALSE(h.m.try_lock().has_value());
+  EXPECT_TRUE(h.m.lock_timeout(0ms).timed_out());
+  EXPECT_EQ(first.resumed, 0);
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();  // the retry finds the lock handed to it
+  EXPECT_EQ(first.resumed, 1);
+  EXPECT_TRUE(first.owned);
+  expect_free(h.m);
+}
+
+// The bound, with the retry losing each time and queueing again: the max_passes-th unlock
+// hands the lock to the head of the queue.
+TEST(MutexBarging, AfterMaxPassesAQueuedWaiterIsHandedTheLockBeforeAnyBarger) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe first;
+  s.spawn(plain_waiter(h, first));
+  s.run();
+  h.held.reset();  // the first pass: first's retry posted
+  int passes = 1;
+  for (;;) {
+    auto barger = h.m.try_lock();
+    if (!barger) break;
+    ASSERT_EQ(s.ready_count(), 1U);
+    s.step();  // the retry loses and queues again at the front
+    EXPECT_EQ(first.resumed, 0);
+    barger.reset();  // passes it again (posting its retry), or hands it the lock
+    ASSERT_LE(++passes, max_passes);
+  }
+  EXPECT_EQ(passes, max_passes);
+  EXPECT_TRUE(h.m.is_locked());
+  EXPECT_EQ(first.resumed, 0);
+  s.run();
+  EXPECT_EQ(first.resumed, 1);
+  EXPECT_TRUE(first.owned);
+  expect_free(h.m);
+}
+
+// A waiter that cannot retry (a lock with a stop token; also threads, when_any branches and
+// coroutines without a scheduler) is handed the lock in FIFO order: never freed in between.
+TEST(MutexBarging, AWaiterThatCannotRetryIsHandedTheLockDirectly) {
+  test_scheduler s;
+  held_mutex h;
+  std::vector<int> order;
+  lock_probe plain;
+  lock_probe stoppable;
+  plain.id = 1;
+  stoppable.id = 2;
+  plain.order = stoppable.order = &order;
+  asyncband::stop_source src;  // never stopped
+  s.spawn(stoppable_waiter(h, src.get_token(), stoppable));
+  s.spawn(plain_waiter(h, plain));
+  s.run();
+  h.held.reset();  // the stoppable one is handed the lock
+  EXPECT_TRUE(h.m.is_locked());
+  EXPECT_FALSE(h.m.try_lock().has_value());
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.step();  // it unlocks as it ends: plain's retry is posted, the lock free
+  EXPECT_EQ(order, (std::vector<int>{2}));
+  EXPECT_FALSE(h.m.is_locked());
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{2, 1}));
+  EXPECT_TRUE(plain.owned);
+  EXPECT_TRUE(stoppable.owned);
+  expect_free(h.m);
+}
+
+TEST(MutexBarging, AWaiterHandedTheLockThatObservesItsStopPassesItOnToTheNextWaitersRetry) {
+  held_mutex h;
+  suspended_waiters waiters(h, true);
+  auto& [s, stop_a, a, b] = waiters;
+  h.held.reset();  // A (with a stop token: it cannot retry) is handed the lock
+  ASSERT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(h.m.is_locked());
+  stop_a.request_stop();  // too late to unlink A, but before it resumes
+  s.step();               // A resumes cancelled and gives the lock back: free, B's retry posted
+  EXPECT_EQ(a.status, wait_status::cancelled);
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(h.m.is_locked());
+  s.run();
+  EXPECT_EQ(b.resumed, 1);
+  EXPECT_EQ(b.status, wait_status::ok);
+  expect_free(h.m);
+}
+
+TEST(MutexBarging, DestroyingALockerWhoseRetryWentBackToTheQueueUnlinksIt) {
+  test_scheduler s;
+  held_mutex h;
+  probe doomed;
+  lock_probe next;
+  auto doomed_task = plain_waiter(h, doomed);
+  start_on(s, doomed_task);
+  s.spawn(plain_waiter(h, next));
+  s.run();
+  h.held.reset();  // doomed's retry posted
+  auto barger = h.m.try_lock();
+  ASSERT_TRUE(barger.has_value());
+  s.step();  // the retry loses: doomed is queued again, at the front
+  doomed_task = {};
+  barger.reset();  // next's retry
+  s.run();
+  EXPECT_EQ(doomed.resumed, 0);
+  EXPECT_EQ(next.resumed, 1);
+  EXPECT_TRUE(next.owned);
   expect_free(h.m);
 }
 
@@ -805,7 +1014,7 @@ TEST(MutexCancel, StopWhileQueuedCancelsAndTheNextWaiterGetsTheLock) {
 }
 
 TEST(MutexCancel, AWaiterHandedTheLockThatObservesItsStopBeforeResumingPassesItOn) {
-  held_mutex h;
+  held_fifo_mutex h;
   suspended_waiters waiters(h, true);
   auto& [s, stop_a, a, b] = waiters;
   h.held.reset();  // hands the lock to A; A's resumption is queued

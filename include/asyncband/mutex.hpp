@@ -22,6 +22,13 @@ namespace asyncband {
 template <class T>
 class mutex;
 
+/// Tag of the mutex constructor for strict FIFO hand-off (no barging at all).
+struct strict_fifo_t {
+  explicit strict_fifo_t() = default;
+};
+/// Selects strict FIFO hand-off: `mutex<int> m(asyncband::strict_fifo, 0);`.
+inline constexpr strict_fifo_t strict_fifo{};
+
 namespace detail {
 struct mutex_access;
 template <class Guard>
@@ -276,16 +283,30 @@ class [[nodiscard]] owned_mapped_mutex_guard {
 /// Contract
 /// - Synchronization: everything a guard's holder did before unlocking happens-before
 ///   everything the next holder does after its lock completes.
-/// - Fairness: FIFO hand-off. An unlock with waiters hands the lock to the oldest waiter
-///   directly (it is never free in between), and resumes it on its own scheduler, after the
-///   unlocking call has released every internal lock; the unlocker never runs the next holder on
-///   its stack unless that holder has no scheduler (then it resumes inline, as with every
-///   asyncband wait). `try_lock` and a new `lock` never barge past a waiter.
+/// - Fairness: FIFO among waiters, with bounded barging (the default), or strict FIFO hand-off
+///   (`mutex<T> m(asyncband::strict_fifo, value)`).
+///   - Bounded barging: an unlock with waiters frees the lock and posts the oldest waiter's
+///     retry to that waiter's scheduler; whoever locks first takes it (a running coroutine's
+///     `lock`, `try_lock`, a thread), and a retry that finds it taken goes back to the front of
+///     the queue. The unlocks are counted: the `max_passes`-th one since the lock last went to
+///     a waiter this way hands it to the oldest waiter (or its retry in flight) instead of
+///     freeing it, so no waiter is passed more than `max_passes` times once it is the oldest.
+///     A retry runs on the waiter's scheduler, never on the unlocker's stack, and takes a lock
+///     nobody else holds in the meantime lock-free. Waiters that cannot retry, because nothing
+///     can run a retry for them or they may be committed elsewhere, are handed the lock directly
+///     when they are the oldest, never free in between: threads (`lock_blocking`,
+///     `lock_timeout`), locks with a stop token, `when_any` branches, owned locks, condvar
+///     re-locks, and coroutines without a scheduler.
+///   - Strict FIFO: an unlock with waiters hands the lock to the oldest waiter directly (it is
+///     never free in between); `try_lock` and a new `lock` never barge past a waiter.
+///   - Either way a waiter resumes on its own scheduler, after the unlocking call has released
+///     every internal lock; the unlocker never runs the next holder on its stack unless that
+///     holder has no scheduler (then it resumes inline, as with every asyncband wait).
 /// - when_any: a lock that lost its when_any is never handed the mutex; unlock commits the oldest
 ///   waiter before the hand-off and passes over one that lost.
 /// - Cancellation commits until the waiter resumes: a cancelled lock never holds the mutex; if
 ///   it had been handed the mutex already, the mutex passes to the next waiter (or is unlocked).
-/// - Uncontended lock and unlock are one CAS each, no internal lock.
+/// - Uncontended lock and unlock are one read and one CAS each, no internal lock.
 /// - Not recursive: locking a mutex one already holds waits forever.
 /// - The mutex must outlive its guards and pending locks (owned guards keep it alive).
 template <class T = std::monostate>
@@ -307,16 +328,21 @@ class mutex {
     [[nodiscard]] semaphore& semaphore_ref() const noexcept { return owner->semaphore_; }
     [[nodiscard]] static std::size_t count() noexcept { return 1; }
     [[nodiscard]] make_guard maker() const noexcept { return {owner}; }
+    static constexpr bool retries = true;  // waits through a retry when the mutex barges
   };
 
  public:
-  /// A mutex protecting a value-initialized T.
+  /// A mutex protecting a value-initialized T, with bounded barging.
   mutex() = default;
-  /// A mutex protecting `value`.
+  /// A mutex protecting `value`, with bounded barging.
   explicit mutex(T value) noexcept(std::is_nothrow_move_constructible_v<T>) : value_(std::move(value)) {}
-  /// A mutex protecting a T constructed in place from `args`.
+  /// A mutex protecting a T constructed in place from `args`, with bounded barging.
   template <class... Args>
   explicit mutex(std::in_place_t /*unused*/, Args&&... args) : value_(std::forward<Args>(args)...) {}
+  /// A mutex with strict FIFO hand-off instead of bounded barging, protecting `value` (see the
+  /// contract): `mutex<int> m(asyncband::strict_fifo, 0);`.
+  explicit mutex(strict_fifo_t /*unused*/, T value = T()) noexcept(std::is_nothrow_move_constructible_v<T>)
+      : semaphore_(1), value_(std::move(value)) {}
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
   /// Debug builds assert that no lock is pending (before the semaphore's check, to name the mutex).
@@ -340,12 +366,17 @@ class mutex {
     return lock_forms::block_for(timeout, &semaphore_, std::size_t{1}, make_guard{this});
   }
 
-  /// The lock now, or nothing (also nothing while anybody waits for it).
+  /// The lock now, or nothing. Under strict FIFO also nothing while anybody waits; under bounded
+  /// barging it takes the lock whenever it is free, as a new `lock` would.
   [[nodiscard]] std::optional<mutex_guard<T>> try_lock() {
     auto permit = semaphore_.try_acquire(1);
     if (!permit) return std::nullopt;
     return mutex_guard<T>(std::move(*permit), this);
   }
+
+  /// The bound of the barging: how many unlocks in a row may pass the waiter at the head of the
+  /// queue (or its retry in flight) before one hands it the lock instead of freeing it.
+  static constexpr std::size_t max_passes = semaphore::max_passes;
 
   /// A snapshot: true while somebody holds the mutex.
   [[nodiscard]] bool is_locked() const noexcept { return semaphore_.available() == 0; }
@@ -365,7 +396,7 @@ class mutex {
   }
 
  private:
-  semaphore semaphore_{1};
+  semaphore semaphore_{detail::barging_t{}};
   T value_{};
 };
 
@@ -427,7 +458,7 @@ result<owned_mutex_guard<T>> lock_owned_blocking(std::shared_ptr<mutex<T>> m, as
   return detail::mutex_access::owned_forms<T>::block_until_stopped(
       std::move(stop), s, std::size_t{1}, detail::mutex_access::make_owned_guard<T>{std::move(m)});
 }
-/// An owned guard now, or nothing (also nothing while anybody waits), as mutex::try_lock.
+/// An owned guard now, or nothing, as mutex::try_lock.
 template <class T>
 [[nodiscard]] std::optional<owned_mutex_guard<T>> try_lock_owned(std::shared_ptr<mutex<T>> m) {
   return detail::mutex_access::try_lock_owned(std::move(m));

@@ -134,6 +134,12 @@ class semaphore {
       : semaphore(permits, varying, first_ticket) {
     kept_alive_ = true;
   }
+  /// One permit with bounded barging, for a mutex (see mutex's contract and
+  /// detail::semaphore_word's barging section): only ever one holder, whose unlocks count the
+  /// passes.
+  explicit semaphore(detail::barging_t /*unused*/) : word_(1, detail::varying_count_t{}, 0) {
+    barging_ = true;
+  }
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
   /// Debug builds assert that no acquisition is pending.
@@ -227,6 +233,10 @@ class semaphore {
   template <bool Checked>
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
+    if (barging_) {
+      give_barging(n);
+      return;
+    }
     const add_outcome outcome = try_add(n);  // checks n > max() too
     if (outcome != add_outcome::added) [[unlikely]]
       give_slowly<Checked>(n, outcome);
@@ -260,6 +270,49 @@ class semaphore {
       }
     }
   }
+
+  // --- bounded barging (a mutex's semaphore; docs/design.md, "Contended coroutine locks") -------
+  /// How many unlocks may pass the waiter at the head (or its retry in flight) before an unlock
+  /// hands the lock to it directly instead of freeing it.
+  static constexpr unsigned max_passes = 100;
+
+  /// For the lock's retry coroutine (detail::source_awaiter): this semaphore barges.
+  [[nodiscard]] bool barging() const noexcept { return barging_; }
+
+  /// The holder's unlock: one CAS, unless the head is queued without a retry in flight (then
+  /// serve_head). Every max_passes-th unlock hands the lock over instead, if anybody waits.
+  /// passes_ is the holder's: only the one holder of the one permit touches it.
+  void give_barging(std::size_t n) noexcept {
+    if (++passes_ >= max_passes) [[unlikely]] {
+      if (hand_over_due(n)) return;
+    }
+    if (!word_.try_give_barging(n)) [[unlikely]]
+      serve_head(n);
+  }
+  /// give_barging()'s bound: hands the n permits the caller holds to the retry in flight or
+  /// the head (true), or returns false if nobody waits (the caller frees them). Out of line.
+  bool hand_over_due(std::size_t n) noexcept;
+  /// give_barging() with the head queued and no retry in flight: under the lock, takes the head
+  /// out to retry on its scheduler and frees the n permits, or hands them to a head that cannot
+  /// retry. Out of line.
+  void serve_head(std::size_t n) noexcept;
+  /// serve_head()'s locked part, for a caller holding n permits under the lock.
+  inline void serve_locked(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
+  /// A waiter claimed to retry is destroyed before its retry ran (its wait's destructor passes
+  /// on its grant): the retry in flight ends, and a permit it was handed, or that is free, serves
+  /// the head. Out of line.
+  void drop_retry(detail::semaphore_waiter& w) noexcept;
+  /// Under the lock, holding n permits taken from the word: hands them to the first queued
+  /// waiter that commits (true); false if nobody is left.
+  bool hand_to_front(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
+  /// Under the lock, after the list lost a waiter: the word's `queued` follows it.
+  void sync_queued(const detail::wait_list& waiters) noexcept {
+    if (waiters.empty()) word_.clear_queued();
+  }
+  /// Under the lock, for the retry in flight `w` that did not take the permit lock-free: true if
+  /// it holds it now (handed over meanwhile, or available), false if it is to go back to the
+  /// front of the queue (the word says queued again).
+  inline bool retry_locked(detail::semaphore_waiter& w) noexcept;
 
   /// Under the lock, with the state contended (count 0, changed only by lock holders): n
   /// permits repay the deficit, then go to waiters in FIFO order; a waiter that has all it asked
@@ -301,9 +354,12 @@ class semaphore {
   }
 
   detail::semaphore_word word_;
-  std::size_t deficit_ = 0;  // guarded by queue_.mutex()
-  bool kept_alive_ = false;  // set once, by the constructor (detail::kept_alive_t)
-  bool closed_ = false;      // guarded by queue_.mutex(), as the three below
+  std::size_t deficit_ = 0;                         // guarded by queue_.mutex()
+  bool kept_alive_ = false;                         // set once, by the constructor (detail::kept_alive_t)
+  bool barging_ = false;                            // set once, by the constructor (detail::barging_t)
+  unsigned passes_ = 0;                             // barging: the holder's unlocks since the last hand-over
+  detail::semaphore_waiter* retry_node_ = nullptr;  // barging: the retry in flight, while `retrying`
+  bool closed_ = false;                             // guarded by queue_.mutex(), as the three below
   std::size_t closed_count_ = 0;
   return_hook on_return_ = nullptr;
   void* on_return_context_ = nullptr;

@@ -4,6 +4,7 @@
 #include <asyncband/block_on.hpp>
 #include <asyncband/mutex.hpp>
 #include <asyncband/runtime/task.hpp>
+#include <asyncband/scheduler.hpp>
 #include <asyncband/stop_token.hpp>
 
 #include "kept.hpp"
@@ -14,6 +15,31 @@ namespace {
 using model::ex::atomic;
 using model::ex::check;
 using model::ex::thread;
+
+/// The scheduler of one model thread, for coroutines that lock with bounded barging (their
+/// lock waits through a retry posted here): schedule() leaves the handle in a mailbox, which
+/// the owning thread empties (run_on). Each coroutine here has at most one resumption pending.
+struct mailbox {
+  atomic<void*> posted{nullptr};
+  void schedule(std::coroutine_handle<> h) noexcept {
+    void* const before = posted.exchange(h.address());
+    check(before == nullptr, "two resumptions posted at once");
+  }
+};
+
+/// Runs `t` on this model thread with `box` as its scheduler, until it ends.
+void run_on(mailbox& box, asyncband::runtime::task<void> t) {
+  t.handle().promise().set_scheduler(asyncband::scheduler_ref::of(box));
+  t.handle().resume();
+  while (!t.handle().done()) {
+    void* const posted = box.posted.exchange(nullptr);
+    if (posted == nullptr) {
+      model::ex::yield();
+    } else {
+      std::coroutine_handle<>::from_address(posted).resume();
+    }
+  }
+}
 
 // Mutual exclusion over the protected value: two lockers (spinning, parking, or handed the lock
 // by the unlock) and a try_lock that must not barge; no increment is lost.
@@ -120,6 +146,77 @@ TEST(ModelMutex, CoroutinesHandTheLockOver) {
     b.join();
     auto g = m.try_lock();
     check(g.has_value() && **g == 4, "an increment was lost, or the mutex stayed locked");
+  }));
+}
+
+// Bounded barging: two coroutines on schedulers of their own lock in turn (an unlock frees the
+// lock and posts the head's retry, which takes it or queues again at the front) while a thread
+// barges with try_lock. Nobody holds with another, no increment is lost, both tasks end (a
+// retry nobody serves is a deadlock the explorer reports).
+TEST(ModelMutex, RetryingCoroutinesAndABargerExcludeAndAllEnd) {
+  EXPECT_TRUE(model::explored(104, [] {
+    model::kept<asyncband::mutex<int>> kept_m(0);
+    auto& m = *kept_m;
+    atomic<int> inside{0};
+    const auto worker = [&m, &inside]() -> asyncband::runtime::task<void> {
+      for (int i = 0; i != 2; ++i) {
+        auto g = co_await m.lock();
+        check(inside.fetch_add(1) == 0, "two holders of the mutex");
+        ++*g;
+        inside.fetch_sub(1);
+      }
+    };
+    thread a([&] {
+      mailbox box;
+      run_on(box, worker());
+    });
+    thread b([&] {
+      mailbox box;
+      run_on(box, worker());
+    });
+    int tried = 0;
+    if (auto g = m.try_lock()) {
+      check(inside.load() == 0, "try_lock took a held mutex");
+      ++**g;
+      tried = 1;
+    }
+    a.join();
+    b.join();
+    auto g = m.try_lock();
+    check(g.has_value(), "the mutex stayed locked");
+    if (g) check(**g == 4 + tried, "an increment under the lock was lost");
+  }));
+}
+
+// Last one out, with a retry: the holder's unlock serves the queued coroutine (posting its
+// retry and freeing the lock); the coroutine takes the lock, unlocks and destroys the mutex at
+// once, while the unlock that served it may still be returning (the sanitizers see a use after
+// free). A thread also locks, so that the serving unlock may find the lock taken again.
+TEST(ModelMutex, ARetryingWaiterDestroysTheMutexAfterItsServe) {
+  EXPECT_TRUE(model::explored(105, [] {
+    model::kept<asyncband::mutex<int>> m(0);
+    auto held = m->lock_blocking();
+    atomic<bool> done{false};
+    atomic<bool> other_done{false};
+    const auto last = [&]() -> asyncband::runtime::task<void> {
+      auto g = co_await m->lock();
+      g.unlock();
+      while (!other_done.load()) model::ex::yield();
+      m.reset();
+      done.store(true);
+    };
+    thread waiter([&] {
+      mailbox box;
+      run_on(box, last());
+    });
+    thread other([&] {
+      { auto g = m->lock_blocking(); }
+      other_done.store(true);
+    });
+    held.unlock();
+    other.join();
+    waiter.join();
+    check(done.load(), "the waiter did not finish");
   }));
 }
 

@@ -12,10 +12,13 @@
 #include <cassert>
 #include <coroutine>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "../semaphore.hpp"
 #include "../stop_token.hpp"
+#include "lock_retry.hpp"
 #include "owned_guard.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
@@ -46,6 +49,7 @@ class semaphore_waiter : public waiter {
   /// which then finds it resolved. So this returns false in every case (as if a waker had
   /// claimed it), and the caller leaves the resolution to us.
   bool cancel(wait_status why) noexcept {
+    if (semaphore_->barging_) return cancel_barging(why);
     semaphore_->wake(
         [this, why](wait_list& waiters, wake_batch& batch) {
           if (!waiters.unlink_if_linked(*this, why)) return;
@@ -56,8 +60,58 @@ class semaphore_waiter : public waiter {
     return false;
   }
 
-  /// A complete grant that will not be used goes back (to the next waiter, or available).
-  void give_back() noexcept { semaphore_->give<false>(needed_); }
+  /// cancel() on a barging semaphore: nothing is granted while queued there (a grant is always
+  /// complete, and claims the waiter), so there is nothing to pass on; `queued` follows the list.
+  bool cancel_barging(wait_status why) noexcept {
+    semaphore_->wake(
+        [this, why](wait_list& waiters, wake_batch& batch) {
+          if (!waiters.unlink_if_linked(*this, why)) return;
+          batch.add(*this);
+          semaphore_->sync_queued(waiters);
+        },
+        test_point::claimed_for_cancel);
+    return false;
+  }
+
+  // --- bounded barging: the lock's retry (see source_awaiter) --------------------------------
+  /// Before publication: this waiter has a retry coroutine on its scheduler, so it may be taken
+  /// out of the head to try again instead of being handed the lock.
+  void set_retries() noexcept { retries_ = true; }
+  [[nodiscard]] bool retries() const noexcept { return retries_; }
+  /// After its resolution: taken out to try again (true), or handed the lock (false).
+  [[nodiscard]] bool must_retry() const noexcept { return retry_; }
+  /// Under the lock: claimed to try again (true) or handed the lock (false).
+  void set_retry(bool retry) noexcept { retry_ = retry; }
+  /// Under the lock: the retry in flight is handed the lock (a pass bound reached).
+  void hand() noexcept { handed_ = true; }
+  [[nodiscard]] bool handed() const noexcept { return handed_; }
+  /// The retry's lock-free attempt: takes the lock if it is free (barging like anybody).
+  bool retry_take() noexcept {
+    if (!semaphore_->word_.try_take_retrying(needed_)) return false;
+    retry_ = false;
+    return true;
+  }
+  /// The retry lost: back to the front of the queue, continuing at `target` when resolved
+  /// again. Returns true if it is pending (nothing may touch the wait after that), false if it
+  /// holds the lock now or was resolved meanwhile (must_retry() says which).
+  bool requeue(resume_target target) noexcept {
+    forget_resolution();
+    prepare(target);
+    if (semaphore_->queue_.complete_or_requeue_front(*this,
+                                                     [this] { return semaphore_->retry_locked(*this); }))
+      return false;
+    return arm();
+  }
+
+  /// A complete grant that will not be used goes back (to the next waiter, or available). A
+  /// waiter claimed to retry was granted nothing: its retry in flight ends instead.
+  void give_back() noexcept {
+    if (retry_) {
+      semaphore_->drop_retry(*this);
+    } else {
+      semaphore_->give<false>(needed_);
+    }
+  }
 
   [[nodiscard]] std::size_t missing() const noexcept { return needed_ - granted_; }
   [[nodiscard]] std::size_t granted() const noexcept { return granted_; }
@@ -71,7 +125,10 @@ class semaphore_waiter : public waiter {
  private:
   semaphore* semaphore_;
   std::size_t needed_;
-  std::size_t granted_;  // set by enqueue(); guarded by the semaphore's lock while queued
+  std::size_t granted_;   // set by enqueue(); guarded by the semaphore's lock while queued
+  bool retries_ = false;  // barging: served by a retry coroutine (set before publication)
+  bool retry_ = false;    // barging: claimed to retry, not handed the lock (set by its claimer)
+  bool handed_ = false;   // barging: the retry in flight was handed the lock (under the lock)
 };
 
 struct permit_itself {
@@ -163,15 +220,23 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
   };
 };
 
+/// A Source whose semaphore may barge (a mutex's: `static constexpr bool retries = true;`):
+/// its awaiter keeps room for the retry coroutine.
+template <class Source>
+inline constexpr bool source_retries_v = requires { requires Source::retries; };
+
 /// acquire_awaiter for an acquisition whose semaphore, count and guard maker all follow from
 /// one pointer (a mutex; an rwlock's read or write side): the awaiter is that `Source`, so the
 /// uncontended lock stores one word into the frame before its CAS instead of three. A Source is
 /// a pointer wrapper with `explicit operator bool`, `semaphore_ref()`, `count()` and `maker()`; an
-/// empty Source marks the constructed wait.
+/// empty Source marks the constructed wait. On a semaphore with bounded barging, a coroutine
+/// with a scheduler waits through a retry coroutine (detail/lock_retry.hpp) whose frame lives
+/// here; every other waiter (no scheduler, a when_any branch) is handed the lock in FIFO order.
 template <class Source>
 class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] source_awaiter {
   using node_type = semaphore_acquire<decltype(std::declval<const Source&>().maker())>;
   using wait_type = pending_wait<node_type, false>;
+  static constexpr bool retries = source_retries_v<Source>;
 
  public:
   using value_type = typename node_type::value_type;
@@ -180,7 +245,12 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   source_awaiter(const source_awaiter&) = delete;
   source_awaiter& operator=(const source_awaiter&) = delete;
   ~source_awaiter() {
-    if (!source_) wait_.~wait_type();
+    if (source_) return;
+    const bool retried = retries && wait_.node().retries();
+    wait_.~wait_type();  // unlinks a pending wait first: its retry then never runs again
+    if constexpr (retries) {
+      if (retried) retry_.destroy();
+    }
   }
 
   /// Throws std::logic_error if this awaiter suspended before (an empty source says so; a test
@@ -193,7 +263,11 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    return publish(resume_target(h, scheduler_of(h)), nullptr);
+    const scheduler_ref scheduler = scheduler_of(h);
+    if constexpr (retries) {
+      if (!scheduler.empty() && source_.semaphore_ref().barging()) return publish_retrying(h, scheduler);
+    }
+    return publish(resume_target(h, scheduler), nullptr);
   }
 
   value_type await_resume() {
@@ -203,6 +277,22 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
 
  private:
   friend struct lazy_acquire_access<source_awaiter>;
+
+  /// Builds the wait with the retry coroutine as its continuation, and publishes it. A wait
+  /// resolved to retry before it suspended retries here, on the waiter's own thread.
+  [[gnu::noinline]] bool publish_retrying(std::coroutine_handle<> waiter, scheduler_ref scheduler) noexcept {
+    const Source s = std::exchange(source_, Source{});
+    ::new (static_cast<void*>(&wait_))
+        wait_type(asyncband::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
+    semaphore_waiter& node = wait_.node();
+    ::new (static_cast<void*>(&retry_))
+        std::coroutine_handle<lock_retry_promise>(run_lock_retry(retry_room_, node, scheduler).handle);
+    retry_.promise().set_waiter(waiter);
+    node.set_retries();
+    const resume_target target(retry_, scheduler);
+    if (wait_.publish(target)) return true;  // pending: nothing touches the awaiter any more
+    return retry_until_pending(node, target);
+  }
 
   /// Awaited (or selected) before: its wait was built.
   [[nodiscard]] bool spent() const noexcept { return !source_; }
@@ -219,6 +309,13 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   union {
     wait_type wait_;  // constructed by await_suspend
   };
+  // Barging only, constructed by publish_retrying (nothing is stored before the lock-free CAS).
+  union {
+    std::coroutine_handle<lock_retry_promise> retry_;
+  };
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init): raw room, filled by
+  // publish_retrying
+  [[no_unique_address]] std::conditional_t<retries, lock_retry_room, std::monostate> retry_room_;
 };
 
 /// when_any drives a lazily built acquisition (acquire_awaiter, source_awaiter) as the plain
@@ -269,6 +366,7 @@ struct acquire_forms : wait_forms<semaphore_acquire<Make, Fallible>> {
 // --- the wait list ------------------------------------------------------------------------------
 
 inline bool semaphore::take_or_queue(detail::semaphore_waiter& w) noexcept {
+  if (barging_) return word_.take_or_mark_queued(w.missing(), false);
   if (closed_) {
     w.status = wait_status::closed;
     return true;
@@ -318,6 +416,80 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
     waiters.claim_front(batch, head.missing() == 0 ? wait_status::ok : wait_status::cancelled);
   }
   if (waiters.empty() && deficit_ == 0) word_.make_available(n);  // contended (count 0) until now
+}
+
+[[gnu::noinline]] inline bool semaphore::hand_over_due(std::size_t n) noexcept {
+  passes_ = 0;
+  if (!word_.waiting_or_retrying()) return false;
+  return wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+    if (detail::semaphore_word::retrying_in(word_.load())) {
+      retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
+      return true;
+    }
+    return hand_to_front(n, waiters, batch);
+  });
+}
+
+[[gnu::noinline]] inline void semaphore::serve_head(std::size_t n) noexcept {
+  wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) { serve_locked(n, waiters, batch); });
+}
+
+inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
+                                    detail::wake_batch& batch) noexcept {
+  // The flags change only under this lock while the permit is held (a retry takes it only
+  // when free): re-checked for a cancellation that emptied the queue meanwhile.
+  if (!detail::semaphore_word::must_serve(word_.load())) {
+    word_.give_barging(n);
+    return;
+  }
+  auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
+  if (!head.retries()) {
+    if (!hand_to_front(n, waiters, batch)) word_.give_barging(n);
+    return;
+  }
+  word_.set_retrying();
+  retry_node_ = &head;
+  head.set_retry(true);
+  waiters.claim_front(batch);
+  sync_queued(waiters);
+  word_.give_barging(n);  // free for the retry, or for whoever comes first
+}
+
+[[gnu::noinline]] inline void semaphore::drop_retry(detail::semaphore_waiter& w) noexcept {
+  wake([this, &w](detail::wait_list& waiters, detail::wake_batch& batch) {
+    retry_node_ = nullptr;
+    const std::size_t n = w.missing();
+    bool holds = w.handed();
+    if (holds) {
+      word_.clear_retrying();
+    } else {
+      holds = word_.take_clearing_retrying(n);  // else a holder serves the head when it gives
+    }
+    if (holds) serve_locked(n, waiters, batch);
+  });
+}
+
+inline bool semaphore::hand_to_front(std::size_t n, detail::wait_list& waiters,
+                                     detail::wake_batch& batch) noexcept {
+  auto* head = static_cast<detail::semaphore_waiter*>(waiters.committed_front(batch));
+  if (head != nullptr) {
+    assert(head->missing() == n);
+    head->grant(n);
+    head->set_retry(false);
+    waiters.claim_front(batch);
+  }
+  sync_queued(waiters);
+  return head != nullptr;
+}
+
+inline bool semaphore::retry_locked(detail::semaphore_waiter& w) noexcept {
+  retry_node_ = nullptr;
+  if (w.handed() || word_.take_or_mark_queued(w.missing(), true)) {
+    if (w.handed()) word_.clear_retrying();
+    w.set_retry(false);
+    return true;
+  }
+  return false;
 }
 
 template <class Bind>

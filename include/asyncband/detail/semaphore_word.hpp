@@ -24,6 +24,11 @@ struct varying_count_t {
 struct kept_alive_t {
   explicit kept_alive_t() = default;
 };
+/// Tag of the semaphore constructor for a lock with bounded barging (a mutex's semaphore: one
+/// permit, one holder at a time): see semaphore_word's barging section and docs/design.md.
+struct barging_t {
+  explicit barging_t() = default;
+};
 
 /// The one atomic word of a semaphore: bit 0 is `contended`, set while anybody is queued or a
 /// deficit is outstanding; bits 1-31 are the available count; bits 32-63 are a ticket counter,
@@ -31,9 +36,10 @@ struct kept_alive_t {
 /// one CAS). While `contended` is set the count is 0 (the head waiter or the deficit absorbs
 /// every permit), and only holders of the owner's lock change the word apart from the tickets,
 /// so the lock-free paths are exactly: take with the bit clear, give with the bit clear, and
-/// advance the ticket. Every write keeps the ticket bits, and every write is a
-/// read-modify-write, never a plain store: a channel's receiver announces its sleep with one,
-/// and each later claim must read from its release sequence (announce_at_ticket).
+/// advance the ticket. A mutex's semaphore barges instead (barging_t): it never sets
+/// `contended`, and keeps two flags in the ticket bits (see "bounded barging" below). Every write keeps the
+/// ticket bits, and every write is a read-modify-write, never a plain store: a channel's receiver announces
+/// its sleep with one, and each later claim must read from its release sequence (announce_at_ticket).
 class semaphore_word {
  public:
   /// The largest count the word holds: 2^31 - 1.
@@ -162,6 +168,81 @@ class semaphore_word {
     return (state_.load(std::memory_order_relaxed) & contended) != 0;
   }
 
+  // --- bounded barging (a mutex's semaphore: no tickets, `contended` never set) ----------------
+  // Two flags take the place of the ticket bits, which only a channel uses: `queued` (the wait
+  // list is not empty; changed under the owner's lock) and `retrying` (the head of the list was
+  // taken out of it to try again, and has not yet; set under the lock, cleared by that retry).
+  // Anybody who finds the count available takes it, queued waiters or not. The holder's give
+  // is one CAS that adds n while the head needs no serving (nobody queued, or a retry in flight
+  // that will take the count or queue again); otherwise the holder serves the head under the
+  // owner's lock, still holding the count: a give never frees it with the head unserved, since
+  // whoever served the head after such a give could let it complete and destroy the owner while
+  // the giver still had to touch it. Every change of the flags is a read-modify-write, ordered
+  // with every give and take: a waiter that queues sets `queued` in the same CAS that saw
+  // nothing available, and a give's CAS fails if the flags changed since it read them.
+
+  /// The holder's give: adds n unless the head must be served (then false, and nothing changed).
+  bool try_give_barging(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (!must_serve(s)) {
+      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+  /// Under the owner's lock, with the head served: adds n.
+  void give_barging(std::size_t n) noexcept { state_.fetch_add(encode(n), std::memory_order_release); }
+  /// A waiter is queued and no retry is in flight: the holder must serve the head before it
+  /// gives (a retry, or the count directly to a waiter that cannot retry).
+  [[nodiscard]] static bool must_serve(std::uint64_t state) noexcept {
+    return (state & (queued | retrying)) == queued;
+  }
+  /// The retry in flight: takes n if available, and clears `retrying` with the same CAS.
+  bool try_take_retrying(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (count_of(s) >= n) {
+      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~retrying, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+  /// Under the lock, for a waiter about to queue (`retry`: the retry in flight, going back to
+  /// the front): takes n if available (true), or marks the word queued (false: the caller links
+  /// it). A retry clears `retrying` in the same CAS, either way.
+  bool take_or_mark_queued(std::size_t n, bool retry) noexcept {
+    const std::uint64_t clear = retry ? retrying : 0;
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::uint64_t next = count_of(s) >= n ? s - encode(n) : s | queued;
+      if (state_.compare_exchange_weak(s, next & ~clear, std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return count_of(s) >= n;
+    }
+  }
+  /// Under the lock, for a retry in flight whose waiter is gone: clears `retrying`, and takes n
+  /// in the same CAS if available (true: the caller serves the head with them).
+  bool take_clearing_retrying(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::uint64_t next = (count_of(s) >= n ? s - encode(n) : s) & ~retrying;
+      if (state_.compare_exchange_weak(s, next, std::memory_order_acquire, std::memory_order_relaxed))
+        return count_of(s) >= n;
+    }
+  }
+  /// Under the lock: the wait list became empty.
+  void clear_queued() noexcept { state_.fetch_and(~queued, std::memory_order_relaxed); }
+  /// Under the lock: the head is taken out to retry.
+  void set_retrying() noexcept { state_.fetch_or(retrying, std::memory_order_relaxed); }
+  /// Under the lock: the retry in flight ends (it was handed the count).
+  void clear_retrying() noexcept { state_.fetch_and(~retrying, std::memory_order_relaxed); }
+  /// The flags: somebody is queued, or a retry is in flight (relaxed: a hint, re-read under the lock).
+  [[nodiscard]] bool waiting_or_retrying() const noexcept {
+    return (state_.load(std::memory_order_relaxed) & (queued | retrying)) != 0;
+  }
+  [[nodiscard]] static bool retrying_in(std::uint64_t state) noexcept { return (state & retrying) != 0; }
+
   // --- under the owner's lock ---------------------------------------------------------------------
   /// For a waiter about to queue that still misses `missing`: takes them (true), or takes every
   /// available unit into `granted` and marks the word contended (false: the caller queues).
@@ -220,6 +301,8 @@ class semaphore_word {
   static constexpr std::uint64_t contended = 1;
   static constexpr std::uint64_t ticket_one = std::uint64_t{1} << 32;
   static constexpr std::uint64_t ticket_bits = ~(ticket_one - 1);
+  static constexpr std::uint64_t queued = ticket_one;         // barging mode only
+  static constexpr std::uint64_t retrying = ticket_one << 1;  // barging mode only
   static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
   static constexpr std::size_t count_of(std::uint64_t state) noexcept {
     // Through uint32_t, which holds the 31 count bits: the one conversion that narrows, and

@@ -80,6 +80,16 @@ class wait_queue {
     }
   }
 
+  /// As complete_or_enqueue(w, ready) for a plain `ready()`, linking `w` at the front: a waiter
+  /// that was taken out of the head to retry and goes back there (a lock's bounded barging).
+  template <class Ready>
+  bool complete_or_requeue_front(waiter& w, Ready&& ready) noexcept {
+    const std::lock_guard lock(mutex_);
+    if (std::forward<Ready>(ready)()) return true;
+    waiters_.push_front(w);
+    return false;
+  }
+
   /// Under the lock: runs `complete(waiters, batch)`, which may claim waiters, and resolves
   /// them after unlocking. Returns what `complete` returned. For a fast path that completes a
   /// wait without queueing anything (a barrier's last arrival).

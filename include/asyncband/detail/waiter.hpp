@@ -306,6 +306,12 @@ class waiter {
     if ((prev_state & (suspended | abandoned)) == suspended) target.run();
   }
 
+  /// The waiting side takes back a node it was resolved with, to publish it again (a lock's
+  /// retry that lost the lock goes back to the front of the queue): forgets the resolution.
+  /// Only while nobody else can reach the node: unlinked, and its resolver past resolve()'s
+  /// fetch_or (after which a resolver touches nothing of the node).
+  void forget_resolution() noexcept { handshake_.store(0, std::memory_order_relaxed); }
+
   /// Whether the node was ever armed or resolved, that is published and suspended once: its
   /// handshake never goes back, so publishing it again (an awaiter co_awaited a second time)
   /// would queue a node whose wait is over, which nobody unlinks. One relaxed load: only the
@@ -623,6 +629,21 @@ class wait_list {
       tail_->next = &w;
     }
     tail_ = &w;
+    w.linked = true;
+  }
+
+  /// Links `w` first: a waiter that was at the head and goes back there (a lock's retry).
+  void push_front(waiter& w) noexcept {
+    assert(!w.linked);
+    w.set_claimed(false);
+    w.prev = nullptr;
+    w.next = head_;
+    if (head_ == nullptr) {
+      tail_ = &w;
+    } else {
+      head_->prev = &w;
+    }
+    head_ = &w;
     w.linked = true;
   }
 
