@@ -174,8 +174,11 @@ MUTANTS = [
         "a wait granted its permits and then cancelled (stop seen on resumption, a destroyed "
         "frame) does not pass the grant on",
         "detail/semaphore_wait.hpp",
-        [("  void give_back() noexcept { semaphore_->give<false>(needed_); }",
-          "  void give_back() noexcept {}")],
+        [("""    } else {
+      semaphore_->give<false>(needed_);
+    }""",
+          """    } else {
+    }""")],
         "ModelSemaphore.*:ModelMutex*:ModelMpmcBounded*", "mpmc_bounded"),
     Mutant(
         "event_reset_plain_store",
@@ -306,6 +309,48 @@ MUTANTS = [
         [("    if (!head.commit()) n += head.ungrant();",
           "    if (!head.commit()) static_cast<void>(head.ungrant());")],
         "ModelWhenAny*", "when_any"),
+    Mutant(
+        "mutex_unlock_never_serves",
+        "a barging mutex's unlock frees the lock even when the head is queued with no retry in "
+        "flight, and posts nothing: the queued waiter waits until some other unlock serves it",
+        "detail/semaphore_word.hpp",
+        [("    while (!must_serve(s)) {", "    for (;;) {")],
+        "ModelMutex*", "mutex"),
+    Mutant(
+        "mutex_no_pass_bound",
+        "a barging mutex never hands the lock to its oldest waiter: bargers may pass it forever",
+        "semaphore.hpp",
+        [("    if (++passes_ >= max_passes) [[unlikely]] {",
+          "    if (++passes_ >= max_passes && false) [[unlikely]] {")],
+        "ModelMutex*", "mutex"),
+    Mutant(
+        "mutex_retry_requeues_at_the_back",
+        "a retry that lost the lock queues again behind the waiters that came after it",
+        "detail/wait_queue.hpp",
+        [("""    if (std::forward<Ready>(ready)()) return true;
+    waiters_.push_front(w);""",
+          """    if (std::forward<Ready>(ready)()) return true;
+    waiters_.push_back(w);""")],
+        "ModelMutex*", "mutex"),
+    Mutant(
+        "mutex_dropped_retry_gives_a_permit",
+        "a waiter destroyed after it was claimed to retry gives back a permit it never held, "
+        "instead of ending its retry in flight: two holders",
+        "detail/semaphore_wait.hpp",
+        [("""    if (retry_) {
+      semaphore_->drop_retry(*this);
+    } else {""",
+          """    if (false) {
+    } else {""")],
+        "ModelMutex*", "mutex"),
+    Mutant(
+        "mutex_retry_keeps_retrying_flag",
+        "a retry that takes the free lock lock-free leaves the word's retrying flag set: no later "
+        "unlock serves the queue",
+        "detail/semaphore_word.hpp",
+        [("      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~retrying, std::memory_order_acquire,",
+          "      if (state_.compare_exchange_weak(s, (s - encode(n)), std::memory_order_acquire,")],
+        "ModelMutex*", "mutex"),
 ]
 
 

@@ -1578,6 +1578,26 @@ TEST(MutexMisuse, AwaitingALockAgainAfterItSuspendedThrowsLogicError) {
 // ---------------------------------------------------------------------------------------------
 // Misuse: destroyed with a pending wait (a debug-build assertion names the primitive)
 
+// Destroying a waiting coroutine is allowed while its lock is queued (the lock is withdrawn),
+// not while its resumption is posted to its scheduler: under bounded barging, that includes the
+// window in which its retry is posted and another holds the lock.
+TEST(MutexDeathTest, DestroyingALockerWhoseRetryIsPostedAsserts) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto destroy_with_retry_posted = [] {
+    test_scheduler s;
+    held_mutex h;
+    probe doomed;
+    auto doomed_task = plain_waiter(h, doomed);
+    start_on(s, doomed_task);
+    s.run();
+    h.held.reset();  // doomed's retry is posted
+    const auto barger = h.m.try_lock();
+    doomed_task = {};
+  };
+  EXPECT_DEATH(destroy_with_retry_posted(), "destroyed while its retry was posted");
+}
+
 TEST(MutexDeathTest, DestroyingAMutexWithAPendingLockAssertsNamingIt) {
   if (!debug_asserts) GTEST_SKIP() << "assertions are off";
   threadsafe_death_tests();

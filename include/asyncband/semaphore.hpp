@@ -191,7 +191,9 @@ class semaphore {
 
  private:
   /// For the debug check of an owner's destructor (see wait_queue::no_waiters_left).
-  [[nodiscard]] bool no_waiters_left() noexcept { return queue_.no_waiters_left(); }
+  [[nodiscard]] bool no_waiters_left() noexcept {
+    return queue_.no_waiters_left() && !(barging_ && word_.retrying_now());
+  }
 
   // --- tickets, for a channel's capacity (bounded_state): see detail::semaphore_word -----------
   [[nodiscard]] bool try_take_with_ticket(std::uint32_t& ticket) noexcept {
@@ -284,14 +286,15 @@ class semaphore {
   /// passes_ is the holder's: only the one holder of the one permit touches it.
   void give_barging(std::size_t n) noexcept {
     if (++passes_ >= max_passes) [[unlikely]] {
-      if (hand_over_due(n)) return;
+      hand_over_due(n);
+      return;
     }
     if (!word_.try_give_barging(n)) [[unlikely]]
       serve_head(n);
   }
   /// give_barging()'s bound: hands the n permits the caller holds to the retry in flight or
-  /// the head (true), or returns false if nobody waits (the caller frees them). Out of line.
-  bool hand_over_due(std::size_t n) noexcept;
+  /// the head, or frees them if nobody waits. Out of line.
+  void hand_over_due(std::size_t n) noexcept;
   /// give_barging() with the head queued and no retry in flight: under the lock, takes the head
   /// out to retry on its scheduler and frees the n permits, or hands them to a head that cannot
   /// retry. Out of line.

@@ -247,6 +247,10 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   ~source_awaiter() {
     if (source_) return;
     const bool retried = retries && wait_.node().retries();
+    // A retry posted to the scheduler and not run yet still holds the frame: destroying the
+    // waiting coroutine then is undefined, as with any resumption in flight.
+    assert(!(retried && wait_.node().must_retry() && !wait_.pending()) &&
+           "asyncband: a lock's coroutine destroyed while its retry was posted to its scheduler");
     wait_.~wait_type();  // unlinks a pending wait first: its retry then never runs again
     if constexpr (retries) {
       if (retried) retry_.destroy();
@@ -418,15 +422,18 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
   if (waiters.empty() && deficit_ == 0) word_.make_available(n);  // contended (count 0) until now
 }
 
-[[gnu::noinline]] inline bool semaphore::hand_over_due(std::size_t n) noexcept {
+[[gnu::noinline]] inline void semaphore::hand_over_due(std::size_t n) noexcept {
   passes_ = 0;
-  if (!word_.waiting_or_retrying()) return false;
-  return wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+  // Under the lock, not from a read of the flags: a stale read would stretch the bound. One
+  // locked step per max_passes unlocks.
+  wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (detail::semaphore_word::retrying_in(word_.load())) {
       retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
-      return true;
+      return;
     }
-    return hand_to_front(n, waiters, batch);
+    // Nobody left (or only when_any branches that lost, claimed here): free the permits under
+    // the lock, before anything claimed is resolved (a resolution may run waiter code here).
+    if (!hand_to_front(n, waiters, batch)) word_.give_barging(n);
   });
 }
 
@@ -471,15 +478,15 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
 
 inline bool semaphore::hand_to_front(std::size_t n, detail::wait_list& waiters,
                                      detail::wake_batch& batch) noexcept {
-  auto* head = static_cast<detail::semaphore_waiter*>(waiters.committed_front(batch));
-  if (head != nullptr) {
-    assert(head->missing() == n);
-    head->grant(n);
-    head->set_retry(false);
+  auto* oldest = static_cast<detail::semaphore_waiter*>(waiters.committed_front(batch));
+  if (oldest != nullptr) {
+    assert(oldest->missing() == n);
+    oldest->grant(n);
+    oldest->set_retry(false);
     waiters.claim_front(batch);
   }
   sync_queued(waiters);
-  return head != nullptr;
+  return oldest != nullptr;
 }
 
 inline bool semaphore::retry_locked(detail::semaphore_waiter& w) noexcept {

@@ -237,9 +237,9 @@ class semaphore_word {
   void set_retrying() noexcept { state_.fetch_or(retrying, std::memory_order_relaxed); }
   /// Under the lock: the retry in flight ends (it was handed the count).
   void clear_retrying() noexcept { state_.fetch_and(~retrying, std::memory_order_relaxed); }
-  /// The flags: somebody is queued, or a retry is in flight (relaxed: a hint, re-read under the lock).
-  [[nodiscard]] bool waiting_or_retrying() const noexcept {
-    return (state_.load(std::memory_order_relaxed) & (queued | retrying)) != 0;
+  /// A retry is in flight (for a debug check: nobody may destroy the owner meanwhile).
+  [[nodiscard]] bool retrying_now() const noexcept {
+    return (state_.load(std::memory_order_acquire) & retrying) != 0;
   }
   [[nodiscard]] static bool retrying_in(std::uint64_t state) noexcept { return (state & retrying) != 0; }
 

@@ -453,8 +453,9 @@ concept spins_before_parking = requires(Node& n) {
 /// Before parking: retries the wait for about as long as parking and being woken would take.
 /// Only read-only guesses spin (may_be_ready), so the spinning thread does not take the cache
 /// line away from the thread it waits for; try_complete runs when a guess says it may succeed.
-/// A node that is queued never spins: try_ready keeps to FIFO order (a semaphore's try_take
-/// fails while anybody is queued), so spinning cannot barge ahead of a parked waiter.
+/// A node that is queued never spins. try_ready keeps to the primitive's order: a strict FIFO
+/// semaphore's try_take fails while anybody is queued, so spinning cannot barge ahead of a
+/// parked waiter; a barging mutex lets it take a free lock, as any locker may.
 template <class Node, bool Cancellable>
 bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
   if constexpr (spins_before_parking<Node>) {
