@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -808,15 +809,26 @@ TEST(MutexBarging, AnUnlockFreesTheLockAndPostsTheHeadsRetryWhichANewcomerMayBea
   expect_free(h.m);
 }
 
-TEST(MutexBarging, ARetryThatLostKeepsItsPlaceAheadOfLaterWaiters) {
-  test_scheduler s;
-  held_mutex h;
+/// Two lockers' probes that log the order in which they got the lock (ids 1 and 2).
+struct two_lockers {
   std::vector<int> order;
   lock_probe first;
   lock_probe second;
-  first.id = 1;
-  second.id = 2;
-  first.order = second.order = &order;
+  two_lockers() {
+    first.id = 1;
+    second.id = 2;
+    first.order = second.order = &order;
+  }
+  two_lockers(const two_lockers&) = delete;
+  two_lockers& operator=(const two_lockers&) = delete;
+  ~two_lockers() = default;
+};
+
+TEST(MutexBarging, ARetryThatLostKeepsItsPlaceAheadOfLaterWaiters) {
+  test_scheduler s;
+  held_mutex h;
+  two_lockers lockers;
+  auto& [order, first, second] = lockers;
   s.spawn(plain_waiter(h, first));
   s.spawn(plain_waiter(h, second));
   s.run();
@@ -888,12 +900,8 @@ TEST(MutexBarging, AfterMaxPassesAQueuedWaiterIsHandedTheLockBeforeAnyBarger) {
 TEST(MutexBarging, AWaiterThatCannotRetryIsHandedTheLockDirectly) {
   test_scheduler s;
   held_mutex h;
-  std::vector<int> order;
-  lock_probe plain;
-  lock_probe stoppable;
-  plain.id = 1;
-  stoppable.id = 2;
-  plain.order = stoppable.order = &order;
+  two_lockers lockers;
+  auto& [order, plain, stoppable] = lockers;
   asyncband::stop_source src;  // never stopped
   s.spawn(stoppable_waiter(h, src.get_token(), stoppable));
   s.spawn(plain_waiter(h, plain));
@@ -909,24 +917,6 @@ TEST(MutexBarging, AWaiterThatCannotRetryIsHandedTheLockDirectly) {
   EXPECT_EQ(order, (std::vector<int>{2, 1}));
   EXPECT_TRUE(plain.owned);
   EXPECT_TRUE(stoppable.owned);
-  expect_free(h.m);
-}
-
-TEST(MutexBarging, AWaiterHandedTheLockThatObservesItsStopPassesItOnToTheNextWaitersRetry) {
-  held_mutex h;
-  suspended_waiters waiters(h, true);
-  auto& [s, stop_a, a, b] = waiters;
-  h.held.reset();  // A (with a stop token: it cannot retry) is handed the lock
-  ASSERT_EQ(s.ready_count(), 1U);
-  EXPECT_TRUE(h.m.is_locked());
-  stop_a.request_stop();  // too late to unlink A, but before it resumes
-  s.step();               // A resumes cancelled and gives the lock back: free, B's retry posted
-  EXPECT_EQ(a.status, wait_status::cancelled);
-  EXPECT_EQ(s.ready_count(), 1U);
-  EXPECT_FALSE(h.m.is_locked());
-  s.run();
-  EXPECT_EQ(b.resumed, 1);
-  EXPECT_EQ(b.status, wait_status::ok);
   expect_free(h.m);
 }
 
@@ -1013,24 +1003,34 @@ TEST(MutexCancel, StopWhileQueuedCancelsAndTheNextWaiterGetsTheLock) {
   expect_free(h.m);
 }
 
-TEST(MutexCancel, AWaiterHandedTheLockThatObservesItsStopBeforeResumingPassesItOn) {
-  held_fifo_mutex h;
+/// A waiter with a stop token (handed the lock directly in both modes: it cannot retry) that
+/// observes its stop after it was handed the lock passes it on to B: directly under strict FIFO
+/// (the lock stays held), or freed with B's retry posted under bounded barging.
+template <class Held>
+void a_handed_waiter_that_observes_its_stop_passes_the_lock_on() {
+  Held h;
   suspended_waiters waiters(h, true);
   auto& [s, stop_a, a, b] = waiters;
   h.held.reset();  // hands the lock to A; A's resumption is queued
   ASSERT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(h.m.is_locked());
   stop_a.request_stop();  // too late to unlink A, but before it resumes
   EXPECT_EQ(s.ready_count(), 1U);
   EXPECT_FALSE(h.m.try_lock().has_value());
-  s.step();  // A resumes: cancelled, and gives the lock back, which goes to B
+  s.step();  // A resumes: cancelled, and gives the lock back, which goes on to B
   EXPECT_EQ(a.resumed, 1);
   EXPECT_EQ(a.status, wait_status::cancelled);
-  EXPECT_EQ(s.ready_count(), 1U);
-  EXPECT_TRUE(h.m.is_locked());
+  EXPECT_EQ(s.ready_count(), 1U);  // B's resumption, or its retry
+  EXPECT_EQ(h.m.is_locked(), (std::is_same_v<Held, held_fifo_mutex>));
   s.run();
   EXPECT_EQ(b.resumed, 1);
   EXPECT_EQ(b.status, wait_status::ok);
   expect_free(h.m);
+}
+
+TEST(MutexCancel, AWaiterHandedTheLockThatObservesItsStopBeforeResumingPassesItOn) {
+  a_handed_waiter_that_observes_its_stop_passes_the_lock_on<held_fifo_mutex>();
+  a_handed_waiter_that_observes_its_stop_passes_the_lock_on<held_mutex>();
 }
 
 TEST(MutexCancel, AWaiterHandedTheLockThatObservesItsStopUnlocksWhenNobodyElseWaits) {

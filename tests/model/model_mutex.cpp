@@ -16,6 +16,16 @@ using model::ex::atomic;
 using model::ex::check;
 using model::ex::thread;
 
+/// One try_lock, which must not find another holder inside: 1 if it took the lock (and added
+/// 1 under it), else 0.
+int try_once(asyncband::mutex<int>& m, atomic<int>& inside) {
+  auto g = m.try_lock();
+  if (!g) return 0;
+  check(inside.load() == 0, "try_lock took a held mutex");
+  ++**g;
+  return 1;
+}
+
 /// The scheduler of one model thread, for coroutines that lock with bounded barging (their
 /// lock waits through a retry posted here): schedule() leaves the handle in a mailbox, which
 /// the owning thread empties (run_on). Each coroutine here has at most one resumption pending.
@@ -56,12 +66,7 @@ TEST(ModelMutex, ExcludesAndCountsEveryHolder) {
     };
     thread a(locker);
     thread b(locker);
-    int tried = 0;
-    if (auto g = m.try_lock()) {
-      check(inside.load() == 0, "try_lock took a held mutex");
-      ++**g;
-      tried = 1;
-    }
+    const int tried = try_once(m, inside);
     a.join();
     b.join();
     auto g = m.try_lock();
@@ -174,12 +179,7 @@ TEST(ModelMutex, RetryingCoroutinesAndABargerExcludeAndAllEnd) {
       mailbox box;
       run_on(box, worker());
     });
-    int tried = 0;
-    if (auto g = m.try_lock()) {
-      check(inside.load() == 0, "try_lock took a held mutex");
-      ++**g;
-      tried = 1;
-    }
+    const int tried = try_once(m, inside);
     a.join();
     b.join();
     auto g = m.try_lock();
