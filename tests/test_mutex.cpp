@@ -920,6 +920,55 @@ TEST(MutexBarging, AWaiterThatCannotRetryIsHandedTheLockDirectly) {
   expect_free(h.m);
 }
 
+// The retry loses and queues again; before it arms, the barger unlocks and serves it again: the
+// retry sees that at once (its arm finds it resolved) and takes the lock in the same step.
+TEST(MutexBargingRace, ARetryServedAgainBeforeItArmsTakesTheLockWithoutSuspending) {
+  test_scheduler s;
+  held_mutex h;
+  lock_probe first;
+  s.spawn(plain_waiter(h, first));
+  s.run();
+  h.held.reset();  // first's retry posted
+  auto barger = h.m.try_lock();
+  ASSERT_TRUE(barger.has_value());
+  s.at(test_point::published, [&barger] { barger.reset(); });
+  s.step();  // the retry loses, queues again, is served at `published`, and takes the lock
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_EQ(first.resumed, 1);
+  EXPECT_TRUE(first.owned);
+  EXPECT_EQ(s.ready_count(), 0U);
+  expect_free(h.m);
+}
+
+// A lock served to retry while it publishes (before it suspends) retries inside await_suspend,
+// on its own thread: it takes the lock if it is still free, and otherwise queues again.
+TEST(MutexBargingRace, ALockServedToRetryBeforeItSuspendsRetriesAtOnce) {
+  for (const bool barger_comes_first : {false, true}) {
+    SCOPED_TRACE(barger_comes_first);
+    test_scheduler s;
+    held_mutex h;
+    lock_probe first;
+    std::optional<mutex_guard<int>> barger;
+    s.at(test_point::published, [&] {
+      h.held.reset();  // serves `first` to retry: it is not armed yet, so nothing is posted
+      if (barger_comes_first) barger = h.m.try_lock();
+    });
+    s.spawn(plain_waiter(h, first));
+    s.step();
+    EXPECT_EQ(s.pending_actions(), 0U);
+    EXPECT_EQ(first.resumed, barger_comes_first ? 0 : 1);  // else queued again, suspended
+    EXPECT_EQ(s.ready_count(), 0U);
+    if (barger_comes_first) {
+      ASSERT_TRUE(barger.has_value());
+      barger.reset();  // posts its retry
+      s.run();
+    }
+    EXPECT_EQ(first.resumed, 1);
+    EXPECT_TRUE(first.owned);
+    expect_free(h.m);
+  }
+}
+
 TEST(MutexBarging, DestroyingALockerWhoseRetryWentBackToTheQueueUnlinksIt) {
   test_scheduler s;
   held_mutex h;

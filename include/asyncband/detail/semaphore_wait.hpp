@@ -100,6 +100,7 @@ class semaphore_waiter : public waiter {
     if (semaphore_->queue_.complete_or_requeue_front(*this,
                                                      [this] { return semaphore_->retry_locked(*this); }))
       return false;
+    at_test_point(test_point::published);  // queued again, not armed: a serve here is seen by arm()
     return arm();
   }
 
