@@ -847,7 +847,7 @@ TEST(MutexBarging, ARetryThatLostKeepsItsPlaceAheadOfLaterWaiters) {
 }
 
 // The bound, with the retry in flight all along: every unlock passes it until the max_passes-th
-// since the last hand-over keeps the lock for it.
+// (counted from the mutex's construction here) keeps the lock for it.
 TEST(MutexBarging, AfterMaxPassesTheRetryInFlightIsHandedTheLockBeforeAnyBarger) {
   test_scheduler s;
   held_mutex h;
@@ -1192,15 +1192,17 @@ TEST(MutexDestroy, DestroyingQueuedLockersAnywhereInTheQueueUnlinksThem) {
   expect_free(h.m);
 }
 
-// The unlocking thread has claimed the doomed locker (handing it the lock) and stops before
-// resolving it; this thread destroys the doomed coroutine right then. Its destructor waits for
-// the resolver, which must not resume it, and then passes the lock on: to the next locker, or
-// back to free.
-TEST(MutexDestroy, ALockerHandedTheLockAndDestroyedBeforeResumingPassesItOn) {
+// The unlocking thread has claimed the doomed locker and stops before resolving it; this thread
+// destroys the doomed coroutine right then. Its destructor waits for the resolver, which must
+// not resume it, and then passes on what the claim gave it: under strict FIFO the lock, handed
+// to it (to the next locker, or back to free); under bounded barging its retry, which ends (the
+// free lock goes to the next locker's retry, or stays free).
+template <class Held>
+void a_locker_claimed_and_destroyed_before_resuming_passes_its_claim_on() {
   for (const bool another_waits : {true, false}) {
     SCOPED_TRACE(another_waits);
     test_scheduler s;
-    held_mutex h;
+    Held h;
     probe doomed;
     lock_probe next;
     auto doomed_task = plain_waiter(h, doomed);
@@ -1228,6 +1230,11 @@ TEST(MutexDestroy, ALockerHandedTheLockAndDestroyedBeforeResumingPassesItOn) {
     EXPECT_EQ(next.owned, another_waits);
     expect_free(h.m);
   }
+}
+
+TEST(MutexDestroy, ALockerClaimedAndDestroyedBeforeResumingPassesItsClaimOn) {
+  a_locker_claimed_and_destroyed_before_resuming_passes_its_claim_on<held_fifo_mutex>();
+  a_locker_claimed_and_destroyed_before_resuming_passes_its_claim_on<held_mutex>();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1645,6 +1652,21 @@ TEST(MutexDeathTest, DestroyingALockerWhoseRetryIsPostedAsserts) {
     doomed_task = {};
   };
   EXPECT_DEATH(destroy_with_retry_posted(), "destroyed while its retry was posted");
+}
+
+TEST(MutexDeathTest, DestroyingAMutexWhileARetryIsInFlightAssertsNamingIt) {
+  if (!debug_asserts) GTEST_SKIP() << "assertions are off";
+  threadsafe_death_tests();
+  const auto destroy_with_retry_in_flight = [] {
+    test_scheduler s;
+    auto h = std::make_unique<held_mutex>();
+    probe waiting;
+    s.spawn(plain_waiter(*h, waiting));
+    s.run();
+    h->held.reset();  // its retry is posted: nobody is queued, yet a lock is pending
+    h.reset();
+  };
+  EXPECT_DEATH(destroy_with_retry_in_flight(), "asyncband::mutex destroyed with waiters");
 }
 
 TEST(MutexDeathTest, DestroyingAMutexWithAPendingLockAssertsNamingIt) {

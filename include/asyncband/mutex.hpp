@@ -288,9 +288,9 @@ class [[nodiscard]] owned_mapped_mutex_guard {
 ///   - Bounded barging: an unlock with waiters frees the lock and posts the oldest waiter's
 ///     retry to that waiter's scheduler; whoever locks first takes it (a running coroutine's
 ///     `lock`, `try_lock`, a thread), and a retry that finds it taken goes back to the front of
-///     the queue. The unlocks are counted: the `max_passes`-th one since the lock last went to
-///     a waiter this way hands it to the oldest waiter (or its retry in flight) instead of
-///     freeing it, so no waiter is passed more than `max_passes` times once it is the oldest.
+///     the queue. The unlocks are counted, and every `max_passes`-th one hands the lock to the
+///     oldest waiter (or its retry in flight) instead of freeing it, if anybody waits; so no
+///     waiter is passed more than `max_passes` times once it is the oldest.
 ///     A retry runs on the waiter's scheduler, never on the unlocker's stack, and takes a lock
 ///     nobody else holds in the meantime lock-free. Waiters that cannot retry, because nothing
 ///     can run a retry for them or they may be committed elsewhere, are handed the lock directly
@@ -306,7 +306,8 @@ class [[nodiscard]] owned_mapped_mutex_guard {
 ///   waiter before the hand-off and passes over one that lost.
 /// - Cancellation commits until the waiter resumes: a cancelled lock never holds the mutex; if
 ///   it had been handed the mutex already, the mutex passes to the next waiter (or is unlocked).
-/// - Uncontended lock and unlock are one read and one CAS each, no internal lock.
+/// - Uncontended lock and unlock are one read and one CAS each, no internal lock (strict FIFO:
+///   one CAS each).
 /// - Not recursive: locking a mutex one already holds waits forever.
 /// - The mutex must outlive its guards and pending locks (owned guards keep it alive).
 template <class T = std::monostate>

@@ -275,8 +275,13 @@ class semaphore {
 
   // --- bounded barging (a mutex's semaphore; docs/design.md, "Contended coroutine locks") -------
   /// How many unlocks may pass the waiter at the head (or its retry in flight) before an unlock
-  /// hands the lock to it directly instead of freeing it.
+  /// hands the lock to it directly instead of freeing it. 2 in a model build, so that the
+  /// explorer's few unlocks reach the bound.
+#ifdef ASYNCBAND_MODEL
+  static constexpr unsigned max_passes = 2;
+#else
   static constexpr unsigned max_passes = 100;
+#endif
 
   /// For the lock's retry coroutine (detail::source_awaiter): this semaphore barges.
   [[nodiscard]] bool barging() const noexcept { return barging_; }

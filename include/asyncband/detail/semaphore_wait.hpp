@@ -250,7 +250,9 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
     const bool retried = retries && wait_.node().retries();
     // A retry posted to the scheduler and not run yet still holds the frame: destroying the
     // waiting coroutine then is undefined, as with any resumption in flight.
-    assert(!(retried && wait_.node().must_retry() && !wait_.pending()) &&
+    // pending() first: while the wait is pending an unlock may write must_retry's flag; once it
+    // is not, its acquire load orders that write.
+    assert(!(retried && !wait_.pending() && wait_.node().must_retry()) &&
            "asyncband: a lock's coroutine destroyed while its retry was posted to its scheduler");
     wait_.~wait_type();  // unlinks a pending wait first: its retry then never runs again
     if constexpr (retries) {
@@ -425,8 +427,9 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
 
 [[gnu::noinline]] inline void semaphore::hand_over_due(std::size_t n) noexcept {
   passes_ = 0;
-  // Under the lock, not from a read of the flags: a stale read would stretch the bound. One
-  // locked step per max_passes unlocks.
+  // Nobody queued and no retry in flight: a CAS from that state frees the permits (a CAS is
+  // never stale, where a read of the flags could be and stretch the bound). Else, under the lock.
+  if (word_.try_give_unless_waiting(n)) return;
   wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (detail::semaphore_word::retrying_in(word_.load())) {
       retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)

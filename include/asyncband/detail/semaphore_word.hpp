@@ -191,6 +191,17 @@ class semaphore_word {
     }
     return false;
   }
+  /// The holder's give at its pass bound: adds n only while nobody is queued and no retry is in
+  /// flight (true); false, and nothing changed, otherwise.
+  bool try_give_unless_waiting(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while ((s & (queued | retrying)) == 0) {
+      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
   /// Under the owner's lock, with the head served: adds n.
   void give_barging(std::size_t n) noexcept { state_.fetch_add(encode(n), std::memory_order_release); }
   /// A waiter is queued and no retry is in flight: the holder must serve the head before it
