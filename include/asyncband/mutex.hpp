@@ -309,7 +309,9 @@ class [[nodiscard]] owned_mapped_mutex_guard {
 /// - Uncontended lock and unlock are one read and one CAS each, no internal lock (strict FIFO:
 ///   one CAS each).
 /// - Not recursive: locking a mutex one already holds waits forever.
-/// - The mutex must outlive its guards and pending locks (owned guards keep it alive).
+/// - The mutex must outlive its guards and pending locks (owned guards keep it alive). A
+///   locking coroutine may be destroyed while its lock is queued (the lock is withdrawn), not
+///   while its resumption or its retry is posted to its scheduler (debug builds assert).
 template <class T = std::monostate>
 class mutex {
   friend class mutex_guard<T>;
