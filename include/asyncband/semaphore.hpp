@@ -192,7 +192,8 @@ class semaphore {
  private:
   /// For the debug check of an owner's destructor (see wait_queue::no_waiters_left).
   [[nodiscard]] bool no_waiters_left() noexcept {
-    return queue_.no_waiters_left() && !(barging_ && word_.retrying_now());
+    // A retry in flight is a pending lock outside the queue.
+    return queue_.no_waiters_left() && !(barging_ && detail::semaphore_word::retrying_in(word_.load()));
   }
 
   // --- tickets, for a channel's capacity (bounded_state): see detail::semaphore_word -----------

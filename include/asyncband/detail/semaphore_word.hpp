@@ -37,9 +37,10 @@ struct barging_t {
 /// every permit), and only holders of the owner's lock change the word apart from the tickets,
 /// so the lock-free paths are exactly: take with the bit clear, give with the bit clear, and
 /// advance the ticket. A mutex's semaphore barges instead (barging_t): it never sets
-/// `contended`, and keeps two flags in the ticket bits (see "bounded barging" below). Every write keeps the
-/// ticket bits, and every write is a read-modify-write, never a plain store: a channel's receiver announces
-/// its sleep with one, and each later claim must read from its release sequence (announce_at_ticket).
+/// `contended`, and keeps two flags in the ticket bits (see "bounded barging" below). Every
+/// write keeps the ticket bits, and every write is a read-modify-write, never a plain store: a
+/// channel's receiver announces its sleep with one, and each later claim must read from its
+/// release sequence (announce_at_ticket).
 class semaphore_word {
  public:
   /// The largest count the word holds: 2^31 - 1.
@@ -248,10 +249,6 @@ class semaphore_word {
   void set_retrying() noexcept { state_.fetch_or(retrying, std::memory_order_relaxed); }
   /// Under the lock: the retry in flight ends (it was handed the count).
   void clear_retrying() noexcept { state_.fetch_and(~retrying, std::memory_order_relaxed); }
-  /// A retry is in flight (for a debug check: nobody may destroy the owner meanwhile).
-  [[nodiscard]] bool retrying_now() const noexcept {
-    return (state_.load(std::memory_order_acquire) & retrying) != 0;
-  }
   [[nodiscard]] static bool retrying_in(std::uint64_t state) noexcept { return (state & retrying) != 0; }
 
   // --- under the owner's lock ---------------------------------------------------------------------
