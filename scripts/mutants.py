@@ -324,6 +324,33 @@ MUTANTS = [
           "    if (++passes_ >= max_passes && false) [[unlikely]] {")],
         "ModelMutex*", "mutex"),
     Mutant(
+        "mutex_due_unlock_frees_after_resolving",
+        "the max_passes-th unlock frees the lock only after it resolved what it claimed: a lost "
+        "when_any branch resolved there resumes its coroutine inline with the lock still held",
+        "detail/semaphore_wait.hpp",
+        [("""  wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+    if (detail::semaphore_word::retrying_in(word_.load())) {
+      retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
+      return;
+    }""",
+          """  const bool handed = wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+    if (detail::semaphore_word::retrying_in(word_.load())) {
+      retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
+      return true;
+    }"""),
+         ("""    if (!hand_to_front(n, waiters, batch)) word_.give_barging(n);
+  });
+}
+
+[[gnu::noinline]] inline void semaphore::serve_head""",
+          """    return hand_to_front(n, waiters, batch);
+  });
+  if (!handed) word_.give_barging(n);
+}
+
+[[gnu::noinline]] inline void semaphore::serve_head""")],
+        "ModelMutex*", "mutex"),
+    Mutant(
         "mutex_retry_requeues_at_the_back",
         "a retry that lost the lock queues again behind the waiters that came after it",
         "detail/wait_queue.hpp",

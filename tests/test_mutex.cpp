@@ -25,10 +25,13 @@
 #include <vector>
 
 #include "asyncband/block_on.hpp"
+#include "asyncband/manual_reset_event.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/semaphore.hpp"
 #include "asyncband/stop_token.hpp"
+#include "asyncband/when_any.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
@@ -565,6 +568,18 @@ TEST(MutexOwned, ACancelledOwnedLockReleasesItsReferenceAndTheLockStaysWithItsHo
   EXPECT_TRUE(weak.expired());
 }
 
+/// Whether the mutex `weak` refers to is locked; a failure if it is gone. (The null check also
+/// keeps g++ 12 from warning about a null dereference it imagines inside is_locked().)
+template <class T>
+bool locked_if_alive(const std::weak_ptr<mutex<T>>& weak) {
+  const auto m = weak.lock();
+  if (m == nullptr) {
+    ADD_FAILURE() << "the mutex is gone";
+    return false;
+  }
+  return m->is_locked();
+}
+
 TEST(MutexOwnedMap, AMappedOwnedGuardKeepsTheMutexAliveAndUnlocksBeforeLettingGo) {
   auto m = std::make_shared<mutex<profile>>(profile{4, "dee"});
   const std::weak_ptr<mutex<profile>> weak = m;
@@ -579,9 +594,9 @@ TEST(MutexOwnedMap, AMappedOwnedGuardKeepsTheMutexAliveAndUnlocksBeforeLettingGo
   EXPECT_FALSE(weak.expired());
   **text = "D";
   EXPECT_EQ((*text)->size(), 1U);
-  EXPECT_TRUE(weak.lock()->is_locked());
+  EXPECT_TRUE(locked_if_alive(weak));
   text->unlock();
-  EXPECT_FALSE(weak.lock()->is_locked());
+  EXPECT_FALSE(locked_if_alive(weak));
   EXPECT_FALSE(weak.expired());  // unlock keeps the reference
   text.reset();                  // the reference moved along with the lock: this was the last one
   EXPECT_TRUE(weak.expired());
@@ -988,6 +1003,66 @@ TEST(MutexBarging, DestroyingALockerWhoseRetryWentBackToTheQueueUnlinksIt) {
   EXPECT_EQ(doomed.resumed, 0);
   EXPECT_EQ(next.resumed, 1);
   EXPECT_TRUE(next.owned);
+  expect_free(h.m);
+}
+
+/// What a coroutine awaiting when_any(lock, acquire) saw once resumed: the winner, whether the
+/// mutex was free to take at once, and on which thread it ran.
+struct lock_or_permit_probe {
+  std::size_t index = 0;
+  bool found_free = false;
+  std::thread::id resumed_on;
+};
+
+task<void> lock_or_permit(mutex<int>& m, asyncband::semaphore& sem, lock_or_permit_probe& p) {
+  auto r = co_await asyncband::when_any(m.lock(), sem.acquire(1));
+  p.index = r.index();
+  p.found_free = m.try_lock().has_value();
+  p.resumed_on = std::this_thread::get_id();
+}
+
+// The max_passes-th unlock finds at the head a when_any branch whose when_any a semaphore's
+// permit has just won. It claims the branch cancelled and must free the lock before it resolves
+// it: that resolution is the when_any's last, so it resumes the coroutine inline on the
+// unlocking thread, which finds the lock free. Staged on two threads: the release commits its
+// branch, the unlock claims the lost lock, the release resolves its branch (whose sweep finds the
+// lock claimed), and only then does the unlock resolve what it claimed.
+TEST(MutexBargingRace, AtTheBoundALostWhenAnyBranchIsResolvedWithTheLockFreeAlready) {
+  held_mutex h;
+  h.held.reset();                                                    // the first pass
+  ASSERT_EQ(barge_while_free(h.m, max_passes - 2), max_passes - 2);  // the next max_passes - 2
+  auto holder = h.m.try_lock();                                      // its unlock is due
+  ASSERT_TRUE(holder.has_value());
+  asyncband::semaphore sem(0);
+  lock_or_permit_probe seen;
+  auto waiting = lock_or_permit(h.m, sem, seen);
+  waiting.handle().resume();  // no scheduler: resumed inline by whoever settles its last branch
+  asyncband::manual_reset_event go;
+  asyncband::manual_reset_event claimed;
+  asyncband::manual_reset_event swept;
+  std::thread unlocker([&] {
+    go.wait_blocking();
+    const thread_hook hook(test_point::claimed_for_wake, [&] {
+      claimed.set();  // the lost branch is claimed, the internal lock released
+      swept.wait_blocking();
+    });
+    holder.reset();  // the max_passes-th unlock
+  });
+  {
+    const thread_hook hook(test_point::claimed_for_wake, [&] {  // the permit's branch committed
+      go.set();
+      claimed.wait_blocking();
+    });
+    sem.release(1);
+  }
+  EXPECT_FALSE(waiting.done()) << "the lost branch is still the unlock's to resolve";
+  swept.set();
+  const std::thread::id unlocker_id = unlocker.get_id();
+  unlocker.join();
+  ASSERT_TRUE(waiting.done());
+  EXPECT_EQ(seen.index, 1U);
+  EXPECT_EQ(seen.resumed_on, unlocker_id);
+  EXPECT_TRUE(seen.found_free) << "resumed inside the unlock before it freed the lock";
   expect_free(h.m);
 }
 
