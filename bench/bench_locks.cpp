@@ -51,10 +51,12 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <semaphore>
 #include <shared_mutex>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <oneapi/tbb/mutex.h>
@@ -694,6 +696,18 @@ void mutex_contended_barging_model(benchmark::State& state) {
   });
 }
 
+/// asyncband::mutex<> as a BasicLockable for plain threads: lock() is lock_blocking(), whose
+/// guard is kept in the lockable (only the holder touches it) until unlock().
+class blocking_asyncband_mutex {
+ public:
+  void lock() { held_.emplace(m_.lock_blocking()); }
+  void unlock() noexcept { held_.reset(); }
+
+ private:
+  asyncband::mutex<> m_;
+  std::optional<asyncband::mutex_guard<std::monostate>> held_;
+};
+
 /// K std::threads, each incrementing under `Mutex` (std::mutex, tbb::mutex, tbb::spin_mutex).
 /// The threads are created before the timer starts and released together by a latch.
 template <int K, class Mutex>
@@ -746,6 +760,10 @@ BENCHMARK(mutex_contended_asyncband<2, false, true>)
     ->Name("mutex/contended_2/asyncband_fifo")
     ->UseManualTime();
 BENCHMARK(mutex_contended_threads<2, std::mutex>)->Name("mutex/contended_2/std")->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, blocking_asyncband_mutex>)
+    ->Name("mutex/contended_threads_2/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, std::mutex>)->Name("mutex/contended_threads_2/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<2, tbb::mutex>)->Name("mutex/contended_2/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<2, tbb::spin_mutex>)->Name("mutex/contended_2/tbb_spin")->UseManualTime();
 BENCHMARK(mutex_contended_model<2>)->Name("mutex/contended_2/cppcoro_model")->UseManualTime();
@@ -755,6 +773,10 @@ BENCHMARK(mutex_contended_asyncband<4, false, true>)
     ->Name("mutex/contended_4/asyncband_fifo")
     ->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, std::mutex>)->Name("mutex/contended_4/std")->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, blocking_asyncband_mutex>)
+    ->Name("mutex/contended_threads_4/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, std::mutex>)->Name("mutex/contended_threads_4/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, tbb::mutex>)->Name("mutex/contended_4/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<4, tbb::spin_mutex>)->Name("mutex/contended_4/tbb_spin")->UseManualTime();
 BENCHMARK(mutex_contended_model<4>)->Name("mutex/contended_4/cppcoro_model")->UseManualTime();
@@ -764,6 +786,10 @@ BENCHMARK(mutex_contended_asyncband<8, false, true>)
     ->Name("mutex/contended_8/asyncband_fifo")
     ->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, std::mutex>)->Name("mutex/contended_8/std")->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, blocking_asyncband_mutex>)
+    ->Name("mutex/contended_threads_8/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, std::mutex>)->Name("mutex/contended_threads_8/std")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, tbb::mutex>)->Name("mutex/contended_8/tbb")->UseManualTime();
 BENCHMARK(mutex_contended_threads<8, tbb::spin_mutex>)->Name("mutex/contended_8/tbb_spin")->UseManualTime();
 BENCHMARK(mutex_contended_model<8>)->Name("mutex/contended_8/cppcoro_model")->UseManualTime();

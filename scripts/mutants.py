@@ -351,6 +351,22 @@ MUTANTS = [
 [[gnu::noinline]] inline void semaphore::serve_head""")],
         "ModelMutex*", "mutex"),
     Mutant(
+        "mutex_threads_never_retry",
+        "a plain thread's lock_blocking() on a barging mutex is handed the lock in FIFO order "
+        "instead of retrying: every hand-off to a parked thread stalls every locker",
+        "detail/semaphore_wait.hpp",
+        [("[[nodiscard]] bool may_retry() const noexcept { return semaphore_->barging(); }",
+          "[[nodiscard]] bool may_retry() const noexcept { return semaphore_->barging() && false; }")],
+        "ModelMutex*", "mutex"),
+    Mutant(
+        "mutex_thread_bound_by_count",
+        "a parked thread's retry is due at every count bound, as a coroutine's is: a hand-off to "
+        "a thread every max_passes unlocks",
+        "detail/semaphore_wait.hpp",
+        [("    return parked_since_ == lock_clock::time_point{} ||",
+          "    return true ||")],
+        "ModelMutex*", "mutex"),
+    Mutant(
         "mutex_retry_requeues_at_the_back",
         "a retry that lost the lock queues again behind the waiters that came after it",
         "detail/wait_queue.hpp",

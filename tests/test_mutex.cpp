@@ -10,7 +10,9 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -1003,6 +1005,105 @@ TEST(MutexBarging, DestroyingALockerWhoseRetryWentBackToTheQueueUnlinksIt) {
   EXPECT_EQ(doomed.resumed, 0);
   EXPECT_EQ(next.resumed, 1);
   EXPECT_TRUE(next.owned);
+  expect_free(h.m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded barging for plain threads: lock_blocking() runs its retry itself
+
+/// Moves the clock of a thread's barging bound (detail::lock_clock) by `by` for its scope.
+class lock_clock_shift {
+ public:
+  explicit lock_clock_shift(std::chrono::nanoseconds by) : by_(by) {
+    asyncband::detail::lock_clock::advance_for_tests(by_);
+  }
+  ~lock_clock_shift() { asyncband::detail::lock_clock::advance_for_tests(-by_); }
+  lock_clock_shift(const lock_clock_shift&) = delete;
+  lock_clock_shift& operator=(const lock_clock_shift&) = delete;
+
+ private:
+  std::chrono::nanoseconds by_;
+};
+
+/// A thread in lock_blocking() on `h.m`, staged by the actions run at its publications (the
+/// first, then each time its retry queues again), before it arms: `owned` says whether the guard
+/// it got holds the mutex.
+struct blocking_locker {
+  std::thread thread;
+  bool owned = false;
+  blocking_locker(held_mutex& h, std::vector<std::function<void()>> at_publications)
+      : thread([this, &h, at = std::move(at_publications)]() mutable {
+          const thread_hook hook(test_point::published, std::move(at));
+          const auto g = h.m.lock_blocking();
+          owned = g.owns_lock() && h.m.is_locked();
+        }) {}
+  blocking_locker(const blocking_locker&) = delete;
+  blocking_locker& operator=(const blocking_locker&) = delete;
+  ~blocking_locker() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+// The unlock frees the lock and takes the queued thread out to try again; a barger that comes
+// first wins, and the thread's retry goes back to the front of the queue; the next unlock
+// serves it again, and it takes the lock.
+TEST(MutexBargingThreads, AnUnlockFreesTheLockForTheThreadsRetryWhichABargerMayBeat) {
+  held_mutex h;
+  asyncband::manual_reset_event queued;
+  asyncband::manual_reset_event barged;
+  asyncband::manual_reset_event requeued;
+  asyncband::manual_reset_event unlocked;
+  blocking_locker locker(h, {[&] {
+                               queued.set();
+                               barged.wait_blocking();
+                             },
+                             [&] {
+                               requeued.set();
+                               unlocked.wait_blocking();
+                             }});
+  queued.wait_blocking();
+  h.held.reset();  // frees the lock, the thread claimed to retry (before it parked)
+  auto barger = h.m.try_lock();
+  barged.set();
+  if (!barger) {  // handed to the thread instead: it ends without queueing again
+    ADD_FAILURE() << "the unlock handed the lock to the thread instead of freeing it";
+    return;
+  }
+  requeued.wait_blocking();  // its retry lost: queued again, with the barger holding the lock
+  EXPECT_TRUE(h.m.is_locked());
+  barger.reset();  // serves it again: the lock is free for its next turn
+  unlocked.set();
+  locker.thread.join();
+  EXPECT_TRUE(locker.owned);
+  expect_free(h.m);
+}
+
+// A thread is bounded in time, not by the count: at the max_passes-th unlock, a thread that has
+// waited less than semaphore::thread_max_wait is passed again; once it has waited longer, that
+// unlock keeps the lock for it. The test moves the bound's clock instead of sleeping.
+TEST(MutexBargingThreads, AThreadIsPassedUntilItHasWaitedThreadMaxWaitThenTheLockIsKeptForIt) {
+  using namespace std::chrono_literals;
+  held_mutex h;
+  asyncband::manual_reset_event queued;
+  asyncband::manual_reset_event kept;
+  blocking_locker locker(h, {[&] {
+                           queued.set();
+                           kept.wait_blocking();
+                         }});
+  queued.wait_blocking();
+  {
+    const lock_clock_shift not_yet(-10s);
+    h.held.reset();  // the thread is claimed to retry, and stays in flight
+    EXPECT_EQ(barge_while_free(h.m, 10 * max_passes), 10 * max_passes)
+        << "a thread that has not waited thread_max_wait was not passed at the count bound";
+  }
+  const lock_clock_shift long_after(10s);
+  EXPECT_LT(barge_while_free(h.m, 10 * max_passes), max_passes);
+  EXPECT_TRUE(h.m.is_locked()) << "the lock was not kept for the thread";
+  EXPECT_FALSE(h.m.try_lock().has_value());
+  kept.set();
+  locker.thread.join();
+  EXPECT_TRUE(locker.owned);
   expect_free(h.m);
 }
 

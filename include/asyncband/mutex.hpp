@@ -285,18 +285,23 @@ class [[nodiscard]] owned_mapped_mutex_guard {
 ///   everything the next holder does after its lock completes.
 /// - Fairness: FIFO among waiters, with bounded barging (the default), or strict FIFO hand-off
 ///   (`mutex<T> m(asyncband::strict_fifo, value)`).
-///   - Bounded barging: an unlock with waiters frees the lock and posts the oldest waiter's
-///     retry to that waiter's scheduler; whoever locks first takes it (a running coroutine's
-///     `lock`, `try_lock`, a thread), and a retry that finds it taken goes back to the front of
-///     the queue. The unlocks are counted, and every `max_passes`-th one hands the lock to the
-///     oldest waiter (or its retry in flight) instead of freeing it, if anybody waits; so no
-///     waiter is passed more than `max_passes` times once it is the oldest.
-///     A retry runs on the waiter's scheduler, never on the unlocker's stack, and takes a lock
-///     nobody else holds in the meantime lock-free. Waiters that cannot retry, because nothing
-///     can run a retry for them or they may be committed elsewhere, are handed the lock directly
-///     when they are the oldest, never free in between: threads (`lock_blocking`,
-///     `lock_timeout`), locks with a stop token, `when_any` branches, owned locks, condvar
-///     re-locks, and coroutines without a scheduler.
+///   - Bounded barging: an unlock with waiters frees the lock and sends the oldest waiter to
+///     retry; whoever locks first takes it (a running coroutine's `lock`, `try_lock`, a
+///     thread), and a retry that finds it taken goes back to the front of the queue. The unlocks
+///     are counted, and every `max_passes`-th one hands the lock to the oldest waiter (or its
+///     retry in flight) instead of freeing it, if anybody waits; so no coroutine is passed more
+///     than `max_passes` times once it is the oldest.
+///   - Who retries: `co_await lock()` from a coroutine with a scheduler (the retry is posted to
+///     that scheduler, never run on the unlocker's stack), and a plain thread's untimed lock
+///     without a stop token (`lock_blocking()`, `lock_owned_blocking()`, a condvar's
+///     `wait_blocking` re-lock), which retries on its own thread once unparked. Waking a parked
+///     thread takes microseconds, during which a lock kept for it stalls every locker, so a
+///     thread is bounded in time instead: a `max_passes`-th unlock hands it the lock only once it
+///     has waited `thread_max_wait` (1 ms), and passes it otherwise.
+///   - Waiters that cannot retry, because nothing can run a retry for them or they may be
+///     committed elsewhere, are handed the lock directly when they are the oldest, never free in
+///     between: locks with a stop token or a timeout (`lock_timeout`), `when_any` branches,
+///     coroutines' owned locks and condvar re-locks, and coroutines without a scheduler.
 ///   - Strict FIFO: an unlock with waiters hands the lock to the oldest waiter directly (it is
 ///     never free in between); `try_lock` and a new `lock` never barge past a waiter.
 ///   - Either way a waiter resumes on its own scheduler, after the unlocking call has released
@@ -380,6 +385,9 @@ class mutex {
   /// The bound of the barging: how many unlocks in a row may pass the waiter at the head of the
   /// queue (or its retry in flight) before one hands it the lock instead of freeing it.
   static constexpr std::size_t max_passes = semaphore::max_passes;
+  /// The bound of the barging for a plain thread's retry: how long it may have waited before a
+  /// `max_passes`-th unlock hands it the lock instead of passing it again.
+  static constexpr std::chrono::microseconds thread_max_wait = semaphore::thread_max_wait;
 
   /// A snapshot: true while somebody holds the mutex.
   [[nodiscard]] bool is_locked() const noexcept { return semaphore_.available() == 0; }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -283,6 +284,13 @@ class semaphore {
 #else
   static constexpr unsigned max_passes = 100;
 #endif
+
+  /// How long a plain thread waiting for the lock may be passed (checked at every
+  /// max_passes-th unlock) before an unlock hands the lock to it. Waking a parked thread takes
+  /// microseconds, and every locker waits while the lock is kept for it, so a thread's bound is
+  /// a time, as in Go's and parking_lot's mutexes; a coroutine's retry resumes on a running
+  /// scheduler and is bounded by the count alone. 0 in a model build, where time does not pass.
+  static constexpr std::chrono::microseconds thread_max_wait{detail::model_build ? 0 : 1000};
 
   /// For the lock's retry coroutine (detail::source_awaiter): this semaphore barges.
   [[nodiscard]] bool barging() const noexcept { return barging_; }

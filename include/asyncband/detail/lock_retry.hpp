@@ -9,19 +9,50 @@
 // scheduler; there it takes the lock if it is free, and otherwise goes back to the front of the
 // queue and suspends; once it holds the lock it continues the waiting coroutine by symmetric
 // transfer, on that scheduler's thread already. A head handed the lock directly (the pass
-// bound reached) continues the same way without trying.
+// bound reached) continues the same way without trying. A plain thread's untimed lock_blocking()
+// runs the same turns itself, parked in between (park_retrying).
 #pragma once
 
+#include <atomic>
 #include <cassert>
+#include <chrono>
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <new>
+#include <utility>
 
 #include "../scheduler.hpp"
 #include "waiter.hpp"
 
 namespace asyncband::detail {
+
+/// The clock of a parked thread's bound under bounded barging (semaphore::thread_max_wait). A
+/// test build can move it forward (advance_for_tests), so that tests reach the bound without
+/// sleeping.
+struct lock_clock {
+  using time_point = std::chrono::steady_clock::time_point;
+  static time_point now() noexcept {
+#ifdef ASYNCBAND_TESTING
+    return std::chrono::steady_clock::now() +
+           std::chrono::nanoseconds(advance().load(std::memory_order_relaxed));
+#else
+    return std::chrono::steady_clock::now();
+#endif
+  }
+#ifdef ASYNCBAND_TESTING
+  static void advance_for_tests(std::chrono::nanoseconds by) noexcept {
+    advance().fetch_add(by.count(), std::memory_order_relaxed);
+  }
+
+ private:
+  static std::atomic<std::int64_t>& advance() noexcept {
+    static std::atomic<std::int64_t> by{0};
+    return by;
+  }
+#endif
+};
 
 /// The room a lock's awaiter keeps for its retry's frame: the promise (one handle), the
 /// coroutine's parameters (two references and a scheduler_ref), the awaiter of its one
@@ -97,6 +128,25 @@ template <class Node>
     if (node.requeue(target)) return true;
   }
   return false;
+}
+
+/// A plain thread's lock wait under bounded barging: the thread runs the retry itself, parked
+/// between turns. `publish(target)` publishes the wait (true: pending). Each resolution hands it
+/// the lock or takes it out of the queue to try again: it then takes the lock if it is free, or
+/// goes back to the front of the queue and parks again. Returns once it holds the lock. A late
+/// notify of an earlier turn's parker may wake a later one: park() then sleeps again.
+template <class Node, class Publish>
+void park_retrying(Node& node, Publish&& publish) noexcept {
+  node.set_retries_parked(lock_clock::now());
+  {
+    parker park;
+    if (std::forward<Publish>(publish)(resume_target(&parker::unpark_thunk, &park))) park.park();
+  }
+  for (;;) {
+    parker park;
+    if (!retry_until_pending(node, resume_target(&parker::unpark_thunk, &park))) return;
+    park.park();
+  }
 }
 
 /// The awaiter of the retry's one suspension point.

@@ -74,10 +74,26 @@ class semaphore_waiter : public waiter {
   }
 
   // --- bounded barging: the lock's retry (see source_awaiter) --------------------------------
-  /// Before publication: this waiter has a retry coroutine on its scheduler, so it may be taken
-  /// out of the head to try again instead of being handed the lock.
+  /// Before publication: this waiter has a retry (a coroutine on its scheduler, or its parked
+  /// thread itself), so it may be taken out of the head to try again instead of being handed
+  /// the lock.
   void set_retries() noexcept { retries_ = true; }
+  /// A plain thread's untimed lock without a stop token retries itself (block_wait) when the
+  /// semaphore barges.
+  [[nodiscard]] bool may_retry() const noexcept { return semaphore_->barging(); }
+  /// set_retries() for a plain thread, parked between its turns since `now`: bounded in time.
+  void set_retries_parked(lock_clock::time_point now) noexcept {
+    retries_ = true;
+    parked_since_ = now;
+  }
   [[nodiscard]] bool retries() const noexcept { return retries_; }
+  /// Under the lock, at the pass bound: whether an unlock hands it the lock now. A coroutine's
+  /// retry is due at every bound; a parked thread's once it has waited semaphore::thread_max_wait
+  /// (until then a hand-over would stall every locker for as long as the thread takes to wake).
+  [[nodiscard]] bool due() const noexcept {
+    return parked_since_ == lock_clock::time_point{} ||
+           lock_clock::now() - parked_since_ >= semaphore::thread_max_wait;
+  }
   /// After its resolution: taken out to try again (true), or handed the lock (false).
   [[nodiscard]] bool must_retry() const noexcept { return retry_; }
   /// Under the lock: claimed to try again (true) or handed the lock (false).
@@ -126,10 +142,11 @@ class semaphore_waiter : public waiter {
  private:
   semaphore* semaphore_;
   std::size_t needed_;
-  std::size_t granted_;   // set by enqueue(); guarded by the semaphore's lock while queued
-  bool retries_ = false;  // barging: served by a retry coroutine (set before publication)
-  bool retry_ = false;    // barging: claimed to retry, not handed the lock (set by its claimer)
-  bool handed_ = false;   // barging: the retry in flight was handed the lock (under the lock)
+  std::size_t granted_;                    // set by enqueue(); guarded by the semaphore's lock while queued
+  bool retries_ = false;                   // barging: served by a retry (set before publication)
+  lock_clock::time_point parked_since_{};  // barging: a parked thread's start (else the epoch)
+  bool retry_ = false;   // barging: claimed to retry, not handed the lock (set by its claimer)
+  bool handed_ = false;  // barging: the retry in flight was handed the lock (under the lock)
 };
 
 struct permit_itself {
@@ -432,7 +449,16 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
   if (word_.try_give_unless_waiting(n)) return;
   wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (detail::semaphore_word::retrying_in(word_.load())) {
-      retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
+      if (retry_node_->due()) {
+        retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
+      } else {
+        word_.give_barging(n);  // a parked thread's retry, not due yet: passed again
+      }
+      return;
+    }
+    const auto* head = static_cast<const detail::semaphore_waiter*>(waiters.front());
+    if (head != nullptr && head->retries() && !head->due()) {
+      serve_locked(n, waiters, batch);  // a parked thread, not due yet: served as by any unlock
       return;
     }
     // Nobody left (or only when_any branches that lost, claimed here): free the permits under

@@ -42,6 +42,7 @@
 #include "../scheduler.hpp"
 #include "../stop_token.hpp"
 #include "broadcast_parking.hpp"
+#include "lock_retry.hpp"
 #include "spin_lock.hpp"
 #include "waiter.hpp"
 
@@ -465,6 +466,14 @@ bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
   }
 }
 
+/// A lock's node that may be taken out of the queue to try again instead of being handed the
+/// lock (a barging mutex's, detail/lock_retry.hpp): a thread's untimed wait without a stop
+/// token then retries itself, as any running locker may barge.
+template <class Node>
+concept retries_when_parked = requires(const Node& n) {
+  { n.may_retry() } noexcept -> std::same_as<bool>;
+};
+
 /// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
 /// of a coroutine suspended. A deadline that passes first cancels with `timeout`.
 template <wait_node Node, bool Cancellable, class... Args>
@@ -473,6 +482,12 @@ wait_yield_t<Node, Cancellable> block_wait(asyncband::stop_token token, steady_d
   pending_wait<Node, Cancellable> wait(std::move(token), std::forward<Args>(args)...);
   if (wait.try_complete() || spin_before_parking(wait)) return wait.finish();
   if (!deadline) {
+    if constexpr (!Cancellable && retries_when_parked<Node>) {
+      if (wait.node().may_retry()) {
+        park_retrying(wait.node(), [&wait](resume_target target) noexcept { return wait.publish(target); });
+        return wait.finish();
+      }
+    }
     parker park;
     if (wait.publish(resume_target(&parker::unpark_thunk, &park))) park.park();
   } else {
