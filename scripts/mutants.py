@@ -330,12 +330,22 @@ MUTANTS = [
         "detail/semaphore_wait.hpp",
         [("""  wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (detail::semaphore_word::retrying_in(word_.load())) {
-      retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
-      return;
-    }""",
+      if (retry_node_->due()) {""",
           """  const bool handed = wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
     if (detail::semaphore_word::retrying_in(word_.load())) {
-      retry_node_->hand();  // it will find the lock its own (the count stays 0 meanwhile)
+      if (retry_node_->due()) {"""),
+         ("""        word_.give_barging(n);  // a parked thread's retry, not due yet: passed again
+      }
+      return;
+    }""",
+          """        word_.give_barging(n);  // a parked thread's retry, not due yet: passed again
+      }
+      return true;
+    }"""),
+         ("""      serve_locked(n, waiters, batch);
+      return;
+    }""",
+          """      serve_locked(n, waiters, batch);
       return true;
     }"""),
          ("""    if (!hand_to_front(n, waiters, batch)) word_.give_barging(n);
@@ -363,8 +373,18 @@ MUTANTS = [
         "a parked thread's retry is due at every count bound, as a coroutine's is: a hand-off to "
         "a thread every max_passes unlocks",
         "detail/semaphore_wait.hpp",
-        [("    return parked_since_ == lock_clock::time_point{} ||",
-          "    return true ||")],
+        [("    if constexpr (model_build) return (++due_checks_ & 1U) == 0;",
+          "    return true;")],
+        "ModelMutex*", "mutex"),
+    Mutant(
+        "mutex_passed_thread_left_unserved",
+        "the max_passes-th unlock that passes a parked thread not due yet frees the lock without "
+        "serving it: it stays queued with nobody to wake it until another unlock",
+        "detail/semaphore_wait.hpp",
+        [("""    if (head != nullptr && head->retries() && !head->due()) {
+      serve_locked(n, waiters, batch);""",
+          """    if (head != nullptr && head->retries() && !head->due()) {
+      word_.give_barging(n);""")],
         "ModelMutex*", "mutex"),
     Mutant(
         "mutex_retry_requeues_at_the_back",

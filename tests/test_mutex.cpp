@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "asyncband/block_on.hpp"
+#include "asyncband/debug.hpp"
 #include "asyncband/manual_reset_event.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
@@ -1080,7 +1081,8 @@ TEST(MutexBargingThreads, AnUnlockFreesTheLockForTheThreadsRetryWhichABargerMayB
 
 // A thread is bounded in time, not by the count: at the max_passes-th unlock, a thread that has
 // waited less than semaphore::thread_max_wait is passed again; once it has waited longer, that
-// unlock keeps the lock for it. The test moves the bound's clock instead of sleeping.
+// unlock keeps the lock for it. The test moves the bound's clock (by an hour) instead of
+// sleeping.
 TEST(MutexBargingThreads, AThreadIsPassedUntilItHasWaitedThreadMaxWaitThenTheLockIsKeptForIt) {
   using namespace std::chrono_literals;
   held_mutex h;
@@ -1092,16 +1094,62 @@ TEST(MutexBargingThreads, AThreadIsPassedUntilItHasWaitedThreadMaxWaitThenTheLoc
                          }});
   queued.wait_blocking();
   {
-    const lock_clock_shift not_yet(-10s);
+    const lock_clock_shift not_yet(-1h);
     h.held.reset();  // the thread is claimed to retry, and stays in flight
     EXPECT_EQ(barge_while_free(h.m, 10 * max_passes), 10 * max_passes)
         << "a thread that has not waited thread_max_wait was not passed at the count bound";
   }
-  const lock_clock_shift long_after(10s);
-  EXPECT_LT(barge_while_free(h.m, 10 * max_passes), max_passes);
+  const lock_clock_shift long_after(1h);
+  EXPECT_EQ(barge_while_free(h.m, 10 * max_passes), max_passes - 1);
   EXPECT_TRUE(h.m.is_locked()) << "the lock was not kept for the thread";
   EXPECT_FALSE(h.m.try_lock().has_value());
   kept.set();
+  locker.thread.join();
+  EXPECT_TRUE(locker.owned);
+  expect_free(h.m);
+}
+
+// At the max_passes-th unlock the head is a parked thread's retry queued again (it lost to a
+// barger), not due yet: that unlock serves it as any unlock does, freeing the lock, instead of
+// keeping the lock for it.
+TEST(MutexBargingThreads, AtTheBoundAQueuedThreadNotDueYetIsServedAndTheLockFreed) {
+  using namespace std::chrono_literals;
+  held_mutex h;
+  h.held.reset();                                                    // the first pass
+  ASSERT_EQ(barge_while_free(h.m, max_passes - 3), max_passes - 3);  // the next max_passes - 3
+  h.held = h.m.try_lock();
+  ASSERT_TRUE(h.held.has_value());
+  asyncband::manual_reset_event queued;
+  asyncband::manual_reset_event barged;
+  asyncband::manual_reset_event requeued;
+  asyncband::manual_reset_event go;
+  blocking_locker locker(h, {[&] {
+                               queued.set();
+                               barged.wait_blocking();
+                             },
+                             [&] {
+                               requeued.set();
+                               go.wait_blocking();
+                             }});
+  queued.wait_blocking();
+  h.held.reset();  // pass max_passes - 1: the thread is served to retry
+  auto barger = h.m.try_lock();
+  barged.set();
+  if (!barger) {
+    ADD_FAILURE() << "the unlock handed the lock to the thread instead of freeing it";
+    return;
+  }
+  requeued.wait_blocking();  // its retry lost: queued again at the front, not armed
+  {
+    const lock_clock_shift not_yet(-1h);
+    barger.reset();  // the max_passes-th unlock, with a thread not due at the head
+    EXPECT_FALSE(h.m.is_locked()) << "the lock was kept for a thread that was not due";
+    if (asyncband::detail::debug_access::state(h.m).waiters.counted != 0) {
+      ADD_FAILURE() << "the thread was left queued, with nobody to serve it";
+      (void)h.m.try_lock();  // an unlock that serves it, so that it ends
+    }
+  }
+  go.set();
   locker.thread.join();
   EXPECT_TRUE(locker.owned);
   expect_free(h.m);

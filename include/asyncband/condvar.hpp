@@ -135,7 +135,8 @@ concept condvar_guard = is_mutex_guard<Guard>;
 ///   to (the part, for a mapped guard).
 /// - A wait registers itself with the condvar before it unlocks the mutex, so a notification
 ///   made after the waiter's last check under the mutex is never lost. Then it waits for a
-///   notification, and then re-locks the mutex (a FIFO mutex acquisition like any other).
+///   notification, and then re-locks the mutex (an acquisition like any other: a plain
+///   thread's re-lock without a stop token retries under the mutex's bounded barging).
 /// - notify_one() wakes the oldest registered waiter; notify_all() every registered waiter;
 ///   with nobody registered they do nothing (a notification is not stored). The notifier need
 ///   not hold the mutex.

@@ -289,8 +289,9 @@ class semaphore {
   /// max_passes-th unlock) before an unlock hands the lock to it. Waking a parked thread takes
   /// microseconds, and every locker waits while the lock is kept for it, so a thread's bound is
   /// a time, as in Go's and parking_lot's mutexes; a coroutine's retry resumes on a running
-  /// scheduler and is bounded by the count alone. 0 in a model build, where time does not pass.
-  static constexpr std::chrono::microseconds thread_max_wait{detail::model_build ? 0 : 1000};
+  /// scheduler and is bounded by the count alone. (A model build, where time does not pass,
+  /// counts checks instead: see semaphore_waiter::due().)
+  static constexpr std::chrono::microseconds thread_max_wait{1000};
 
   /// For the lock's retry coroutine (detail::source_awaiter): this semaphore barges.
   [[nodiscard]] bool barging() const noexcept { return barging_; }

@@ -210,6 +210,10 @@ class semaphore_word {
   [[nodiscard]] static bool must_serve(std::uint64_t state) noexcept {
     return (state & (queued | retrying)) == queued;
   }
+  /// Somebody is queued or out to retry (a lock-free read: a spinning locker's hint).
+  [[nodiscard]] bool someone_waits() const noexcept {
+    return (state_.load(std::memory_order_relaxed) & (queued | retrying)) != 0;
+  }
   /// The retry in flight: takes n if available, and clears `retrying` with the same CAS.
   bool try_take_retrying(std::size_t n) noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);

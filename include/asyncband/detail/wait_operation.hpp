@@ -451,6 +451,14 @@ concept spins_before_parking = requires(Node& n) {
   { n.may_be_ready() } noexcept -> std::same_as<bool>;
 };
 
+/// A node whose spin before parking may stop early: `worth_spinning()` (a read-only hint) false
+/// parks at once (a barging mutex with somebody already waiting: spinners beyond the cores only
+/// take the CPU from the holder).
+template <class Node>
+concept stops_spinning = requires(const Node& n) {
+  { n.worth_spinning() } noexcept -> std::same_as<bool>;
+};
+
 /// Before parking: retries the wait for about as long as parking and being woken would take.
 /// Only read-only guesses spin (may_be_ready), so the spinning thread does not take the cache
 /// line away from the thread it waits for; try_complete runs when a guess says it may succeed.
@@ -460,6 +468,14 @@ concept spins_before_parking = requires(Node& n) {
 template <class Node, bool Cancellable>
 bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
   if constexpr (spins_before_parking<Node>) {
+    if constexpr (stops_spinning<Node>) {
+      bool gave_up = false;
+      const bool took = spin_briefly([&wait, &gave_up] {
+        if (!wait.node().worth_spinning()) return gave_up = true;
+        return wait.node().may_be_ready() && wait.try_complete();
+      });
+      return took && !gave_up;
+    }
     return spin_briefly([&wait] { return wait.node().may_be_ready() && wait.try_complete(); });
   } else {
     return false;
@@ -474,18 +490,17 @@ concept retries_when_parked = requires(const Node& n) {
   { n.may_retry() } noexcept -> std::same_as<bool>;
 };
 
-/// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
-/// of a coroutine suspended. A deadline that passes first cancels with `timeout`.
-template <wait_node Node, bool Cancellable, class... Args>
-wait_yield_t<Node, Cancellable> block_wait(asyncband::stop_token token, steady_deadline deadline,
-                                           Args&&... args) {
-  pending_wait<Node, Cancellable> wait(std::move(token), std::forward<Args>(args)...);
-  if (wait.try_complete() || spin_before_parking(wait)) return wait.finish();
+/// block_wait() once its first try failed: spins, then parks until the wait completes (or the
+/// deadline cancels it). Out of line, so that the uncontended wait stays a try and a finish.
+template <class Node, bool Cancellable>
+[[gnu::noinline]] void block_until_complete(pending_wait<Node, Cancellable>& wait,
+                                            const steady_deadline& deadline) noexcept {
+  if (spin_before_parking(wait)) return;
   if (!deadline) {
     if constexpr (!Cancellable && retries_when_parked<Node>) {
       if (wait.node().may_retry()) {
         park_retrying(wait.node(), [&wait](resume_target target) noexcept { return wait.publish(target); });
-        return wait.finish();
+        return;
       }
     }
     parker park;
@@ -497,6 +512,16 @@ wait_yield_t<Node, Cancellable> block_wait(asyncband::stop_token token, steady_d
       park.park();  // at once if released; else until the resolver that claimed the node
     }
   }
+}
+
+/// The blocking twin of wait_awaiter: the same protocol, with the calling thread parked instead
+/// of a coroutine suspended. A deadline that passes first cancels with `timeout`.
+template <wait_node Node, bool Cancellable, class... Args>
+[[gnu::always_inline]] inline wait_yield_t<Node, Cancellable> block_wait(asyncband::stop_token token,
+                                                                         steady_deadline deadline,
+                                                                         Args&&... args) {
+  pending_wait<Node, Cancellable> wait(std::move(token), std::forward<Args>(args)...);
+  if (!wait.try_complete()) block_until_complete(wait, deadline);
   return wait.finish();
 }
 
