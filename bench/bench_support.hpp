@@ -31,6 +31,8 @@
 #include <utility>
 #include <vector>
 
+#include "eager_coroutine.hpp"
+
 #if __has_include(<sys/resource.h>)
 #include <sys/resource.h>
 #define ASYNCBAND_BENCH_HAVE_RUSAGE 1
@@ -42,34 +44,15 @@ namespace asyncband_bench {
 // Driver: an eager coroutine with no scheduler (a wake-up would resume it inline). The benchmark
 // loop runs inside the coroutine, so an iteration costs only the awaited operation, not a
 // resume of the driver.
-class inline_coroutine {
+class inline_coroutine : public eager_coroutine {
  public:
-  struct promise_type {
-    inline_coroutine get_return_object() noexcept {
-      return inline_coroutine(std::coroutine_handle<promise_type>::from_promise(*this));
-    }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-
-  inline_coroutine(inline_coroutine&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
-  inline_coroutine(const inline_coroutine&) = delete;
-  inline_coroutine& operator=(const inline_coroutine&) = delete;
-  inline_coroutine& operator=(inline_coroutine&&) = delete;
-  ~inline_coroutine() {
-    if (handle_) handle_.destroy();
-  }
+  inline_coroutine(eager_coroutine&& c) noexcept
+      : eager_coroutine(std::move(c)) {}  // NOLINT(google-explicit-constructor)
 
   /// The loop must have run to its end without ever suspending (every wait was ready).
   void check(benchmark::State& state) const {
-    if (!handle_.done()) state.SkipWithError("coroutine suspended on an uncontended wait");
+    if (!done()) state.SkipWithError("coroutine suspended on an uncontended wait");
   }
-
- private:
-  explicit inline_coroutine(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
 };
 
 template <class T>

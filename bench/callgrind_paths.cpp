@@ -44,6 +44,8 @@
 #include <concurrentqueue.h>
 #include <valgrind/callgrind.h>
 
+#include "eager_coroutine.hpp"
+
 namespace {
 
 /// Operations run before collection starts.
@@ -135,38 +137,17 @@ class path_run {
   stage stage_ = stage::warm_up;
 };
 
-/// An eager coroutine with no scheduler, for the awaited paths: the loop runs inside it, so a
-/// round costs the awaited operation and not a resumption. A wait that suspends is never
-/// resumed (nothing would), so the coroutine is then not done: checked by finish().
-class eager_loop {
+/// The awaited paths' loop runs inside an eager coroutine (bench/eager_coroutine.hpp); a wait
+/// that suspends is never resumed, so the coroutine is then not done: checked by finish().
+class eager_loop : public asyncband_bench::eager_coroutine {
  public:
-  struct promise_type {
-    eager_loop get_return_object() noexcept {
-      return eager_loop(std::coroutine_handle<promise_type>::from_promise(*this));
-    }
-    std::suspend_never initial_suspend() noexcept { return {}; }
-    std::suspend_always final_suspend() noexcept { return {}; }
-    void return_void() noexcept {}
-    void unhandled_exception() noexcept { std::terminate(); }
-  };
-
-  // Movable for clang 14, which moves the return object out of get_return_object().
-  eager_loop(eager_loop&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
-  eager_loop(const eager_loop&) = delete;
-  eager_loop& operator=(const eager_loop&) = delete;
-  eager_loop& operator=(eager_loop&&) = delete;
-  ~eager_loop() {
-    if (handle_) handle_.destroy();
-  }
+  eager_loop(eager_coroutine&& c) noexcept
+      : eager_coroutine(std::move(c)) {}  // NOLINT(google-explicit-constructor)
 
   /// The loop must have run to its end without suspending.
   void finish(const char* path) const {
-    if (!handle_.done()) fail(path, "an uncontended wait suspended");
+    if (!done()) fail(path, "an uncontended wait suspended");
   }
-
- private:
-  explicit eager_loop(std::coroutine_handle<promise_type> h) noexcept : handle_(h) {}
-  std::coroutine_handle<promise_type> handle_;
 };
 
 /// A second thread, parked until destruction (see the file's comment).

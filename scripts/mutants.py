@@ -387,6 +387,17 @@ MUTANTS = [
       word_.give_barging(n);""")],
         "ModelMutex*", "mutex"),
     Mutant(
+        "mutex_serve_hands_past_a_lost_branch",
+        "an unlock that serves the head does not look past when_any branches that lost: a "
+        "parked thread behind one is handed the lock directly, stalling every locker while it "
+        "wakes",
+        "detail/semaphore_wait.hpp",
+        [("""  detail::semaphore_waiter* const head = front_not_lost(waiters, batch);
+  if (head == nullptr) {  // only when_any branches that lost were queued""",
+          """  auto* const head = static_cast<detail::semaphore_waiter*>(waiters.front());
+  if (head == nullptr) {  // only when_any branches that lost were queued""")],
+        "ModelMutex*", "mutex"),
+    Mutant(
         "mutex_retry_requeues_at_the_back",
         "a retry that lost the lock queues again behind the waiters that came after it",
         "detail/wait_queue.hpp",

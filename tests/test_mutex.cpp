@@ -1215,6 +1215,42 @@ TEST(MutexBargingRace, AtTheBoundALostWhenAnyBranchIsResolvedWithTheLockFreeAlre
   expect_free(h.m);
 }
 
+// An unlock serves the head, and a when_any branch whose when_any the semaphore has just won
+// sits in front of a parked thread. The unlock claims the lost branch and serves the thread to
+// retry, freeing the lock, as with the thread at the head; it does not hand the lock past the
+// branch to a thread that is not due.
+TEST(MutexBargingThreads, AnUnlockLooksPastALostWhenAnyBranchToServeTheThreadBehindIt) {
+  using namespace std::chrono_literals;
+  held_mutex h;
+  asyncband::semaphore sem(0);
+  lock_or_permit_probe seen;
+  auto waiting = lock_or_permit(h.m, sem, seen);
+  waiting.handle().resume();  // queued first, on the mutex and on the semaphore
+  asyncband::manual_reset_event queued;
+  asyncband::manual_reset_event go;
+  blocking_locker locker(h, {[&] {
+                           queued.set();
+                           go.wait_blocking();
+                         }});
+  queued.wait_blocking();  // the thread, queued behind it
+  const lock_clock_shift not_yet(-1h);
+  bool freed = false;
+  {
+    const thread_hook hook(test_point::claimed_for_wake, [&] {  // the permit's branch committed
+      h.held.reset();
+      freed = !h.m.is_locked();
+    });
+    sem.release(1);
+  }
+  EXPECT_TRUE(freed) << "the unlock handed the lock past the lost branch to the thread";
+  go.set();
+  locker.thread.join();
+  EXPECT_TRUE(locker.owned);
+  ASSERT_TRUE(waiting.done());
+  EXPECT_EQ(seen.index, 1U);
+  expect_free(h.m);
+}
+
 /// Locks `m` (without a scheduler: resumed inline by the unlock that hands it the lock), checks
 /// that it is the `id`-th to get it, and unlocks at once, handing the lock to the next.
 task<void> inline_locker(mutex<int>& m, int id, int& next, int& out_of_order) {

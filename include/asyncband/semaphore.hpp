@@ -320,6 +320,11 @@ class semaphore {
   /// on its grant): the retry in flight ends, and a permit it was handed, or that is free, serves
   /// the head. Out of line.
   void drop_retry(detail::semaphore_waiter& w) noexcept;
+  /// Under the lock (barging): claims the when_any branches that lost at the front of the list,
+  /// cancelled, and returns the first waiter behind them, or nullptr (`queued` then follows the
+  /// emptied list). A serve must look past them: a lost branch cannot retry, and handing the
+  /// lock on from it would skip the retry of a waiter behind it.
+  detail::semaphore_waiter* front_not_lost(detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
   /// Under the lock, holding n permits taken from the word: hands them to the first queued
   /// waiter that commits (true); false if nobody is left.
   bool hand_to_front(std::size_t n, detail::wait_list& waiters, detail::wake_batch& batch) noexcept;

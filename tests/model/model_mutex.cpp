@@ -21,8 +21,9 @@ using model::ex::thread;
 int try_once(asyncband::mutex<int>& m, atomic<int>& inside) {
   auto g = m.try_lock();
   if (!g) return 0;
-  check(inside.load() == 0, "try_lock took a held mutex");
+  check(inside.fetch_add(1) == 0, "try_lock took a held mutex");
   ++**g;
+  inside.fetch_sub(1);
   return 1;
 }
 
@@ -51,28 +52,35 @@ void run_on(mailbox& box, asyncband::runtime::task<void> t) {
   }
 }
 
-// Mutual exclusion over the protected value: two lockers (spinning, parking, or handed the lock
-// by the unlock) and a try_lock that must not barge; no increment is lost.
-TEST(ModelMutex, ExcludesAndCountsEveryHolder) {
-  EXPECT_TRUE(model::explored(101, [] {
-    model::kept<asyncband::mutex<int>> kept_m(0);
-    auto& m = *kept_m;
-    atomic<int> inside{0};
-    const auto locker = [&] {
+/// Two threads lock `each` times with lock_blocking() while this thread barges `barges` times
+/// with try_lock: the holders exclude each other and no increment is lost.
+void two_lockers_and_a_barger(int each, int barges) {
+  model::kept<asyncband::mutex<int>> kept_m(0);
+  auto& m = *kept_m;
+  atomic<int> inside{0};
+  const auto locker = [&] {
+    for (int i = 0; i < each; ++i) {
       auto g = m.lock_blocking();
       check(inside.fetch_add(1) == 0, "two holders of the mutex");
       ++*g;
       inside.fetch_sub(1);
-    };
-    thread a(locker);
-    thread b(locker);
-    const int tried = try_once(m, inside);
-    a.join();
-    b.join();
-    auto g = m.try_lock();
-    check(g.has_value(), "the mutex stayed locked");
-    if (g) check(**g == 2 + tried, "an increment under the lock was lost");
-  }));
+    }
+  };
+  thread a(locker);
+  thread b(locker);
+  int tried = 0;
+  for (int i = 0; i < barges; ++i) tried += try_once(m, inside);
+  a.join();
+  b.join();
+  auto g = m.try_lock();
+  check(g.has_value(), "the mutex stayed locked");
+  if (g) check(**g == 2 * each + tried, "an increment under the lock was lost");
+}
+
+// Mutual exclusion over the protected value: two lockers (spinning, parking, or retrying) and a
+// try_lock that may barge; no increment is lost.
+TEST(ModelMutex, ExcludesAndCountsEveryHolder) {
+  EXPECT_TRUE(model::explored(101, [] { two_lockers_and_a_barger(1, 1); }));
 }
 
 // The unlock hands the mutex to the oldest waiter while that waiter is being cancelled: it ends
@@ -222,31 +230,10 @@ TEST(ModelMutex, ARetryingWaiterDestroysTheMutexAfterItsServe) {
 
 // Plain threads retry under bounded barging, bounded by how long they waited (in a model build:
 // due at every second check at the bound, so the explorer sees a thread both passed and handed
-// the lock). Two threads lock twice each and the main thread barges with try_lock: exclusion
+// the lock). Two threads lock twice each and the main thread barges three times: exclusion
 // holds, no increment is lost, and every thread ends (one stranded unserved is a deadlock).
 TEST(ModelMutex, ThreadsRetryingAndABargerExcludeAndAllEnd) {
-  EXPECT_TRUE(model::explored(106, [] {
-    model::kept<asyncband::mutex<int>> kept_m(0);
-    auto& m = *kept_m;
-    atomic<int> inside{0};
-    const auto locker = [&] {
-      for (int i = 0; i < 2; ++i) {
-        auto g = m.lock_blocking();
-        check(inside.fetch_add(1) == 0, "two holders of the mutex");
-        ++*g;
-        inside.fetch_sub(1);
-      }
-    };
-    thread a(locker);
-    thread b(locker);
-    int tried = 0;
-    for (int i = 0; i < 3; ++i) tried += try_once(m, inside);
-    a.join();
-    b.join();
-    auto g = m.try_lock();
-    check(g.has_value(), "the mutex stayed locked");
-    if (g) check(**g == 4 + tried, "an increment under the lock was lost");
-  }));
+  EXPECT_TRUE(model::explored(106, [] { two_lockers_and_a_barger(2, 3); }));
 }
 
 }  // namespace

@@ -464,11 +464,8 @@ inline void semaphore::hand_out(std::size_t n, detail::wait_list& waiters,
       }
       return;
     }
-    // A parked thread at the head (behind when_any branches that lost, claimed here) that is
-    // not due yet is served as by any unlock.
-    while (!waiters.empty() && static_cast<detail::semaphore_waiter*>(waiters.front())->lost())
-      waiters.claim_front(batch, wait_status::cancelled);
-    auto* head = static_cast<detail::semaphore_waiter*>(waiters.front());
+    // A parked thread at the head that is not due yet is served as by any unlock.
+    detail::semaphore_waiter* const head = front_not_lost(waiters, batch);
     if (head != nullptr && head->retries() && !head->due()) {
       serve_locked(n, waiters, batch);
       return;
@@ -491,14 +488,18 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
     word_.give_barging(n);
     return;
   }
-  auto& head = static_cast<detail::semaphore_waiter&>(*waiters.front());
-  if (!head.retries()) {
+  detail::semaphore_waiter* const head = front_not_lost(waiters, batch);
+  if (head == nullptr) {  // only when_any branches that lost were queued
+    word_.give_barging(n);
+    return;
+  }
+  if (!head->retries()) {
     if (!hand_to_front(n, waiters, batch)) word_.give_barging(n);
     return;
   }
   word_.set_retrying();
-  retry_node_ = &head;
-  head.set_retry(true);
+  retry_node_ = head;
+  head->set_retry(true);
   waiters.claim_front(batch);
   sync_queued(waiters);
   word_.give_barging(n);  // free for the retry, or for whoever comes first
@@ -516,6 +517,17 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
     }
     if (holds) serve_locked(n, waiters, batch);
   });
+}
+
+inline detail::semaphore_waiter* semaphore::front_not_lost(detail::wait_list& waiters,
+                                                           detail::wake_batch& batch) noexcept {
+  while (!waiters.empty()) {
+    auto* head = static_cast<detail::semaphore_waiter*>(waiters.front());
+    if (!head->lost()) return head;
+    waiters.claim_front(batch, wait_status::cancelled);
+  }
+  sync_queued(waiters);
+  return nullptr;
 }
 
 inline bool semaphore::hand_to_front(std::size_t n, detail::wait_list& waiters,
