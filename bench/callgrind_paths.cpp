@@ -353,28 +353,28 @@ void std_barrier_arrive(std::size_t iterations) {
 // ---------------------------------------------------------------------------------------------
 // channels
 
+/// One send (`send(tx, value)`) and one try_recv per round, on a channel that never fills.
+template <class Sender, class Receiver, class Send>
+void send_recv_rounds(path_run& run, Sender& tx, Receiver& rx, Send send) {
+  int i = 0;
+  for (auto _ : run) {
+    auto sent = send(tx, i++);
+    auto got = rx.try_recv();
+    if (!sent || !got) fail(run.name(), "a send or try_recv failed on a channel that never fills");
+    keep(*got);
+  }
+}
+
 void bounded_try_pair(std::size_t iterations) {
   auto [tx, rx] = asyncband::mpsc::bounded<int>(kCapacity);
   path_run run("channel/try_pair/asyncband", iterations);
-  int i = 0;
-  for (auto _ : run) {
-    auto sent = tx.try_send(i++);
-    auto got = rx.try_recv();
-    if (!sent || !got) fail(run.name(), "try_send or try_recv failed on a non-full channel");
-    keep(*got);
-  }
+  send_recv_rounds(run, tx, rx, [](auto& sender, int v) { return sender.try_send(v); });
 }
 
 void unbounded_pair(std::size_t iterations) {
   auto [tx, rx] = asyncband::mpsc::unbounded<int>();
   path_run run("channel/unbounded_pair/asyncband", iterations);
-  int i = 0;
-  for (auto _ : run) {
-    auto sent = tx.send(i++);
-    auto got = rx.try_recv();
-    if (!sent || !got) fail(run.name(), "send or try_recv failed");
-    keep(*got);
-  }
+  send_recv_rounds(run, tx, rx, [](auto& sender, int v) { return sender.send(v); });
 }
 
 /// try_enqueue + try_dequeue with a producer and a consumer token, on moodycamel's
