@@ -39,7 +39,7 @@ class semaphore_waiter : public waiter {
   bool may_be_ready() const noexcept { return semaphore_->available() >= needed_; }
   /// A blocking acquisition on a barging semaphore stops spinning once another waiter is queued
   /// or out to retry: it parks behind it at once (measured: with 4 and 8 threads on 2 cores the
-  /// contended mutex ran 1.4-1.8x faster than with everybody spinning; with 2, the same).
+  /// contended mutex ran 1.3-2x faster than with everybody spinning; with 2, the same).
   bool worth_spinning() const noexcept { return !semaphore_->barging_ || !semaphore_->word_.someone_waits(); }
 
   bool enqueue() noexcept {

@@ -492,6 +492,8 @@ concept retries_when_parked = requires(const Node& n) {
 
 /// block_wait() once its first try failed: spins, then parks until the wait completes (or the
 /// deadline cancels it). Out of line, so that the uncontended wait stays a try and a finish.
+/// noexcept: if a timed park's std::mutex threw, the node would stay published with a target
+/// on a dead parker; terminating is the only safe end.
 template <class Node, bool Cancellable>
 [[gnu::noinline]] void block_until_complete(pending_wait<Node, Cancellable>& wait,
                                             const steady_deadline& deadline) noexcept {
