@@ -223,6 +223,22 @@ MUTANTS = [
           "    const bool release_sleepers = false;")],
         "ModelPhaser*", "phaser"),
     Mutant(
+        "phaser_quiet_arrival_ignores_waiters",
+        "arrive() takes its quiet path (no wake-up) when it completes a phase that coroutines "
+        "are queued for: they are never resumed",
+        "phaser.hpp",
+        [("    return unarrived_ > n || (queue_.waiters().empty() && !parking_.has_counted_sleepers());",
+          "    return unarrived_ > n || !parking_.has_counted_sleepers();")],
+        "ModelPhaser*", "phaser"),
+    Mutant(
+        "phaser_quiet_arrival_ignores_sleepers",
+        "arrive() takes its quiet path (no wake-up) when it completes a phase that blocked "
+        "threads sleep on: they sleep through the completion",
+        "phaser.hpp",
+        [("    return unarrived_ > n || (queue_.waiters().empty() && !parking_.has_counted_sleepers());",
+          "    return unarrived_ > n || queue_.waiters().empty();")],
+        "ModelPhaser*", "phaser"),
+    Mutant(
         "oneshot_send_forgets_wake",
         "a oneshot send stores its value but does not wake a waiting receiver",
         "oneshot.hpp",

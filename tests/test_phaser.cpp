@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <latch>
 #include <limits>
 #include <memory>
@@ -604,6 +605,41 @@ TEST(Phaser, BlockingWaitsOnOtherThreadsAreReleasedByTheFinalArrival) {
   for (auto& t : threads) t.join();
   for (const auto& y : yielded) EXPECT_EQ(y, (std::vector<std::uint64_t>{1, 2, 3}));
   EXPECT_TRUE(state_is(*ph, kPhases, 6, 6));
+}
+
+// arrive() completes a phase without a wake-up only while nobody waits for it: here the only
+// waiters are plain threads in untimed waits, which have no node and sleep on the broadcast word.
+// Each thread's parking hook runs just before it sleeps, with the word's key already read: an
+// arrival that does not move the word leaves it asleep. The test then closes the phaser (which
+// always moves the word) so that such a failure ends instead of hanging.
+TEST(Phaser, AnArrivalThatCompletesAPhaseReleasesThreadsThatWaitWithoutANode) {
+  const auto ph = phaser::create();
+  auto arriving = join(*ph);
+  auto waiting = join(*ph);
+  std::atomic<int> parking{0};
+  std::atomic<int> returned{0};
+  phase_result participant_saw = wait_status::closed;
+  phase_result observer_saw = wait_status::closed;
+  const auto block = [&](const std::function<phase_result()>& wait, phase_result& saw) {
+    return std::thread([&, wait] {
+      const thread_hook before_sleep(test_point::parking, [&] { parking.fetch_add(1); });
+      saw = wait();
+      returned.fetch_add(1);
+    });
+  };
+  std::thread participant = block([&] { return waiting.wait_blocking(); }, participant_saw);
+  std::thread observer = block([&] { return ph->wait_blocking(phase_id(0)); }, observer_saw);
+  spin_until([&] { return parking.load() == 2; }, "both threads about to sleep");
+
+  EXPECT_TRUE(is_phase(arriving.arrive(), 0));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (returned.load() != 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(returned.load(), 2) << "the final arrive() left threads asleep";
+  ph->close();  // releases them if the arrival did not (the failure above), and does nothing else
+  participant.join();
+  observer.join();
+  EXPECT_TRUE(is_phase(participant_saw, 1));
+  EXPECT_TRUE(is_phase(observer_saw, 1));
 }
 
 // ---------------------------------------------------------------------------------------------

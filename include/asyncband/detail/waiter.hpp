@@ -423,31 +423,13 @@ class wake_batch {
   /// After the lock is released: resolves every node in FIFO order. While it runs, the batch
   /// is registered as this thread's, so that a coroutine it resumes inline may destroy the frame
   /// of a later member (see withdraw()).
+  /// The test is inline and the work out of line: most wake-ups (an uncontended unlock, a
+  /// phase that nobody waits for) claim nobody, and a call costs them more than the test.
   void resolve_all() noexcept {
     assert(broadcast_ == nullptr &&
            "wake_batch: release_broadcast() first, while the primitive is kept alive");
     release_broadcast();  // (a release build's fallback: its threads must not sleep for good)
-    if (head_ == nullptr) return;
-    at_test_point(test_point::claimed_for_wake);
-    if (wake_batch* outer = resolving_here();
-        outer != nullptr && (deferring_here() || nesting_here() >= max_nesting)) {
-      outer->adopt_inline_members(*this);  // the outer loop resolves them once the current node returns
-      if (head_ == nullptr) return;        // the rest (unparks, posts) are resolved here
-    }
-    // Continuations resolved from here run with deferral off: only the code that asked for it
-    // (between defer_nested's construction and destruction, in this very frame) defers.
-    const bool deferring = std::exchange(deferring_here(), false);
-    ++nesting_here();
-    outer_ = std::exchange(resolving_here(), this);
-    while (head_ != nullptr) {
-      waiter* const w = head_;
-      head_ = w->next;  // advance before resolve(): the node may be gone after it
-      if (head_ == nullptr) tail_ = nullptr;
-      w->resolve();
-    }
-    resolving_here() = outer_;
-    --nesting_here();
-    deferring_here() = deferring;
+    if (head_ != nullptr) resolve_members();
   }
 
   /// While alive, wake-ups made on this thread from inside the resolution of a batch are not
@@ -477,6 +459,30 @@ class wake_batch {
   }
 
  private:
+  /// resolve_all()'s work, for a batch with members.
+  [[gnu::noinline]] void resolve_members() noexcept {
+    at_test_point(test_point::claimed_for_wake);
+    if (wake_batch* outer = resolving_here();
+        outer != nullptr && (deferring_here() || nesting_here() >= max_nesting)) {
+      outer->adopt_inline_members(*this);  // the outer loop resolves them once the current node returns
+      if (head_ == nullptr) return;        // the rest (unparks, posts) are resolved here
+    }
+    // Continuations resolved from here run with deferral off: only the code that asked for it
+    // (between defer_nested's construction and destruction, in this very frame) defers.
+    const bool deferring = std::exchange(deferring_here(), false);
+    ++nesting_here();
+    outer_ = std::exchange(resolving_here(), this);
+    while (head_ != nullptr) {
+      waiter* const w = head_;
+      head_ = w->next;  // advance before resolve(): the node may be gone after it
+      if (head_ == nullptr) tail_ = nullptr;
+      w->resolve();
+    }
+    resolving_here() = outer_;
+    --nesting_here();
+    deferring_here() = deferring;
+  }
+
   /// release_broadcast()'s work, out of line: the test is what every other wake-up pays.
   [[gnu::noinline]] void release_broadcast_now() noexcept {
     broadcast_parking* const word = std::exchange(broadcast_, nullptr);
