@@ -2780,7 +2780,8 @@ TEST(PhaserLastOneOut, ParticipantThreadMayDestroyThePhaserWhileTheFinalArrivalN
 // The other side of the above: an advance that finds no blocked thread counted has nothing to
 // release after its lock (no pin, no move of the word, no notify), and no thread that sees the new
 // phase can destroy the phaser while the lock is held: the arriving participant's reference goes
-// only through a withdrawal, which takes that lock.
+// only through a withdrawal, which takes that lock. (With no waiter either, arrive() takes its
+// quiet path, without a wake batch; the test holds for both.)
 TEST(PhaserLastOneOut, AnAdvanceThatFindsNoBlockedThreadReleasesNothingAfterItsLock) {
   auto ph = phaser::create();
   auto p = std::move(*ph->enroll());
@@ -2791,6 +2792,31 @@ TEST(PhaserLastOneOut, AnAdvanceThatFindsNoBlockedThreadReleasesNothingAfterItsL
   }
   EXPECT_EQ(released, 0) << "the advance pinned the phaser to release a word nobody sleeps on";
   EXPECT_EQ(ph->phase(), phase_id(1));
+}
+
+// The quiet arrival's side of it: once its lock is released, a thread reading phase() lock-free
+// may see the new phase and destroy everything, the arriving participant included
+// (ModelPhaser.LockFreeReaderDestroysWhileTheFinalArrivalReturns, whose explorer cannot stop a
+// thread after its last atomic operation). The hook plays that thread right after the unlock, for
+// a final arrival and for an earlier one (another participant then completes the phase). ASan
+// (./x sanitize) reports any access after it; the phase yielded must be the one read under the lock.
+TEST(PhaserLastOneOut, AQuietArrivalTouchesNothingAfterItsLock) {
+  for (const bool final_arrival : {true, false}) {
+    auto w = std::make_unique<two_participants>();
+    if (final_arrival) w->mine = phaser_participant(std::move(w->other));  // withdraws `mine`: one left
+    phaser_participant& arriving = final_arrival ? w->mine : w->other;
+    int destroyed = 0;
+    phase_result r = wait_status::closed;
+    {
+      const thread_hook after_unlock(test_point::returning, [&] {
+        w.reset();
+        ++destroyed;
+      });
+      r = arriving.arrive();
+    }
+    EXPECT_EQ(destroyed, 1) << "the arrival did not take the quiet path";
+    EXPECT_TRUE(is_phase(r, 0));
+  }
 }
 
 // The same for a wait whose own arrival completes the phase (issue 11): every wait form must be

@@ -198,7 +198,8 @@ class phaser : public std::enable_shared_from_this<phaser> {
   /// phaser outlives its lock hold whatever a thread that sees the new phase does: the
   /// participant's reference to the phaser goes only through a withdrawal, which takes this
   /// lock. So an advance that finds no blocked thread counted takes no pin, moves no word and
-  /// notifies nobody: one lock hold in all (an uncontended arrive()).
+  /// notifies nobody: one lock hold in all. (An arrive() that wakes nobody does not even come
+  /// here: see discharge_quietly_locked.)
   void advance_locked(locked_state& s) noexcept {
     const bool release_sleepers = parking_.has_counted_sleepers();
     if (release_sleepers) queue_.pin();  // before the change: see release_parked()
@@ -375,24 +376,31 @@ class [[nodiscard]] phaser_participant {
     awaiting_ = true;
   }
 
-  enum class quiet_arrival : std::uint8_t { arrived, closed, wakes_somebody };
+  /// What arrive_waking_nobody() did: arrived (in `phase`), found the phaser closed, or left
+  /// the arrival to the full step because it wakes somebody.
+  struct quiet_arrival {
+    enum class outcome : std::uint8_t { arrived, closed, wakes_somebody };
+    outcome how;
+    phase_id phase;  // the phase arrived in, read under the lock (outcome::arrived)
+  };
 
   /// arrive() in a lock hold of its own, without a wake_batch, when the arrival wakes nobody
-  /// (phaser::discharge_wakes_nobody_locked): `arrived` (arrived_in_ is the phase) or `closed`.
-  /// `wakes_somebody`, having changed nothing, when the arrival would complete a phase that
-  /// somebody waits for: arrive() then takes the full step. Nobody is woken here, so this
-  /// participant and its phaser stay this thread's to use after the lock. (A small enum, not a
-  /// returned result: copying that through the stack stalled store forwarding, +8 ns.)
+  /// (phaser::discharge_wakes_nobody_locked); `wakes_somebody`, having changed nothing, when the
+  /// arrival would complete a phase that somebody waits for: arrive() then takes the full step.
+  /// Nobody is woken, but a thread reading phase() lock-free may see the new phase as soon as
+  /// the lock is released and destroy this participant and the phaser at once (last one out):
+  /// the phase is copied under the lock, and nothing is touched after it. (Returned in two
+  /// registers: a result<phase_id> copied through the stack stalled store forwarding, +8 ns.)
   quiet_arrival arrive_waking_nobody() noexcept {
     asyncband::phaser& owner = *phaser_;
     const std::lock_guard lock(owner.queue_.mutex());
-    if (owner.closed_locked()) return quiet_arrival::closed;
+    if (owner.closed_locked()) return {quiet_arrival::outcome::closed, {}};
     if (!arrived_in_current()) {
-      if (!owner.discharge_wakes_nobody_locked(1)) return quiet_arrival::wakes_somebody;
+      if (!owner.discharge_wakes_nobody_locked(1)) return {quiet_arrival::outcome::wakes_somebody, {}};
       record_arrival_locked();
       owner.discharge_quietly_locked(1);
     }
-    return quiet_arrival::arrived;
+    return {quiet_arrival::outcome::arrived, arrived_in_};
   }
 
   /// Under the phaser's lock, for a wait: an arrival whose phase has completed and that no wait
@@ -656,12 +664,14 @@ inline void phaser::close() noexcept {
 
 inline result<phase_id> phaser_participant::arrive() {
   registered();
-  switch (arrive_waking_nobody()) {
-    case quiet_arrival::arrived:
-      return arrived_in_;
-    case quiet_arrival::closed:
+  const quiet_arrival quiet = arrive_waking_nobody();
+  switch (quiet.how) {
+    case quiet_arrival::outcome::arrived:
+      detail::at_test_point(detail::test_point::returning);
+      return quiet.phase;
+    case quiet_arrival::outcome::closed:
       return wait_status::closed;
-    case quiet_arrival::wakes_somebody:
+    case quiet_arrival::outcome::wakes_somebody:
       break;
   }
   // The phase is copied under the lock: the final arrival may resume a waiter inline, which

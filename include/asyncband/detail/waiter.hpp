@@ -49,10 +49,12 @@ enum class test_point : unsigned char {
   queueing,            ///< A wait's lock-free check found it not ready; its locked re-check comes next.
   awaiting_publication,  ///< A receive found its next place claimed, not yet written; it waits for it.
   claimed_position,      ///< A broadcast send claimed its position and has not written it yet.
-  parking,   ///< A thread read its broadcast word's key and was not released yet; it sleeps on the key next.
-  listing,   ///< An Asio operation's wait is published and pending; it lists itself with its context next.
-  refused,   ///< An Asio operation's listing found its context shut down; it cancels its wait next.
-  releasing  ///< A waker resolved the threads on a broadcast word; it moves the word and notifies next.
+  parking,    ///< A thread read its broadcast word's key and was not released yet; it sleeps on the key next.
+  listing,    ///< An Asio operation's wait is published and pending; it lists itself with its context next.
+  refused,    ///< An Asio operation's listing found its context shut down; it cancels its wait next.
+  releasing,  ///< A waker resolved the threads on a broadcast word; it moves the word and notifies next.
+  returning   ///< A call that woke nobody released the lock after its change; it returns next, touching
+              ///< nothing.
 };
 
 #ifdef ASYNCBAND_TESTING
@@ -424,7 +426,8 @@ class wake_batch {
   /// is registered as this thread's, so that a coroutine it resumes inline may destroy the frame
   /// of a later member (see withdraw()).
   /// The test is inline and the work out of line: most wake-ups (an uncontended unlock, a
-  /// phase that nobody waits for) claim nobody, and a call costs them more than the test.
+  /// barrier generation that nobody waits for) claim nobody, and a call costs them more than
+  /// the test.
   void resolve_all() noexcept {
     assert(broadcast_ == nullptr &&
            "wake_batch: release_broadcast() first, while the primitive is kept alive");
