@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "atomic.hpp"
@@ -30,13 +31,27 @@ inline void cpu_relax() noexcept {
 /// neutral from 4 threads per side up; 10 us starts to cost the oversubscribed cases.
 inline constexpr std::chrono::nanoseconds parking_cost{4000};
 
+/// How spin_briefly() waits between its tries.
+enum class spin_backoff : std::uint8_t {
+  /// The CPU's pause hint, doubling up to 16 pauses: for a wait on another thread that is a few
+  /// instructions from done (a channel's other side in its loop).
+  pause,
+  /// Two short pauses, then a yield of the thread before each try: for a lock whose holder
+  /// unlocks and locks again at once. The yield, a system call of 0.2-1 us, keeps the spinner
+  /// off the lock's cache line while the holder runs a stretch of critical sections on its own
+  /// core; a spinner that takes the lock at each unlock moves the line on every acquisition.
+  /// Measured on `mutex/contended_threads_K` (2 cores): 1.3-2x the pause spin's throughput at
+  /// 2-8 threads, ahead of std::mutex, whose waiters' futex calls back off the same way.
+  yield,
+};
+
 /// Retries `ready()` for about the time that parking a thread and waking it again takes (a few
-/// microseconds), backing off with the pause hint between tries; true as soon as it holds.
+/// microseconds), backing off between tries as `Backoff` says; true as soon as it holds.
 /// The clock is read once per eight tries: steady_clock::now() costs about as much as a try.
 /// In a model build (time does not pass there), two tries, without yielding: the operations in
 /// `ready()` are scheduling points already, and a yield would make the explorer run the other
 /// threads first, so that the spin nearly always succeeds and the park is seldom explored.
-template <class Ready>
+template <spin_backoff Backoff = spin_backoff::pause, class Ready>
 bool spin_briefly(Ready&& ready) noexcept(noexcept(ready())) {
   if constexpr (model_build) {
     for (int attempt = 0; attempt != 2; ++attempt) {
@@ -47,7 +62,11 @@ bool spin_briefly(Ready&& ready) noexcept(noexcept(ready())) {
   using clock = std::chrono::steady_clock;
   const clock::time_point give_up = clock::now() + parking_cost;
   for (unsigned round = 0;; ++round) {
-    for (unsigned i = 0, n = 1U << std::min(round, 4U); i != n; ++i) cpu_relax();
+    if (Backoff == spin_backoff::yield && round >= 2) {
+      yield_thread();
+    } else {
+      for (unsigned i = 0, n = 1U << std::min(round, 4U); i != n; ++i) cpu_relax();
+    }
     if (ready()) return true;
     if ((round & 7U) == 7U && clock::now() >= give_up) return false;
   }

@@ -453,10 +453,12 @@ concept spins_before_parking = requires(Node& n) {
 
 /// A node whose spin before parking may stop early: `worth_spinning()` (a read-only hint) false
 /// parks at once (a barging mutex with somebody already waiting: spinners beyond the cores only
-/// take the CPU from the holder).
+/// take the CPU from the holder). `backs_off_by_yielding()` true spins with
+/// spin_backoff::yield (a barging mutex's lock: the holder keeps the lock's cache line a while).
 template <class Node>
 concept stops_spinning = requires(const Node& n) {
   { n.worth_spinning() } noexcept -> std::same_as<bool>;
+  { n.backs_off_by_yielding() } noexcept -> std::same_as<bool>;
 };
 
 /// Before parking: retries the wait for about as long as parking and being woken would take.
@@ -470,10 +472,12 @@ bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
   if constexpr (spins_before_parking<Node>) {
     if constexpr (stops_spinning<Node>) {
       bool gave_up = false;
-      const bool took = spin_briefly([&wait, &gave_up] {
+      const auto try_once = [&wait, &gave_up] {
         if (!wait.node().worth_spinning()) return gave_up = true;
         return wait.node().may_be_ready() && wait.try_complete();
-      });
+      };
+      const bool took = wait.node().backs_off_by_yielding() ? spin_briefly<spin_backoff::yield>(try_once)
+                                                            : spin_briefly(try_once);
       return took && !gave_up;
     }
     return spin_briefly([&wait] { return wait.node().may_be_ready() && wait.try_complete(); });
