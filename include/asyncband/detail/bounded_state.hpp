@@ -111,9 +111,12 @@ class bounded_state : public channel_core<bounded_state<T>> {
     return queued;
   }
 
-  /// Passes the empty cells at the head (their units go back).
+  /// Passes the empty cells at the head (their units go back). The test is inline, the pass out
+  /// of line: an empty cell is a send whose value's construction threw, rare, and every receive
+  /// asks.
   void skip_empty() noexcept {
-    while (ring_.published(head_) && ring_.empty_at(head_)) hand_on_head();
+    if (head_is_empty_cell()) [[unlikely]]
+      skip_empty_cells();
   }
   [[nodiscard]] bool head_has_value() noexcept { return ring_.has_value(head_); }
 
@@ -313,6 +316,13 @@ class bounded_state : public channel_core<bounded_state<T>> {
   void hand_on_head() noexcept {
     ring_.hand_on(head_++);
     capacity_.template give<false>(1);
+  }
+
+  [[nodiscard]] bool head_is_empty_cell() const noexcept {
+    return ring_.published(head_) && ring_.empty_at(head_);
+  }
+  [[gnu::noinline]] void skip_empty_cells() noexcept {
+    while (head_is_empty_cell()) hand_on_head();
   }
 
   // Read by everybody, written by nobody: apart from the capacity's word, which every send and
