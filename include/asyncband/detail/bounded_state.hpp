@@ -318,9 +318,11 @@ class bounded_state : public channel_core<bounded_state<T>> {
     capacity_.template give<false>(1);
   }
 
+  /// The head cell is published and empty.
   [[nodiscard]] bool head_is_empty_cell() const noexcept {
     return ring_.published(head_) && ring_.empty_at(head_);
   }
+  /// Hands on the head cell while it is published and empty.
   [[gnu::noinline]] void skip_empty_cells() noexcept {
     while (head_is_empty_cell()) hand_on_head();
   }

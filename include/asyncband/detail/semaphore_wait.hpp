@@ -42,7 +42,8 @@ class semaphore_waiter : public waiter {
   /// contended mutex ran 1.3-2x faster than with everybody spinning; with 2, the same).
   bool worth_spinning() const noexcept { return !semaphore_->barging_ || !semaphore_->word_.someone_waits(); }
   /// A barging semaphore's (a mutex's) blocking acquisition yields between its spin's tries
-  /// (detail::spin_backoff::yield); the FIFO semaphores keep the pause spin, unmeasured with it.
+  /// (detail::spin_backoff::yield); the FIFO semaphores keep the pause spin (docs/design.md,
+  /// "The spin yields between its tries").
   bool backs_off_by_yielding() const noexcept { return semaphore_->barging_; }
 
   bool enqueue() noexcept {

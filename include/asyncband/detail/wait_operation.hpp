@@ -453,13 +453,28 @@ concept spins_before_parking = requires(Node& n) {
 
 /// A node whose spin before parking may stop early: `worth_spinning()` (a read-only hint) false
 /// parks at once (a barging mutex with somebody already waiting: spinners beyond the cores only
-/// take the CPU from the holder). `backs_off_by_yielding()` true spins with
-/// spin_backoff::yield (a barging mutex's lock: the holder keeps the lock's cache line a while).
+/// take the CPU from the holder).
 template <class Node>
 concept stops_spinning = requires(const Node& n) {
   { n.worth_spinning() } noexcept -> std::same_as<bool>;
+};
+
+/// A node whose spin may back off by yielding: `backs_off_by_yielding()` true spins with
+/// spin_backoff::yield (a barging mutex's lock: the holder keeps the lock's cache line a while);
+/// any other node spins with the pause hint.
+template <class Node>
+concept may_yield_while_spinning = requires(const Node& n) {
   { n.backs_off_by_yielding() } noexcept -> std::same_as<bool>;
 };
+
+template <class Node>
+bool spins_by_yielding(const Node& n) noexcept {
+  if constexpr (may_yield_while_spinning<Node>) {
+    return n.backs_off_by_yielding();
+  } else {
+    return false;
+  }
+}
 
 /// Before parking: retries the wait for about as long as parking and being woken would take.
 /// Only read-only guesses spin (may_be_ready), so the spinning thread does not take the cache
@@ -476,8 +491,8 @@ bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
         if (!wait.node().worth_spinning()) return gave_up = true;
         return wait.node().may_be_ready() && wait.try_complete();
       };
-      const bool took = wait.node().backs_off_by_yielding() ? spin_briefly<spin_backoff::yield>(try_once)
-                                                            : spin_briefly(try_once);
+      const bool took = spins_by_yielding(wait.node()) ? spin_briefly<spin_backoff::yield>(try_once)
+                                                       : spin_briefly(try_once);
       return took && !gave_up;
     }
     return spin_briefly([&wait] { return wait.node().may_be_ready() && wait.try_complete(); });
