@@ -467,6 +467,7 @@ concept may_yield_while_spinning = requires(const Node& n) {
   { n.backs_off_by_yielding() } noexcept -> std::same_as<bool>;
 };
 
+/// The node's backs_off_by_yielding(), or false for a node without it (a pause spin).
 template <class Node>
 bool spins_by_yielding(const Node& n) noexcept {
   if constexpr (may_yield_while_spinning<Node>) {
