@@ -2055,4 +2055,19 @@ TEST(MpmcBoundedRecvMany, ProducerAndConsumerThreadsExchangeEveryValueOnceInBatc
   threads_receive_every_value_once_in_batches<bounded_kind>(2, 16);
 }
 
+// A receive yields while it spins on a small channel only, as on an MPSC one
+// (detail::yielding_receive_capacity); a send, an acquisition of capacity, yields at every one.
+TEST(MpmcBoundedSpin, ABlockingReceiveYieldsWhileSpinningOnlyOnASmallChannel) {
+  using state = asyncband::mpmc::detail::bounded_state<int>;
+  constexpr std::size_t limit = asyncband::detail::yielding_receive_capacity;
+  for (const std::size_t capacity : {std::size_t{1}, std::size_t{64}, limit, limit + 1, std::size_t{4096}}) {
+    state s(capacity, 0);
+    asyncband::mpmc::detail::recv_wait<state> receive(&s);
+    EXPECT_EQ(asyncband::detail::spins_by_yielding(receive), capacity <= limit) << "capacity " << capacity;
+    asyncband::detail::semaphore_waiter send(&s.capacity(), 1);
+    EXPECT_TRUE(asyncband::detail::spins_by_yielding(send)) << "capacity " << capacity;
+    s.close();  // its destructor checks that every unit of capacity came back
+  }
+}
+
 }  // namespace

@@ -1044,4 +1044,13 @@ TEST(MpmcUnboundedRecvMany, ProducerAndConsumerThreadsExchangeEveryValueOnceInBa
   threads_receive_every_value_once_in_batches<unbounded_kind>(2, 16);
 }
 
+// A receive on an unbounded channel spins with the pause hint, never yielding: its senders never
+// block, so one given the receiver's core would keep it for a whole time slice.
+TEST(MpmcUnboundedSpin, ABlockingReceiveDoesNotYieldWhileSpinning) {
+  using state = asyncband::mpmc::detail::unbounded_state<int>;
+  state s;
+  asyncband::mpmc::detail::recv_wait<state> receive(&s);
+  EXPECT_FALSE(asyncband::detail::spins_by_yielding(receive));
+}
+
 }  // namespace

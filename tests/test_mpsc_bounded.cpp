@@ -3688,3 +3688,17 @@ TEST(MpscBoundedRecvMany, ABatchReceiveIsOneReceiveAtATime) {
 TEST(MpscBoundedRecvMany, ProducerThreadsAndABatchReceivingThreadExchangeEveryValueOnceInOrder) {
   threads_receive_every_value_once_in_batches<batch_kind>(1, 16);
 }
+
+// The spin before a blocking receive parks yields the thread between its tries on a channel of
+// small capacity only (detail::yielding_receive_capacity): a sender given the core there
+// blocks on capacity soon; on a large channel it would keep the core for a whole time slice.
+TEST(MpscBoundedSpin, ABlockingReceiveYieldsWhileSpinningOnlyOnASmallChannel) {
+  using state = asyncband::mpsc::detail::bounded_state<int>;
+  constexpr std::size_t limit = asyncband::detail::yielding_receive_capacity;
+  for (const std::size_t capacity : {std::size_t{1}, std::size_t{64}, limit, limit + 1, std::size_t{4096}}) {
+    state s(capacity, 0);
+    asyncband::mpsc::detail::recv_wait<state, int> receive(&s);
+    EXPECT_EQ(asyncband::detail::spins_by_yielding(receive), capacity <= limit) << "capacity " << capacity;
+    s.close();  // its destructor checks that every unit of capacity came back
+  }
+}

@@ -1910,3 +1910,12 @@ TEST(UnboundedRecvMany, ABatchReceiveIsOneReceiveAtATime) {
 TEST(UnboundedRecvMany, ProducerThreadsAndABatchReceivingThreadExchangeEveryValueOnceInOrder) {
   threads_receive_every_value_once_in_batches<batch_kind>(1, 16);
 }
+
+// An unbounded channel's senders never block, so a sender given the receiver's core would keep
+// it for a whole time slice: its blocking receive spins with the pause hint, never yielding.
+TEST(UnboundedSpin, ABlockingReceiveDoesNotYieldWhileSpinning) {
+  using state = asyncband::mpsc::detail::unbounded_state<int>;
+  state s;
+  asyncband::mpsc::detail::recv_wait<state, int> receive(&s);
+  EXPECT_FALSE(asyncband::detail::spins_by_yielding(receive));
+}

@@ -12,6 +12,7 @@
 #include "../result.hpp"
 #include "atomic.hpp"
 #include "receiving_end.hpp"
+#include "spin_lock.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
 #include "waiter.hpp"
@@ -226,6 +227,10 @@ class recv_wait : public asyncband::detail::waiter {
   bool try_ready() noexcept { return state_->receive_ready(status); }
   /// A blocking receive spins on it before it parks: the senders are usually running.
   bool may_be_ready() noexcept { return state_->receive_may_be_ready(); }
+  /// Its spin yields on a small bounded channel only (detail::receive_spins_by_yielding).
+  bool backs_off_by_yielding() const noexcept {
+    return asyncband::detail::receive_spins_by_yielding(*state_);
+  }
   bool enqueue() noexcept { return state_->enqueue_receiver(*this); }
   bool cancel(wait_status why) noexcept { return state_->cancel_receiver(*this, why); }
   /// The outcome itself, built in place from the head's cell: finish_wait returns it as is.

@@ -12,6 +12,7 @@
 #include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "semaphore_wait.hpp"
+#include "spin_lock.hpp"
 
 namespace asyncband::mpmc::detail {
 
@@ -45,6 +46,11 @@ class receive_waiter : public asyncband::detail::semaphore_waiter {
   auto& bind() noexcept {
     claim_.claimed = true;
     return claim_.value;
+  }
+  /// Its spin yields on a small bounded channel only (detail::receive_spins_by_yielding), not
+  /// at every capacity as other acquisitions of a semaphore do.
+  bool backs_off_by_yielding() const noexcept {
+    return asyncband::detail::receive_spins_by_yielding(*state_);
   }
 
  protected:

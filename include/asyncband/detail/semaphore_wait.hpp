@@ -41,10 +41,11 @@ class semaphore_waiter : public waiter {
   /// or out to retry: it parks behind it at once (measured: with 4 and 8 threads on 2 cores the
   /// contended mutex ran 1.3-2x faster than with everybody spinning; with 2, the same).
   bool worth_spinning() const noexcept { return !semaphore_->barging_ || !semaphore_->word_.someone_waits(); }
-  /// A barging semaphore's (a mutex's) blocking acquisition yields between its spin's tries
-  /// (detail::spin_backoff::yield); the FIFO semaphores keep the pause spin (docs/design.md,
-  /// "The spin yields between its tries").
-  bool backs_off_by_yielding() const noexcept { return semaphore_->barging_; }
+  /// A blocking acquisition yields between its spin's tries (detail::spin_backoff::yield):
+  /// whoever it waits for (a lock's holder, a channel's receiver freeing capacity) gets the
+  /// core and keeps its cache lines a while (docs/design.md, "The spin yields between its
+  /// tries"). An MPMC receive decides by its channel's capacity instead (receive_waiter).
+  bool backs_off_by_yielding() const noexcept { return true; }
 
   bool enqueue() noexcept {
     granted_ = 0;

@@ -460,8 +460,8 @@ concept stops_spinning = requires(const Node& n) {
 };
 
 /// A node whose spin may back off by yielding: `backs_off_by_yielding()` true spins with
-/// spin_backoff::yield (a barging mutex's lock: the holder keeps the lock's cache line a while);
-/// any other node spins with the pause hint.
+/// spin_backoff::yield (a semaphore's acquisition, a receive on a small channel: see
+/// receive_spins_by_yielding); any other node spins with the pause hint.
 template <class Node>
 concept may_yield_while_spinning = requires(const Node& n) {
   { n.backs_off_by_yielding() } noexcept -> std::same_as<bool>;
@@ -496,7 +496,9 @@ bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
                                                        : spin_briefly(try_once);
       return took && !gave_up;
     }
-    return spin_briefly([&wait] { return wait.node().may_be_ready() && wait.try_complete(); });
+    const auto try_once = [&wait] { return wait.node().may_be_ready() && wait.try_complete(); };
+    return spins_by_yielding(wait.node()) ? spin_briefly<spin_backoff::yield>(try_once)
+                                          : spin_briefly(try_once);
   } else {
     return false;
   }
