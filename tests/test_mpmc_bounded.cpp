@@ -2055,15 +2055,20 @@ TEST(MpmcBoundedRecvMany, ProducerAndConsumerThreadsExchangeEveryValueOnceInBatc
   threads_receive_every_value_once_in_batches<bounded_kind>(2, 16);
 }
 
-// A receive yields while it spins on a small channel only, as on an MPSC one
-// (detail::yielding_receive_capacity); a send, an acquisition of capacity, yields at every one.
+// A receive (single or batch) yields while it spins on a small channel only, as on an MPSC one
+// (detail::yielding_receive_capacity, 1024; literals pin the measured choice); a send, an
+// acquisition of capacity, yields at every capacity.
 TEST(MpmcBoundedSpin, ABlockingReceiveYieldsWhileSpinningOnlyOnASmallChannel) {
   using state = asyncband::mpmc::detail::bounded_state<int>;
-  constexpr std::size_t limit = asyncband::detail::yielding_receive_capacity;
-  for (const std::size_t capacity : {std::size_t{1}, std::size_t{64}, limit, limit + 1, std::size_t{4096}}) {
+  const std::pair<std::size_t, bool> cases[] = {{1, true},    {64, true},    {256, true},
+                                                {1024, true}, {1025, false}, {4096, false}};
+  for (const auto& [capacity, yields] : cases) {
     state s(capacity, 0);
     asyncband::mpmc::detail::recv_wait<state> receive(&s);
-    EXPECT_EQ(asyncband::detail::spins_by_yielding(receive), capacity <= limit) << "capacity " << capacity;
+    EXPECT_EQ(asyncband::detail::spins_by_yielding(receive), yields) << "capacity " << capacity;
+    std::vector<int> buffer;
+    asyncband::mpmc::detail::recv_many_wait<state, std::vector<int>> batch(&s, buffer, 4);
+    EXPECT_EQ(asyncband::detail::spins_by_yielding(batch), yields) << "capacity " << capacity;
     asyncband::detail::semaphore_waiter send(&s.capacity(), 1);
     EXPECT_TRUE(asyncband::detail::spins_by_yielding(send)) << "capacity " << capacity;
     s.close();  // its destructor checks that every unit of capacity came back

@@ -12,7 +12,6 @@
 #include "../result.hpp"
 #include "atomic.hpp"
 #include "receiving_end.hpp"
-#include "spin_lock.hpp"
 #include "wait_functions.hpp"
 #include "wait_queue.hpp"
 #include "waiter.hpp"

@@ -12,7 +12,6 @@
 #include "mpmc_takes.hpp"
 #include "receiving_end.hpp"
 #include "semaphore_wait.hpp"
-#include "spin_lock.hpp"
 
 namespace asyncband::mpmc::detail {
 

@@ -21,6 +21,30 @@
 
 namespace asyncband::detail {
 
+/// The largest capacity of a bounded channel whose blocking receives back off by yielding
+/// (spin_backoff::yield). A receiver that yields gives its core to a runnable sender, which
+/// runs until it blocks on capacity or its time slice ends: on a small channel that is soon,
+/// and the receiver comes back to a batch of values; on a large one the sender keeps the core
+/// for a whole slice while the receiver does not drain. Measured on the thread benchmarks
+/// (2 cores, 2026-12-04, yield against pause, docs/design.md): MPSC capacity 64 with 4 and 8
+/// producers 1.6-2.3x faster, 256 1.8-2.0x, 1024 the same within the noise, 4096 1.1-1.3x
+/// slower with 4 and more threads. Senders (capacity waits) yield at every capacity: with the
+/// senders alone yielding, no channel case got slower.
+inline constexpr std::size_t yielding_receive_capacity = 1024;
+
+/// Whether a blocking receive on a channel's shared `state` backs off by yielding: a bounded
+/// channel of at most yielding_receive_capacity; never an unbounded one, whose senders never
+/// block. A state is bounded if it has logical_capacity() (both bounded states have it, public
+/// and const; neither unbounded state does: the tests check each).
+template <class State>
+bool receive_spins_by_yielding(const State& state) noexcept {
+  if constexpr (requires { state.logical_capacity(); }) {
+    return state.logical_capacity() <= yielding_receive_capacity;
+  } else {
+    return false;
+  }
+}
+
 /// Moves the value at `source` (a channel's cell) straight into the outcome of a receive
 /// (result<T> or try_recv_result<T>), constructed in place and returned as a prvalue, so that
 /// the caller's chain of returns elides every further move. Only once that one move succeeded

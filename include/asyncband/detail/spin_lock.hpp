@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstddef>
 #include <cstdint>
 #include <thread>
 
@@ -36,28 +35,6 @@ inline void cpu_relax_times(unsigned n) noexcept {
 /// Measured on the thread benchmarks (2 cores): 2-4 us halves the 1x1 channel times and is
 /// neutral from 4 threads per side up; 10 us starts to cost the oversubscribed cases.
 inline constexpr std::chrono::nanoseconds parking_cost{4000};
-
-/// The largest capacity of a bounded channel whose blocking receives back off by yielding
-/// (spin_backoff::yield). A receiver that yields gives its core to a runnable sender, which
-/// runs until it blocks on capacity or its time slice ends: on a small channel that is soon,
-/// and the receiver comes back to a batch of values; on a large one the sender keeps the core
-/// for a whole slice while the receiver does not drain. Measured on the thread benchmarks
-/// (2 cores, 2026-12-04, yield against pause): capacity 64 and 256, 1.0-2.3x faster from 2
-/// producers up; 1024 the same within the noise; 4096, 1.1-1.3x slower with 4 and more threads.
-/// Senders (capacity waits) and locks yield at every capacity: no loss was measured there.
-inline constexpr std::size_t yielding_receive_capacity = 1024;
-
-/// Whether a blocking receive on a channel's shared `state` backs off by yielding: a bounded
-/// channel (one with a logical_capacity()) of at most yielding_receive_capacity; never an
-/// unbounded one, whose senders never block.
-template <class State>
-bool receive_spins_by_yielding(const State& state) noexcept {
-  if constexpr (requires { state.logical_capacity(); }) {
-    return state.logical_capacity() <= yielding_receive_capacity;
-  } else {
-    return false;
-  }
-}
 
 /// How spin_briefly() waits between its tries.
 enum class spin_backoff : std::uint8_t {
@@ -108,6 +85,13 @@ bool spin_briefly(Ready&& ready) noexcept(noexcept(ready())) {
     if (ready()) return true;
     if ((round & 7U) == 7U && clock::now() >= give_up) return false;
   }
+}
+
+/// spin_briefly() with the yield backoff if `yielding`, else with the pause hint: for a caller
+/// whose choice is known only at run time (the wait's node decides, see spin_before_parking).
+template <class Ready>
+bool spin_briefly(bool yielding, Ready&& ready) noexcept(noexcept(ready())) {
+  return yielding ? spin_briefly<spin_backoff::yield>(ready) : spin_briefly<spin_backoff::pause>(ready);
 }
 
 /// Waits for `done()`, which another thread makes true within a few instructions: spins with

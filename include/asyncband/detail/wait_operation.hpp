@@ -482,23 +482,23 @@ bool spins_by_yielding(const Node& n) noexcept {
 /// line away from the thread it waits for; try_complete runs when a guess says it may succeed.
 /// A node that is queued never spins. try_ready keeps to the primitive's order: a strict FIFO
 /// semaphore's try_take fails while anybody is queued, so spinning cannot barge ahead of a
-/// parked waiter; a barging mutex lets it take a free lock, as any locker may.
+/// parked waiter; a barging mutex lets it take a free lock, as any locker may. The node chooses
+/// the backoff (spins_by_yielding), except that a `timed` wait always spins with the pause hint:
+/// its deadline is looked at only after the spin, and a yield may give the core away for a
+/// whole time slice.
 template <class Node, bool Cancellable>
-bool spin_before_parking(pending_wait<Node, Cancellable>& wait) noexcept {
+bool spin_before_parking(pending_wait<Node, Cancellable>& wait, bool timed = false) noexcept {
   if constexpr (spins_before_parking<Node>) {
+    const bool yielding = !timed && spins_by_yielding(wait.node());
     if constexpr (stops_spinning<Node>) {
       bool gave_up = false;
-      const auto try_once = [&wait, &gave_up] {
+      const bool took = spin_briefly(yielding, [&wait, &gave_up] {
         if (!wait.node().worth_spinning()) return gave_up = true;
         return wait.node().may_be_ready() && wait.try_complete();
-      };
-      const bool took = spins_by_yielding(wait.node()) ? spin_briefly<spin_backoff::yield>(try_once)
-                                                       : spin_briefly(try_once);
+      });
       return took && !gave_up;
     }
-    const auto try_once = [&wait] { return wait.node().may_be_ready() && wait.try_complete(); };
-    return spins_by_yielding(wait.node()) ? spin_briefly<spin_backoff::yield>(try_once)
-                                          : spin_briefly(try_once);
+    return spin_briefly(yielding, [&wait] { return wait.node().may_be_ready() && wait.try_complete(); });
   } else {
     return false;
   }
@@ -519,7 +519,7 @@ concept retries_when_parked = requires(const Node& n) {
 template <class Node, bool Cancellable>
 [[gnu::noinline]] void block_until_complete(pending_wait<Node, Cancellable>& wait,
                                             const steady_deadline& deadline) noexcept {
-  if (spin_before_parking(wait)) return;
+  if (spin_before_parking(wait, deadline.has_value())) return;
   if (!deadline) {
     if constexpr (!Cancellable && retries_when_parked<Node>) {
       if (wait.node().may_retry()) {
