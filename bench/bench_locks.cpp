@@ -36,6 +36,12 @@
 // longest is a single preemption on this kind of machine; the 99.9th percentile is the stable
 // measure of how long a waiter is passed.
 //
+// rwlock/write_contended_threads_K and semaphore/contended_threads_K are mutex/contended_threads_K
+// with the lock taken as an rwlock's write (write_blocking(); std::shared_mutex, tbb::rw_mutex)
+// or as a semaphore's one permit (acquire_blocking(1); std::binary_semaphore): both asyncband
+// locks are strict FIFO, so these measure the hand-off to parked threads that the mutex's
+// barging replaced (issue 16, section 1).
+//
 //   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
 
@@ -708,6 +714,39 @@ class blocking_asyncband_mutex {
   std::optional<asyncband::mutex_guard<std::monostate>> held_;
 };
 
+/// An asyncband::rwlock's write_blocking() as a Lockable, for the writers' thread case.
+class blocking_asyncband_writer {
+ public:
+  void lock() { held_.emplace(rw_.write_blocking()); }
+  void unlock() noexcept { held_.reset(); }
+
+ private:
+  asyncband::rwlock<std::monostate> rw_;
+  std::optional<asyncband::rwlock_write_guard<std::monostate>> held_;
+};
+
+/// An asyncband::semaphore of one permit (strict FIFO) as a Lockable, against
+/// std::binary_semaphore used the same way.
+class blocking_asyncband_semaphore {
+ public:
+  void lock() { held_.emplace(s_.acquire_blocking(1)); }
+  void unlock() noexcept { held_.reset(); }
+
+ private:
+  asyncband::semaphore s_{1};
+  std::optional<asyncband::semaphore_permit> held_;
+};
+
+/// std::binary_semaphore as a Lockable.
+class std_binary_semaphore_lock {
+ public:
+  void lock() { s_.acquire(); }
+  void unlock() noexcept { s_.release(); }
+
+ private:
+  std::binary_semaphore s_{1};
+};
+
 /// K std::threads, each incrementing under `Mutex` (std::mutex, tbb::mutex, tbb::spin_mutex).
 /// The threads are created before the timer starts and released together by a latch.
 template <int K, class Mutex>
@@ -818,6 +857,52 @@ BENCHMARK(mutex_contended_asyncband<8, true, true>)
 BENCHMARK(mutex_contended_model<8, true>)->Name("mutex/worst_wait_8/cppcoro_model")->UseManualTime();
 BENCHMARK(mutex_contended_barging_model<8, 100, true>)
     ->Name("mutex/worst_wait_8/barging_model")
+    ->UseManualTime();
+
+BENCHMARK(mutex_contended_threads<2, blocking_asyncband_writer>)
+    ->Name("rwlock/write_contended_threads_2/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, std::shared_mutex>)
+    ->Name("rwlock/write_contended_threads_2/std")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, tbb::rw_mutex>)
+    ->Name("rwlock/write_contended_threads_2/tbb")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, blocking_asyncband_semaphore>)
+    ->Name("semaphore/contended_threads_2/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<2, std_binary_semaphore_lock>)
+    ->Name("semaphore/contended_threads_2/std")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, blocking_asyncband_writer>)
+    ->Name("rwlock/write_contended_threads_4/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, std::shared_mutex>)
+    ->Name("rwlock/write_contended_threads_4/std")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, tbb::rw_mutex>)
+    ->Name("rwlock/write_contended_threads_4/tbb")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, blocking_asyncband_semaphore>)
+    ->Name("semaphore/contended_threads_4/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<4, std_binary_semaphore_lock>)
+    ->Name("semaphore/contended_threads_4/std")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, blocking_asyncband_writer>)
+    ->Name("rwlock/write_contended_threads_8/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, std::shared_mutex>)
+    ->Name("rwlock/write_contended_threads_8/std")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, tbb::rw_mutex>)
+    ->Name("rwlock/write_contended_threads_8/tbb")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, blocking_asyncband_semaphore>)
+    ->Name("semaphore/contended_threads_8/asyncband")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_threads<8, std_binary_semaphore_lock>)
+    ->Name("semaphore/contended_threads_8/std")
     ->UseManualTime();
 
 BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
