@@ -40,7 +40,10 @@
 // with the lock taken as an rwlock's write (write_blocking(); std::shared_mutex, tbb::rw_mutex)
 // or as a semaphore's one permit (acquire_blocking(1); std::binary_semaphore): both asyncband
 // locks are strict FIFO, so these measure the hand-off to parked threads that the mutex's
-// barging replaced (issue 16, section 1).
+// barging replaced (issue 16, section 1). rwlock/write_contended_K is mutex/contended_K with
+// the coroutines taking the lock as an rwlock's writers (`co_await rw.write()`); beside it the
+// barging asyncband::mutex (`asyncband_mutex`) and the mutex model of the coroutine peers
+// (`cppcoro_model`; cppcoro has no rwlock) on the same workload.
 //
 //   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
@@ -600,6 +603,15 @@ task<void> increment_on(thread_pool& pool, asyncband::mutex<std::uint64_t>& m, w
   }
 }
 
+/// An rwlock's writers: each increment under `co_await rw.write()`.
+task<void> increment_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw) {
+  co_await pool.schedule();
+  for (int i = 0; i < kIncrements; ++i) {
+    auto guard = co_await rw.write();
+    ++*guard;
+  }
+}
+
 template <bool Timed>
 task<void> increment_on(thread_pool& pool, inline_handoff_mutex& m, std::uint64_t& counter,
                         wait_histogram& waits) {
@@ -664,6 +676,20 @@ void mutex_contended_asyncband(benchmark::State& state) {
     for (int i = 0; i < K; ++i) workers.push_back(increment_on<Timed>(pool, *m, waits.worker(i)));
     return std::pair(std::move(workers), [m = std::move(m)] {
       const auto guard = m->try_lock();
+      return guard ? **guard : 0;
+    });
+  });
+}
+
+/// ... as writers of an asyncband::rwlock (strict FIFO hand-off, as asyncband_fifo's mutex).
+template <int K>
+void rwlock_write_contended_asyncband(benchmark::State& state) {
+  mutex_contended_coroutines<K, false>(state, [](thread_pool& pool, wait_record& /*unused*/) {
+    auto rw = std::make_unique<asyncband::rwlock<std::uint64_t>>(0);
+    std::vector<task<void>> workers;
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on(pool, *rw));
+    return std::pair(std::move(workers), [rw = std::move(rw)] {
+      const auto guard = rw->try_read();
       return guard ? **guard : 0;
     });
   });
@@ -905,6 +931,15 @@ BENCHMARK(mutex_contended_threads<8, std_binary_semaphore_lock>)
     ->Name("semaphore/contended_threads_8/std")
     ->UseManualTime();
 
+BENCHMARK(rwlock_write_contended_asyncband<2>)->Name("rwlock/write_contended_2/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<2>)->Name("rwlock/write_contended_2/asyncband_mutex")->UseManualTime();
+BENCHMARK(mutex_contended_model<2>)->Name("rwlock/write_contended_2/cppcoro_model")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4>)->Name("rwlock/write_contended_4/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<4>)->Name("rwlock/write_contended_4/asyncband_mutex")->UseManualTime();
+BENCHMARK(mutex_contended_model<4>)->Name("rwlock/write_contended_4/cppcoro_model")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8>)->Name("rwlock/write_contended_8/asyncband")->UseManualTime();
+BENCHMARK(mutex_contended_asyncband<8>)->Name("rwlock/write_contended_8/asyncband_mutex")->UseManualTime();
+BENCHMARK(mutex_contended_model<8>)->Name("rwlock/write_contended_8/cppcoro_model")->UseManualTime();
 BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
 BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release/std");
 BENCHMARK(semaphore_acquire_release_blocking_asyncband)->Name("semaphore/acquire_release_blocking/asyncband");
