@@ -383,8 +383,9 @@ TEST(DebugOutput, MutexGuards) {
   EXPECT_EQ(str(owned), "asyncband::owned_mutex_guard{unlocked}");  // NOLINT(bugprone-use-after-move)
 }
 
+// Strict FIFO, so that the reader queues behind the writer and the queue shows both.
 TEST(DebugOutput, RwlockShowsReadersWriterAndWaiters) {
-  rwlock<int> l(5);
+  rwlock<int> l(asyncband::strict_fifo, 5);
   EXPECT_EQ(str(l), "asyncband::rwlock{unlocked, waiters: 0}");
   std::optional<rwlock_read_guard<int>> r1 = l.try_read();
   std::optional<rwlock_read_guard<int>> r2 = l.try_read();
@@ -407,6 +408,23 @@ TEST(DebugOutput, RwlockShowsReadersWriterAndWaiters) {
   EXPECT_EQ(str(*w), "asyncband::rwlock_write_guard{locked, value: 5}");
   w->unlock();
   EXPECT_EQ(str(*w), "asyncband::rwlock_write_guard{unlocked}");
+}
+
+// With bounded barging a reader takes a free share past the queued writer, and the writer's
+// retry in flight is not a queued waiter: the lock shows unlocked, nobody queued, until it runs.
+TEST(DebugOutput, BargingRwlockShowsTheReaderThatBargedAndTheRetryAsUnqueued) {
+  rwlock<int> l(5);
+  std::optional<rwlock_read_guard<int>> r1 = l.try_read();
+  test_scheduler s;
+  spawn_waiters(s, 1, [&l] { return l.write(); });
+  EXPECT_EQ(str(l), "asyncband::rwlock{read-locked, readers: 1, waiters: 1}");
+  std::optional<rwlock_read_guard<int>> r2 = l.try_read();
+  EXPECT_EQ(str(l), "asyncband::rwlock{read-locked, readers: 2, waiters: 1}");
+  r1.reset();
+  r2.reset();  // posts the writer's retry: the lock is free
+  EXPECT_EQ(str(l), "asyncband::rwlock{unlocked, waiters: 0}");
+  s.run();
+  EXPECT_EQ(str(l), "asyncband::rwlock{unlocked, waiters: 0}");
 }
 
 TEST(DebugOutput, OwnedRwlockGuards) {

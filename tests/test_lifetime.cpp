@@ -519,6 +519,12 @@ struct rwlock_read_held {
   asyncband::rwlock<int> rw;
   std::optional<asyncband::rwlock_read_guard<int>> held = rw.try_read();
 };
+/// As rwlock_read_held, with strict FIFO: a reader queues behind a waiting writer (with
+/// barging it would take a free share at once).
+struct rwlock_fifo_read_held {
+  asyncband::rwlock<int> rw{asyncband::strict_fifo, 0};
+  std::optional<asyncband::rwlock_read_guard<int>> held = rw.try_read();
+};
 struct rwlock_waker : waker_base {
   std::unique_ptr<asyncband::rwlock_write_guard<int>> writer;
   std::unique_ptr<asyncband::rwlock_read_guard<int>> reader;
@@ -591,12 +597,13 @@ void add_rwlock_rows(std::vector<row>& rows) {
   rows.push_back(
       crowd_row<W, rwlock_waker>("rwlock_write_unlock_wakes_readers", 3, "ok", hold_write, read, read,
                                  [](W*, rwlock_waker& k, asyncband::stop_source&) { k.writer->unlock(); }));
-  // A cancelled write passes the read shares it had gathered on to the reader queued behind it.
-  rows.push_back(crowd_row<rwlock_read_held, no_waker>(
+  // A cancelled write passes the read shares it had gathered on to the reader queued behind it
+  // (strict FIFO: with barging the reader would not queue behind the writer).
+  rows.push_back(crowd_row<rwlock_fifo_read_held, no_waker>(
       "rwlock_stop_writer_lets_reader_in", 1, "cancelled", no_setup{},
-      [](rwlock_read_held& w, stop_token t) { return w.rw.write(t); },
-      [](rwlock_read_held& w, stop_token) { return w.rw.read(); },
-      [](rwlock_read_held*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
+      [](rwlock_fifo_read_held& w, stop_token t) { return w.rw.write(t); },
+      [](rwlock_fifo_read_held& w, stop_token) { return w.rw.read(); },
+      [](rwlock_fifo_read_held*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
   rows.push_back(thread_row<W, rwlock_waker>(
       "rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
       [](W& w, stop_token t) { return w.rw.read_blocking(t); },

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tests for asyncband::rwlock: construction, shared readers up to max_readers, exclusive writers,
-// write preference (one FIFO queue), readers let in together, downgrade, mapped guards,
-// cancellation (a queued writer's partial grant passes on to the readers behind it), the waiter
-// core's races for read and write waits, destruction of suspended waits, blocking twins, "last one
-// out", and a bounded multi-threaded stress test of the reader/writer invariant.
+// write preference under strict FIFO (one FIFO queue), readers let in together, downgrade, mapped
+// guards, cancellation (a queued writer's partial grant passes on to the readers behind it, under
+// strict FIFO), the waiter core's races for read and write waits, destruction of suspended waits,
+// blocking twins, "last one out", a bounded multi-threaded stress test of the reader/writer
+// invariant, and bounded barging (the default: a lock takes the rwlock whenever it is available,
+// a writer's retry, the pass bound and the starving rwlock, direct hand-offs to waiters that
+// cannot retry, cancellation and when_any).
 #include "asyncband/rwlock.hpp"
 
 #include <gtest/gtest.h>
@@ -25,10 +28,13 @@
 #include <vector>
 
 #include "asyncband/block_on.hpp"
+#include "asyncband/debug.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/semaphore.hpp"
 #include "asyncband/stop_token.hpp"
+#include "asyncband/when_any.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
@@ -109,11 +115,18 @@ struct held_rwlock : rwlock_holder, lock_view<Write> {
 
 const auto release_held = [](rwlock_holder& h) { h.held.reset(); };
 
-/// Nothing is left held or queued: a writer gets the lock at once.
+/// Nothing is left held or queued: a writer gets the lock at once, and is alone with it.
 template <class T>
 void expect_free(rwlock<T>& l) {
-  EXPECT_TRUE(l.try_write().has_value());
+  EXPECT_FALSE(l.is_locked());
+  EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 0U) << "a waiter was left queued";
+  {
+    const auto w = l.try_write();
+    EXPECT_TRUE(w.has_value());
+    EXPECT_FALSE(l.try_read().has_value()) << "a reader beside the writer: a share was given twice";
+  }
   EXPECT_TRUE(l.try_read().has_value());
+  EXPECT_FALSE(l.is_locked());
 }
 
 /// What a reader or writer saw once it had the lock: the value, and whether its guard owned it.
@@ -582,9 +595,11 @@ TEST(Rwlock, TheReaderAboveMaxReadersWaitsForAShare) {
   expect_free(l);
 }
 
+// Strict FIFO (with bounded barging, readers take free shares past a queued writer: see the
+// RwlockBarging tests).
 TEST(Rwlock, AWriterWaitsForEveryReaderAndReadersQueuedBehindItGetInTogetherAfterIt) {
   test_scheduler s;
-  rwlock<int> l(0, 4);
+  rwlock<int> l(asyncband::strict_fifo, 0, 4);
   readers_of readers{l};
   writers_of writers{l};
   auto r1 = l.try_read();
@@ -644,9 +659,10 @@ TEST(Rwlock, QueuedReadersUpToTheNextWriterGetInTogether) {
 }
 
 // A mix of readers and writers, each holding the lock across a few reschedulings, on a seeded
-// random scheduler. Invariants: writers alone, readers at most max_readers; and one FIFO
-// queue: a writer enters after everybody that arrived before it and before everybody after it;
-// a reader enters after every writer that arrived before it.
+// random scheduler. Invariants: writers alone, readers at most max_readers, everybody enters;
+// and, under strict FIFO, one FIFO queue: a writer enters after everybody that arrived before
+// it and before everybody after it; a reader enters after every writer that arrived before it.
+// (With bounded barging a turn that arrives while the lock is available may go first.)
 struct rw_turns {
   int max_readers;
   std::vector<bool> writer;  // by id
@@ -707,31 +723,37 @@ task<void> rw_turn(test_scheduler& s, rwlock<int>& l, rw_turns& t, int id, int h
   }
 }
 
-TEST(Rwlock, SeededMixOfReadersAndWritersKeepsTheInvariantsAndTheQueueOrder) {
+TEST(Rwlock, SeededMixOfReadersAndWritersKeepsTheInvariantsAndUnderStrictFifoTheQueueOrder) {
   const std::vector<bool> kinds = {false, false, true,  false, false, false,
                                    true,  true,  false, false, false, true};
-  for (std::uint64_t seed = 0; seed <= 16; ++seed) {
-    SCOPED_TRACE(seed);
-    test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
-    rwlock<int> l(0, 3);
-    rw_turns t(3, kinds);
-    for (int id = 0; id < static_cast<int>(kinds.size()); ++id) s.spawn(rw_turn(s, l, t, id, 1 + id % 3));
-    s.run();
-    EXPECT_EQ(t.violations, 0);
-    EXPECT_EQ(t.entered, static_cast<int>(kinds.size()));
-    t.expect_fifo_for_writers();
-    auto w = l.try_write();
-    ASSERT_TRUE(w.has_value());
-    EXPECT_EQ(**w, 4);
+  for (const bool fifo : {true, false}) {
+    for (std::uint64_t seed = 0; seed <= 16; ++seed) {
+      SCOPED_TRACE(testing::Message() << "seed " << seed << (fifo ? ", strict FIFO" : ", barging"));
+      test_scheduler s(seed == 0 ? std::nullopt : std::optional<std::uint64_t>(seed));
+      auto l = fifo ? std::make_unique<rwlock<int>>(asyncband::strict_fifo, 0, 3)
+                    : std::make_unique<rwlock<int>>(0, 3);
+      rw_turns t(3, kinds);
+      for (int id = 0; id < static_cast<int>(kinds.size()); ++id) s.spawn(rw_turn(s, *l, t, id, 1 + id % 3));
+      s.run();
+      EXPECT_EQ(t.violations, 0);
+      EXPECT_EQ(t.entered, static_cast<int>(kinds.size()));
+      if (fifo) t.expect_fifo_for_writers();
+      EXPECT_FALSE(l->is_locked());
+      auto w = l->try_write();
+      ASSERT_TRUE(w.has_value());
+      EXPECT_EQ(**w, 4);
+    }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Downgrade
 
+// Strict FIFO: the share left free stays the queued writer's (RwlockBarging has the barging
+// rwlock's downgrade).
 TEST(RwlockDowngrade, KeepsAReadShareAndLetsTheQueuedReadersIn) {
   test_scheduler s;
-  rwlock<int> l(0, 4);
+  rwlock<int> l(asyncband::strict_fifo, 0, 4);
   readers_of readers{l};
   writers_of writers{l};
   auto w = *l.try_write();
@@ -764,9 +786,10 @@ TEST(RwlockDowngrade, KeepsAReadShareAndLetsTheQueuedReadersIn) {
   expect_free(l);
 }
 
+// Strict FIFO: the released share is the queued writer's partial grant.
 TEST(RwlockDowngrade, NoWriterGetsInBetween) {
   test_scheduler s;
-  rwlock<int> l(0, 2);
+  rwlock<int> l(asyncband::strict_fifo, 0, 2);
   writers_of writers{l};
   auto w = *l.try_write();
   rw_probe other;
@@ -804,11 +827,12 @@ TEST(RwlockDowngrade, WithASingleReaderTheWriteLockBecomesTheOnlyShare) {
 /// behind it, then one holder leaves (its share goes to the writer as well). `cancel` ends the
 /// writer's wait; the two shares it had been given must let both queued readers in at once.
 /// `start(l, s, w)` queues the writer (probe `w`), `cancel()` ends its wait; `writer_resumes`: 1
-/// if the writer is a coroutine on `s` that resumes (cancelled), 0 otherwise.
+/// if the writer is a coroutine on `s` that resumes (cancelled), 0 otherwise. Strict FIFO: only
+/// there does a queued writer hold a partial grant (and readers queue behind it with a share free).
 template <class Start, class Cancel>
 void partial_grant_goes_to_the_readers_behind(Start start, Cancel cancel, int writer_resumes) {
   test_scheduler s;
-  rwlock<int> l(0, 3);
+  rwlock<int> l(asyncband::strict_fifo, 0, 3);
   readers_of readers{l};
   auto r1 = l.try_read();
   auto r2 = l.try_read();
@@ -899,9 +923,10 @@ TEST(RwlockCancel, ABlockedWriterStoppedFromAnotherThreadPassesItsPartialGrantTo
       [&stop] { stop.request_stop(); }, wait_status::cancelled);
 }
 
+// Strict FIFO: the readers spawned behind the writer queue although a share is free.
 TEST(RwlockCancel, AWriterHandedTheLockThatObservesItsStopBeforeResumingPassesItToTheReaders) {
   test_scheduler s;
-  rwlock<int> l(0, 2);
+  rwlock<int> l(asyncband::strict_fifo, 0, 2);
   readers_of readers{l};
   writers_of writers{l};
   auto r1 = l.try_read();
@@ -924,9 +949,10 @@ TEST(RwlockCancel, AWriterHandedTheLockThatObservesItsStopBeforeResumingPassesIt
   expect_free(l);
 }
 
+// Strict FIFO: the stoppable reader queues behind the writer although a share is free.
 TEST(RwlockCancel, AStoppedReaderBehindAWriterLeavesNoTrace) {
   test_scheduler s;
-  rwlock<int> l(0, 2);
+  rwlock<int> l(asyncband::strict_fifo, 0, 2);
   readers_of readers{l};
   writers_of writers{l};
   auto r1 = l.try_read();
@@ -1108,10 +1134,11 @@ TEST(RwlockBlocking, ReadersOnPlainThreadsShareAndBlockAWriter) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Last one out. The cancellation of a writer holding a partial grant hands the grant on while it
-// still holds the rwlock's queue; with nobody queued behind, the shares become available to a
-// lock-free try_read, whose holder may then destroy the rwlock: the destructor must wait for
-// the cancellation to leave. (Unlocks never let anybody complete while they still hold it.)
+// Last one out. The cancellation of a writer holding a partial grant (strict FIFO) hands the grant
+// on while it still holds the rwlock's queue; with nobody queued behind, the shares become
+// available to a lock-free try_read, whose holder may then destroy the rwlock: the destructor
+// must wait for the cancellation to leave. (Unlocks never let anybody complete while they still
+// hold it.)
 
 TEST(RwlockLifetime, TheLastOneOutMayDestroyTheRwlockWhileACancelledWriterPassesItsShares) {
   test_scheduler s;
@@ -1121,7 +1148,7 @@ TEST(RwlockLifetime, TheLastOneOutMayDestroyTheRwlockWhileACancelledWriterPasses
   std::optional<writers_of> writers;
   waiter_destroys_while_the_waker_returns(
       [&s, &doomed, &doomed_writer, &reader, &writers] {
-        auto l = std::make_unique<rwlock<int>>(0, 2);
+        auto l = std::make_unique<rwlock<int>>(asyncband::strict_fifo, 0, 2);
         reader = l->try_read();
         writers.emplace(writers_of{*l});
         doomed_writer = plain_waiter(*writers, doomed);  // queues with the free share
@@ -1355,6 +1382,731 @@ TEST(RwlockDeathTest, DestroyingAnRwlockWithAPendingLockAssertsNamingIt) {
   };
   EXPECT_DEATH(destroy_while_waiting(std::make_unique<rwlock<int>>(0), wait_on),
                "asyncband::rwlock destroyed with waiters");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded barging (the default): any lock takes the rwlock when it is available at that moment,
+// a release that makes the head's request available posts a plain writer's retry to its
+// scheduler (leaving the lock free) or hands the shares to the front waiters that cannot retry,
+// and every max_passes-th release made while somebody waits starves barging until the oldest
+// waiter holds its lock. (Strict FIFO, asyncband::strict_fifo, at the end.)
+
+constexpr int max_passes = static_cast<int>(rwlock<int>::max_passes);
+
+/// Makes `p` append `id` to `order` when it gets the lock.
+void log_into(std::vector<int>& order, rw_probe& p, int id) {
+  p.id = id;
+  p.order = &order;
+}
+
+/// Write-locks `l` with try_write and unlocks at once as long as that succeeds (at most `limit`
+/// times), as a stream of running writers that barge would; returns how many times it got it.
+int barge_writes_while_free(rwlock<int>& l, int limit) {
+  int barges = 0;
+  while (barges < limit && l.try_write().has_value()) ++barges;
+  return barges;
+}
+
+/// A stream of overlapping readers: takes a new share with try_read, then releases the one in
+/// `held` (so that some reader holds a share throughout), as long as try_read succeeds (at most
+/// `limit` times). Returns how many shares it took; `held` keeps the last one.
+int overlap_reads_while_possible(rwlock<int>& l, std::optional<rwlock_read_guard<int>>& held, int limit) {
+  int barges = 0;
+  while (barges < limit) {
+    auto next = l.try_read();
+    if (!next) break;
+    ++barges;
+    held = std::move(next);  // the previous share is released: one release per new share
+  }
+  return barges;
+}
+
+/// What a writer saw once it had the lock: whether the rwlock was locked then, and whether a
+/// reader could get in beside it.
+struct write_held_probe : rw_probe {
+  bool locked = false;
+  bool reader_beside = true;
+  template <class View>
+  void after_wait(View& /*unused*/) {}
+  template <class View, class Guard>
+  void after_wait(View& view, const Guard& g) {
+    rw_probe::after_wait(view, g);
+    locked = view.rw.is_locked();
+    reader_beside = view.rw.try_read().has_value();
+  }
+};
+
+/// What a coroutine awaiting when_any(l.write(), sem.acquire(1)) saw: the winner's index and how
+/// many times it resumed.
+struct write_or_permit_probe {
+  std::size_t index = 99;
+  int resumed = 0;
+};
+
+task<void> write_or_permit(rwlock<int>& l, asyncband::semaphore& sem, write_or_permit_probe& p) {
+  auto r = co_await asyncband::when_any(l.write(), sem.acquire(1));
+  p.index = r.index();
+  ++p.resumed;
+}
+
+// Point 1: while readers hold shares and a writer waits, every kind of read takes a free share
+// (before the bound); the last reader's release posts the writer's retry.
+TEST(RwlockBarging, ReadersTakeFreeSharesPastAQueuedWriterBeforeTheBound) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  readers_of readers{l};
+  writers_of writers{l};
+  auto r1 = l.try_read();
+  ASSERT_TRUE(r1.has_value());
+  rw_probe w;
+  s.spawn(plain_waiter(writers, w));
+  s.run();
+  ASSERT_EQ(w.started, 1);
+  EXPECT_EQ(w.resumed, 0);
+
+  auto r2 = l.try_read();
+  EXPECT_TRUE(r2.has_value()) << "try_read did not take a free share past the queued writer";
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_TRUE(l.read_timeout(0ms).ok()) << "a timed read did not take a free share";
+  rw_probe plain_reader;
+  rw_probe stoppable_reader;
+  asyncband::stop_source never;
+  s.spawn(plain_waiter(readers, plain_reader));
+  s.spawn(stoppable_waiter(readers, never.get_token(), stoppable_reader));
+  EXPECT_EQ(s.run(), 2U);  // one step each: neither queued behind the writer
+  EXPECT_EQ(plain_reader.resumed, 1);
+  EXPECT_TRUE(plain_reader.owned);
+  EXPECT_EQ(stoppable_reader.status, wait_status::ok);
+  EXPECT_TRUE(stoppable_reader.owned);
+  EXPECT_EQ(w.resumed, 0);
+
+  r1.reset();
+  EXPECT_EQ(s.ready_count(), 0U);  // r2 still holds a share: the write is not available
+  r2.reset();                      // the write is available: the writer's retry is posted
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(l.is_locked()) << "a plain writer's retry leaves the lock free";
+  EXPECT_EQ(w.resumed, 0);
+  s.run();
+  EXPECT_EQ(w.resumed, 1);
+  EXPECT_TRUE(w.owned);
+  expect_free(l);
+}
+
+// Point 4, with the writer queued behind overlapping readers: every reader's release passes it;
+// the max_passes-th (counted from construction here) starves the rwlock: no read or write barges
+// any more, new ones queue, and the release of the last share hands the writer the lock.
+// Barging resumes once it had it.
+TEST(RwlockBarging, AfterMaxPassesReaderReleasesTheRwlockStarvesUntilTheWriterHadTheLock) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  readers_of readers{l};
+  writers_of writers{l};
+  std::vector<int> order;
+  std::optional<rwlock_read_guard<int>> anchor = l.try_read();
+  ASSERT_TRUE(anchor.has_value());
+  rw_probe w;
+  w.write = 7;
+  log_into(order, w, 1);
+  s.spawn(plain_waiter(writers, w));
+  s.run();
+  ASSERT_EQ(w.started, 1);
+
+  EXPECT_EQ(overlap_reads_while_possible(l, anchor, 10 * max_passes), max_passes);
+  EXPECT_EQ(s.ready_count(), 0U);
+  EXPECT_EQ(w.resumed, 0);
+  // Starving: nobody barges, and new reads and writes queue behind the writer.
+  EXPECT_FALSE(l.try_read().has_value());
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_TRUE(l.read_timeout(0ms).timed_out());
+  rw_probe late_reader;
+  rw_probe late_writer;
+  log_into(order, late_reader, 2);
+  log_into(order, late_writer, 3);
+  s.spawn(plain_waiter(readers, late_reader));
+  s.spawn(plain_waiter(writers, late_writer));
+  s.run();
+  EXPECT_EQ(late_reader.started, 1);
+  EXPECT_EQ(late_reader.resumed, 0) << "a read barged into a starving rwlock";
+  EXPECT_EQ(late_writer.resumed, 0);
+  EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 3U);
+
+  anchor.reset();  // the last share: handed to the writer, never free in between
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(l.is_locked());
+  EXPECT_FALSE(l.try_read().has_value());
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_EQ(w.resumed, 0);
+  s.step();  // the writer runs and unlocks: the reader behind it is handed a share
+  EXPECT_EQ(order, (std::vector<int>{1}));
+  EXPECT_TRUE(w.owned);
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(l.try_write().has_value());
+  {
+    const auto extra = l.try_read();  // the writer had its lock: barging again
+    EXPECT_TRUE(extra.has_value()) << "the rwlock still starves after the writer had the lock";
+  }
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(late_reader.seen, 7);
+  EXPECT_TRUE(late_reader.owned);
+  EXPECT_TRUE(late_writer.owned);
+  expect_free(l);
+}
+
+// Point 4, again: the count restarts at the bound, so a second writer behind overlapping
+// readers is passed about max_passes times again, then served. (The releases around the first
+// writer's hand-off, made while somebody waited, may count as passes of the second round: a
+// small slack, not an exact count.)
+TEST(RwlockBarging, TheBoundHoldsAgainAfterTheStarvingWriterWasServed) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  writers_of writers{l};
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    std::optional<rwlock_read_guard<int>> anchor = l.try_read();
+    ASSERT_TRUE(anchor.has_value());
+    rw_probe w;
+    s.spawn(plain_waiter(writers, w));
+    s.run();
+    const int barges = overlap_reads_while_possible(l, anchor, 10 * max_passes);
+    if (round == 0) {
+      EXPECT_EQ(barges, max_passes);
+    } else {
+      EXPECT_LE(barges, max_passes);
+      EXPECT_GE(barges, max_passes - 3) << "the pass count did not restart at the bound";
+    }
+    EXPECT_FALSE(l.try_read().has_value());
+    anchor.reset();
+    EXPECT_EQ(s.ready_count(), 1U);
+    EXPECT_TRUE(l.is_locked());
+    s.run();
+    EXPECT_EQ(w.resumed, 1);
+    EXPECT_TRUE(w.owned);
+    expect_free(l);
+  }
+}
+
+// Point 4, with the writer's retry in flight all along (a writer's unlock posted it, and writers
+// barge before it runs): every unlock passes it until the max_passes-th starves the rwlock; then
+// no lock barges, and the retry takes the lock.
+TEST(RwlockBarging, AfterMaxPassesNoLockBargesPastAWritersRetryInFlight) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  writers_of writers{l};
+  auto held = l.try_write();
+  rw_probe w;
+  s.spawn(plain_waiter(writers, w));
+  s.run();
+  held.reset();  // the first pass: the lock is free, the writer's retry posted
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_EQ(barge_writes_while_free(l, 10 * max_passes), max_passes - 1);
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_FALSE(l.try_read().has_value());
+  EXPECT_TRUE(l.write_timeout(0ms).timed_out());
+  EXPECT_EQ(w.resumed, 0);
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();  // the retry takes the lock for itself
+  EXPECT_EQ(w.resumed, 1);
+  EXPECT_TRUE(w.owned);
+  expect_free(l);
+}
+
+// Point 2: a writer's unlock frees the lock and posts the queued writer's retry; a newcomer (a
+// writer or a reader) takes the lock first; the retry finds it taken and goes back to the front
+// of the queue, ahead of a later writer; the newcomer's release posts the same retry again.
+TEST(RwlockBarging, AWritersUnlockPostsTheQueuedWritersRetryWhichANewcomerMayBeat) {
+  for (const bool newcomer_reads : {false, true}) {
+    SCOPED_TRACE(newcomer_reads ? "the newcomer reads" : "the newcomer writes");
+    test_scheduler s;
+    rwlock<int> l(0, 4);
+    writers_of writers{l};
+    std::vector<int> order;
+    rw_probe first;
+    rw_probe second;
+    log_into(order, first, 1);
+    log_into(order, second, 2);
+    auto held = l.try_write();
+    s.spawn(plain_waiter(writers, first));
+    s.spawn(plain_waiter(writers, second));
+    s.run();
+
+    held.reset();
+    EXPECT_EQ(s.ready_count(), 1U);  // first's retry only
+    EXPECT_FALSE(l.is_locked()) << "the lock is left free for the retry and any newcomer";
+    std::optional<rwlock_read_guard<int>> reading;
+    std::optional<rwlock_write_guard<int>> writing;
+    if (newcomer_reads) {
+      reading = l.try_read();
+      ASSERT_TRUE(reading.has_value());
+      EXPECT_FALSE(l.try_write().has_value());
+    } else {
+      writing = l.try_write();
+      ASSERT_TRUE(writing.has_value());
+      EXPECT_FALSE(l.try_read().has_value());
+    }
+    s.step();  // first's retry finds the lock taken: back to the front of the queue
+    EXPECT_EQ(first.resumed, 0);
+    EXPECT_EQ(s.ready_count(), 0U);
+    EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 2U);
+    reading.reset();
+    writing.reset();  // posts first's retry again, not second's
+    EXPECT_EQ(s.ready_count(), 1U);
+    s.step();
+    EXPECT_EQ(order, (std::vector<int>{1}));
+    s.run();
+    EXPECT_EQ(order, (std::vector<int>{1, 2}));
+    EXPECT_TRUE(first.owned);
+    EXPECT_TRUE(second.owned);
+    expect_free(l);
+  }
+}
+
+// Point 2: readers never retry. A writer's unlock hands one share to each of the consecutive
+// readers at the front at once, and stops at the writer behind them (the reader behind that
+// writer stays queued); the last of those readers' releases posts the writer's retry.
+TEST(RwlockBarging, AWritersUnlockHandsSharesToTheQueuedReadersAtOnceAndStopsAtAQueuedWriter) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  readers_of readers{l};
+  writers_of writers{l};
+  std::vector<int> order;
+  std::array<rw_probe, 3> front;
+  rw_probe w;
+  rw_probe behind;
+  for (std::size_t i = 0; i < front.size(); ++i) log_into(order, front[i], static_cast<int>(i) + 1);
+  log_into(order, w, 4);
+  log_into(order, behind, 5);
+  w.write = 9;
+  auto held = l.try_write();
+  **held = 5;
+  spawn_plain(s, readers, front);
+  s.spawn(plain_waiter(writers, w));
+  s.spawn(plain_waiter(readers, behind));
+  s.run();
+  EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 5U);
+
+  held.reset();
+  EXPECT_EQ(s.ready_count(), front.size()) << "each front reader is handed a share, and only they";
+  EXPECT_TRUE(l.is_locked());
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 2U);  // the writer, the reader
+  s.step();
+  s.step();
+  EXPECT_EQ(s.ready_count(), 1U);  // two shares back: the writer's request is not available yet
+  s.step();                        // the third: the writer's retry is posted
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_EQ(w.resumed, 0);
+  EXPECT_EQ(behind.resumed, 0);
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5}));
+  expect_all_resumed_once_ok(front);
+  for (const auto& p : front) EXPECT_EQ(p.seen, 5);
+  EXPECT_TRUE(w.owned);
+  EXPECT_EQ(behind.seen, 9);
+  EXPECT_TRUE(behind.owned);
+  expect_free(l);
+}
+
+// Point 2: a writer with a stop token cannot retry: the release that makes the write available
+// hands it the lock directly (never free in between); its own unlock posts the plain writer's
+// retry behind it and leaves the lock free.
+TEST(RwlockBarging, AStoppableWriterIsHandedTheLockDirectlyAndThePlainWriterBehindItRetries) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  writers_of writers{l};
+  std::vector<int> order;
+  rw_probe stoppable;
+  rw_probe plain;
+  log_into(order, stoppable, 1);
+  log_into(order, plain, 2);
+  asyncband::stop_source never;
+  auto r1 = l.try_read();
+  s.spawn(stoppable_waiter(writers, never.get_token(), stoppable));
+  s.spawn(plain_waiter(writers, plain));
+  s.run();
+  auto r2 = l.try_read();  // barges past both writers
+  ASSERT_TRUE(r2.has_value());
+  r1.reset();
+  EXPECT_EQ(s.ready_count(), 0U);
+  r2.reset();  // the write is available: handed to the stoppable writer
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(l.is_locked());
+  EXPECT_FALSE(l.try_read().has_value());
+  EXPECT_FALSE(l.try_write().has_value());
+  s.step();  // it runs and unlocks: the plain writer's retry is posted, the lock free
+  EXPECT_EQ(order, (std::vector<int>{1}));
+  EXPECT_EQ(stoppable.status, wait_status::ok);
+  EXPECT_TRUE(stoppable.owned);
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(l.is_locked());
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_TRUE(plain.owned);
+  expect_free(l);
+}
+
+// Point 2: a coroutine without a scheduler has nothing to run a retry on: it is handed the lock
+// by the releasing call and resumed inline there, holding it.
+TEST(RwlockBarging, AWriteFromACoroutineWithoutASchedulerIsHandedTheLockAndResumedInline) {
+  rwlock<int> l(0, 2);
+  writers_of writers{l};
+  auto held = l.try_write();
+  write_held_probe p;
+  auto waiting = plain_waiter(writers, p);
+  waiting.handle().resume();  // queues, without a scheduler
+  EXPECT_EQ(p.started, 1);
+  EXPECT_EQ(p.resumed, 0);
+  held.reset();
+  EXPECT_EQ(p.resumed, 1);
+  EXPECT_TRUE(p.owned);
+  EXPECT_TRUE(p.locked);
+  EXPECT_FALSE(p.reader_beside);
+  EXPECT_TRUE(waiting.done());
+  expect_free(l);
+}
+
+// Point 2: a timed write on a plain thread is handed the lock directly by the release that makes
+// it available (the thread is stopped right after it queued, before it parks).
+TEST(RwlockBarging, ATimedWriteOnAThreadIsHandedTheLockDirectly) {
+  rwlock<int> l(0, 2);
+  auto r1 = l.try_read();
+  std::latch queued(1);
+  std::latch go(1);
+  std::optional<wait_status> status;
+  std::thread writer([&l, &queued, &go, &status] {
+    const thread_hook hook(test_point::before_arm, [&queued, &go] {
+      queued.count_down();
+      go.wait();
+    });
+    auto w = l.write_timeout(1h);
+    status = w.status();
+    if (w.ok()) **w = 3;
+  });
+  queued.wait();
+  r1.reset();  // the write is available: handed to the thread
+  EXPECT_TRUE(l.is_locked()) << "the lock was left free instead of handed to the timed writer";
+  EXPECT_FALSE(l.try_read().has_value());
+  EXPECT_FALSE(l.try_write().has_value());
+  go.count_down();
+  writer.join();
+  EXPECT_EQ(status, wait_status::ok);
+  auto check = l.try_read();
+  ASSERT_TRUE(check.has_value());
+  EXPECT_EQ(**check, 3);
+  check.reset();
+  expect_free(l);
+}
+
+// Only a request for every share retries (semaphore::retrying_request_): a reader thread's
+// untimed read_blocking() is handed its share by the release that covers it, as a coroutine
+// reader is, never left to retry.
+TEST(RwlockBarging, AnUntimedReadOnAThreadIsHandedItsShareDirectly) {
+  rwlock<int> l(0, 2);
+  auto w = l.try_write();
+  ASSERT_TRUE(w.has_value());
+  std::latch queued(1);
+  std::latch go(1);
+  int seen = -1;
+  std::thread reader([&l, &queued, &go, &seen] {
+    const thread_hook hook(test_point::before_arm, [&queued, &go] {
+      queued.count_down();
+      go.wait();
+    });
+    auto r = l.read_blocking();
+    seen = *r;
+  });
+  queued.wait();
+  **w = 4;
+  w.reset();  // the read is available: handed to the thread, which has not run since
+  EXPECT_TRUE(l.is_locked()) << "the share was left free for a retry instead of handed over";
+  EXPECT_FALSE(l.try_write().has_value());
+  go.count_down();
+  reader.join();
+  EXPECT_EQ(seen, 4);
+  expect_free(l);
+}
+
+// An untimed write_blocking() without a stop token retries as the coroutine writer does: the
+// release that covers it leaves the lock free, and a barger may take it first; the thread then
+// queues again and gets the lock after the barger.
+TEST(RwlockBarging, AnUntimedWriteOnAThreadRetriesAndABargerMayBeatIt) {
+  rwlock<int> l(0, 2);
+  auto r1 = l.try_read();
+  ASSERT_TRUE(r1.has_value());
+  std::latch queued(1);
+  std::latch go(1);
+  std::thread writer([&l, &queued, &go] {
+    bool first = true;  // the hook runs at every arm: its retry arms again after it lost
+    const thread_hook hook(test_point::before_arm, [&queued, &go, &first] {
+      if (!std::exchange(first, false)) return;
+      queued.count_down();
+      go.wait();
+    });
+    auto w = l.write_blocking();
+    *w += 1;
+  });
+  queued.wait();
+  r1.reset();  // the write is available: the thread is sent to retry, the lock left free
+  EXPECT_FALSE(l.is_locked()) << "the lock was handed to the thread instead of left to its retry";
+  auto barger = l.try_write();
+  ASSERT_TRUE(barger.has_value());
+  **barger = 10;
+  go.count_down();
+  barger.reset();  // serves the thread again (or finds its retry in flight)
+  writer.join();
+  auto check = l.try_read();
+  ASSERT_TRUE(check.has_value());
+  EXPECT_EQ(**check, 11);
+  check.reset();
+  expect_free(l);
+}
+
+// Point 5: a writer at the head that cannot have its write yet (a reader holds a share) and a
+// reader behind it that the free share covers but that the release did not hand past the
+// writer. When the writer's wait ends (stopped, or its coroutine destroyed), the reader gets
+// the free share at once.
+TEST(RwlockBarging, CancellingOrDestroyingTheHeadWriterLetsTheReaderBehindItIn) {
+  for (const bool destroy : {false, true}) {
+    SCOPED_TRACE(destroy ? "destroyed" : "stopped");
+    test_scheduler s;
+    rwlock<int> l(0, 2);
+    readers_of readers{l};
+    writers_of writers{l};
+    auto r1 = l.try_read();
+    auto r2 = l.try_read();
+    rw_probe w;
+    rw_probe reader;
+    asyncband::stop_source stop;
+    task<void> doomed;
+    if (destroy) {
+      doomed = plain_waiter(writers, w);
+      start_on(s, doomed);
+    } else {
+      s.spawn(stoppable_waiter(writers, stop.get_token(), w));
+    }
+    s.spawn(plain_waiter(readers, reader));
+    s.run();
+    EXPECT_EQ(reader.started, 1);
+    EXPECT_EQ(reader.resumed, 0);
+    r1.reset();  // a share free; the writer's request is not available: nobody is served
+    EXPECT_EQ(s.ready_count(), 0U);
+    EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 2U);
+
+    if (destroy) {
+      doomed = {};
+    } else {
+      stop.request_stop();
+    }
+    EXPECT_EQ(s.ready_count(), destroy ? 1U : 2U) << "the reader was not let in";
+    EXPECT_FALSE(l.try_read().has_value()) << "the free share was left unused";
+    EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 0U);
+    s.run();
+    EXPECT_EQ(reader.resumed, 1);
+    EXPECT_TRUE(reader.owned);
+    EXPECT_EQ(w.resumed, destroy ? 0 : 1);
+    if (!destroy) {
+      EXPECT_EQ(w.status, wait_status::cancelled);
+    }
+    EXPECT_FALSE(w.owned);
+    r2.reset();
+    expect_free(l);
+  }
+}
+
+// Point 5, for a when_any: its write branch is at the head, waiting for the share a reader
+// holds, with a reader behind it and a share free; a semaphore's permit wins the when_any. The
+// lost write branch is withdrawn, and the reader behind it gets the free share at once.
+TEST(RwlockBarging, AWhenAnyWriteThatLostLetsTheReaderBehindItIn) {
+  test_scheduler s;
+  rwlock<int> l(0, 2);
+  readers_of readers{l};
+  asyncband::semaphore sem(0);
+  auto r1 = l.try_read();
+  auto r2 = l.try_read();
+  write_or_permit_probe either;
+  rw_probe reader;
+  s.spawn(write_or_permit(l, sem, either));
+  s.spawn(plain_waiter(readers, reader));
+  s.run();
+  EXPECT_EQ(either.resumed, 0);
+  EXPECT_EQ(reader.resumed, 0);
+  r1.reset();
+  EXPECT_EQ(s.ready_count(), 0U);
+
+  sem.release(1);  // the permit wins; the write branch loses
+  EXPECT_EQ(s.ready_count(), 2U) << "the reader was not let in when the write branch lost";
+  EXPECT_FALSE(l.try_read().has_value()) << "the free share was left unused";
+  s.run();
+  EXPECT_EQ(either.resumed, 1);
+  EXPECT_EQ(either.index, 1U);
+  EXPECT_EQ(reader.resumed, 1);
+  EXPECT_TRUE(reader.owned);
+  r2.reset();
+  expect_free(l);
+}
+
+// Point 2 with a lost when_any branch at the head: a semaphore's release has committed the
+// when_any to its permit but not resolved it yet when the writer's unlock comes; the unlock
+// skips the lost write branch and hands a share to the reader behind it.
+TEST(RwlockBarging, AReleaseSkipsALostWhenAnyWriteAtTheHead) {
+  test_scheduler s;
+  rwlock<int> l(0, 2);
+  readers_of readers{l};
+  asyncband::semaphore sem(0);
+  auto held = l.try_write();
+  write_or_permit_probe either;
+  rw_probe reader;
+  s.spawn(write_or_permit(l, sem, either));
+  s.spawn(plain_waiter(readers, reader));
+  s.run();
+  std::size_t ready_after_unlock = 0;
+  bool writer_beside = true;
+  s.at(test_point::claimed_for_wake, [&] {  // the permit's branch is committed, not resolved
+    held.reset();
+    ready_after_unlock = s.ready_count();
+    writer_beside = l.try_write().has_value();
+  });
+  sem.release(1);
+  EXPECT_EQ(s.pending_actions(), 0U);
+  EXPECT_EQ(ready_after_unlock, 1U) << "the unlock did not hand the reader a share past the lost branch";
+  EXPECT_FALSE(writer_beside);
+  EXPECT_EQ(s.ready_count(), 2U);
+  s.run();
+  EXPECT_EQ(either.resumed, 1);
+  EXPECT_EQ(either.index, 1U);
+  EXPECT_EQ(reader.resumed, 1);
+  EXPECT_TRUE(reader.owned);
+  expect_free(l);
+}
+
+// Point 2 with downgrade(): the released shares go to the readers queued at the front (not to
+// the writer behind them, and no writer gets in between); a newcomer reader may take the share
+// left free; the last share's release posts the writer's retry.
+TEST(RwlockBarging, ADowngradeLetsTheQueuedReadersInAndNoWriterInBetween) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  readers_of readers{l};
+  writers_of writers{l};
+  std::vector<int> order;
+  std::array<rw_probe, 2> front;
+  rw_probe w;
+  rw_probe behind;
+  log_into(order, front[0], 1);
+  log_into(order, front[1], 2);
+  log_into(order, w, 3);
+  log_into(order, behind, 4);
+  w.write = 9;
+  auto held = *l.try_write();
+  spawn_plain(s, readers, front);
+  s.spawn(plain_waiter(writers, w));
+  s.spawn(plain_waiter(readers, behind));
+  s.run();
+
+  *held = 5;
+  rwlock_read_guard<int> kept = std::move(held).downgrade();
+  EXPECT_EQ(s.ready_count(), 2U);  // the two front readers; the writer and the reader behind wait
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_EQ(*kept, 5);
+  {
+    const auto extra = l.try_read();  // the fourth share, free: a newcomer takes it
+    EXPECT_TRUE(extra.has_value());
+    EXPECT_FALSE(l.try_read().has_value());
+  }
+  EXPECT_EQ(s.ready_count(), 2U);
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  expect_all_resumed_once_ok(front);
+  for (const auto& p : front) EXPECT_EQ(p.seen, 5);
+  EXPECT_EQ(w.resumed, 0);  // the kept share
+  EXPECT_EQ(behind.resumed, 0);
+
+  kept.unlock();  // the write is available: the writer's retry
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(l.is_locked());
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_TRUE(w.owned);
+  EXPECT_EQ(behind.seen, 9);
+  expect_free(l);
+}
+
+// A writer whose retry lost and went back to the front of the queue may be destroyed there (its
+// lock is queued, not posted): it is withdrawn, and the next release serves the writer behind.
+TEST(RwlockBarging, DestroyingAWriterWhoseRetryWentBackToTheQueueUnlinksIt) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  writers_of writers{l};
+  rw_probe doomed;
+  rw_probe next;
+  auto held = l.try_write();
+  auto doomed_task = plain_waiter(writers, doomed);
+  start_on(s, doomed_task);
+  s.spawn(plain_waiter(writers, next));
+  s.run();
+  held.reset();  // doomed's retry posted
+  auto barger = l.try_write();
+  ASSERT_TRUE(barger.has_value());
+  s.step();  // the retry loses: doomed is queued again, at the front
+  EXPECT_EQ(s.ready_count(), 0U);
+  EXPECT_EQ(doomed.resumed, 0);
+  doomed_task = {};
+  EXPECT_EQ(asyncband::detail::debug_access::state(l).waiters.counted, 1U);
+  barger.reset();  // next's retry
+  EXPECT_EQ(s.ready_count(), 1U);
+  s.run();
+  EXPECT_EQ(doomed.resumed, 0);
+  EXPECT_EQ(next.resumed, 1);
+  EXPECT_TRUE(next.owned);
+  expect_free(l);
+}
+
+// Point 6: strict FIFO. Once a writer waits, no read takes a free share; every release hands
+// the lock to the head directly (a plain writer too: no retry, never free in between), in
+// arrival order.
+TEST(RwlockStrictFifo, TryReadFailsBehindAQueuedWriterAndEveryWaiterIsHandedTheLockInOrder) {
+  test_scheduler s;
+  rwlock<int> l(asyncband::strict_fifo, 0, 4);
+  readers_of readers{l};
+  writers_of writers{l};
+  std::vector<int> order;
+  rw_probe first_writer;
+  rw_probe reader;
+  rw_probe second_writer;
+  log_into(order, first_writer, 1);
+  log_into(order, reader, 2);
+  log_into(order, second_writer, 3);
+  auto r1 = l.try_read();
+  s.spawn(plain_waiter(writers, first_writer));
+  s.run();
+  EXPECT_FALSE(l.try_read().has_value()) << "a read barged past the queued writer under strict FIFO";
+  EXPECT_TRUE(l.read_timeout(0ms).timed_out());
+  s.spawn(plain_waiter(readers, reader));
+  s.spawn(plain_waiter(writers, second_writer));
+  s.run();
+  EXPECT_EQ(reader.started, 1);
+  EXPECT_EQ(reader.resumed, 0);
+
+  r1.reset();  // handed to the first writer
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(l.is_locked());
+  EXPECT_FALSE(l.try_write().has_value());
+  EXPECT_FALSE(l.try_read().has_value());
+  s.step();  // the first writer unlocks: a share handed to the reader
+  EXPECT_EQ(order, (std::vector<int>{1}));
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_FALSE(l.try_read().has_value());  // the second writer waits
+  s.step();                                // the reader unlocks: handed to the second writer
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(l.is_locked());
+  EXPECT_FALSE(l.try_write().has_value());
+  s.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(first_writer.owned);
+  EXPECT_TRUE(reader.owned);
+  EXPECT_TRUE(second_writer.owned);
+  expect_free(l);
 }
 
 }  // namespace

@@ -22,13 +22,6 @@ namespace asyncband {
 template <class T>
 class mutex;
 
-/// Tag of the mutex constructor for strict FIFO hand-off (no barging at all).
-struct strict_fifo_t {
-  explicit strict_fifo_t() = default;
-};
-/// Selects strict FIFO hand-off: `mutex<int> m(asyncband::strict_fifo, 0);`.
-inline constexpr strict_fifo_t strict_fifo{};
-
 namespace detail {
 struct mutex_access;
 template <class Guard>

@@ -277,15 +277,34 @@ class [[nodiscard]] owned_rwlock_write_guard {
 /// Contract
 /// - Synchronization: a writer's unlock happens-before every later lock (read or write) that
 ///   completes; a reader's unlock happens-before the next write lock that completes.
-/// - Fairness: one FIFO queue for readers and writers, write-preferring in effect: once a
-///   writer waits, later readers (including `try_read`) queue behind it, so writers cannot
-///   starve; the readers queued behind a writer are let in together when it unlocks.
-///   Built on asyncband::semaphore with max_readers() permits: a read takes one, a write all.
+/// - Fairness: one FIFO queue for readers and writers, with bounded barging (the default) or
+///   strict FIFO hand-off (`rwlock<T> l(asyncband::strict_fifo, value)`). Built on
+///   asyncband::semaphore with max_readers() permits: a read takes one, a write all.
+///   - Bounded barging: any lock takes the rwlock when it is available at that moment (a read
+///     while no writer holds it, a write while nobody holds anything), queued waiters or not.
+///     A release that makes the head's request available sends a writer that can retry
+///     (`co_await write()` on a scheduler, an untimed `write_blocking()` without a stop token)
+///     to retry, as the mutex does (a newcomer may beat it; a retry that loses goes back to the
+///     front), and hands every other waiter its shares directly: readers, locks with a stop
+///     token or a timeout, when_any branches; as many consecutive front waiters as the
+///     released shares cover, so the readers queued behind a writer are let in together.
+///   - The bound: every release made while anybody waits is a pass; the `max_passes`-th makes
+///     the rwlock starve (for a parked thread, only once it has waited
+///     semaphore::thread_max_wait): no lock barges any more (`try_read`, `try_write` fail; new
+///     locks queue), and releases hand their shares to the front of the queue in FIFO order
+///     until the oldest waiter holds its lock. A writer behind a stream of overlapping readers
+///     is so passed at most `max_passes` releases, plus those of the readers holding shares
+///     when the rwlock starves.
+///   - Strict FIFO: once anybody waits, later locks (including `try_read`) queue behind it,
+///     so writers cannot starve; the readers queued behind a writer are let in together.
 /// - when_any: a read or write lock that lost its when_any is never granted the rwlock.
 /// - Cancellation commits until the waiter resumes: a cancelled lock never holds the rwlock,
 ///   and what it had been handed passes to the next waiters.
 /// - Uncontended read and write locks and unlocks are one CAS each.
-/// - Not recursive: a reader taking a second read share may wait forever behind a writer.
+/// - Not recursive: a reader taking a second read share may wait forever behind a writer (with
+///   barging, once the rwlock starves).
+/// - Destroying a coroutine while its write lock's retry is posted to its scheduler is
+///   undefined, as while its resumption is (debug builds assert).
 /// - The rwlock must outlive its guards and pending locks (owned guards, from `read_owned` and
 ///   `write_owned` on a std::shared_ptr, keep it alive).
 template <class T>
@@ -308,6 +327,7 @@ class rwlock {
     explicit operator bool() const noexcept { return owner != nullptr; }
     [[nodiscard]] semaphore& semaphore_ref() const noexcept { return owner->semaphore_; }
     [[nodiscard]] std::size_t count() const noexcept { return Write ? owner->max_readers_ : 1; }
+    static constexpr bool retries = Write;  // a writer waits through a retry when the rwlock barges
     [[nodiscard]] auto maker() const noexcept {
       if constexpr (Write) {
         return make_write{&owner->value_};
@@ -324,22 +344,35 @@ class rwlock {
   /// An rwlock protecting a value-initialized T, for up to default_max_readers readers at once.
   rwlock() : rwlock(std::in_place, default_max_readers) {}
   /// An rwlock protecting `value`, for up to `max_readers` readers at once (1 to
-  /// semaphore::max(); std::invalid_argument otherwise).
+  /// semaphore::max(); std::invalid_argument otherwise), with bounded barging.
   explicit rwlock(T value, std::size_t max_readers = default_max_readers)
-      : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::move(value)) {}
+      : max_readers_(checked(max_readers)),
+        semaphore_(max_readers_, detail::shared_barging_t{}),
+        value_(std::move(value)) {}
   /// Constructs the value in place from args (for values that cannot move, such as atomics).
   template <class... Args>
   rwlock(std::in_place_t /*unused*/, std::size_t max_readers, Args&&... args)
-      : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::forward<Args>(args)...) {}
+      : max_readers_(checked(max_readers)),
+        semaphore_(max_readers_, detail::shared_barging_t{}),
+        value_(std::forward<Args>(args)...) {}
+  /// An rwlock with strict FIFO hand-off instead of bounded barging (see the contract):
+  /// `rwlock<int> l(asyncband::strict_fifo, 0);`.
+  rwlock(strict_fifo_t /*unused*/, T value, std::size_t max_readers = default_max_readers)
+      : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::move(value)) {}
   rwlock(const rwlock&) = delete;
   rwlock& operator=(const rwlock&) = delete;
   /// Debug builds assert that no read or write lock is pending.
   ~rwlock() { assert(semaphore_.no_waiters_left() && "asyncband::rwlock destroyed with waiters"); }
 
+  /// The bound of the barging: how many releases made while anybody waits may pass the oldest
+  /// waiter before the rwlock starves (see the contract).
+  static constexpr std::size_t max_passes = semaphore::max_passes;
+
   /// The most readers that can hold the lock at once.
   [[nodiscard]] std::size_t max_readers() const noexcept { return max_readers_; }
 
-  /// A snapshot: true while a writer holds the lock, readers hold shares, or anybody waits.
+  /// A snapshot: true while a writer holds the lock or readers hold shares; with strict FIFO
+  /// also while anybody waits (with barging the lock may be free while a retry is posted).
   [[nodiscard]] bool is_locked() const noexcept { return semaphore_.available() != max_readers_; }
 
   /// The value, without locking, for a caller that has the rwlock to itself: before it is
@@ -375,7 +408,8 @@ class rwlock {
   result<rwlock_read_guard<T>> read_timeout(std::chrono::duration<Rep, Period> timeout) {
     return read_forms::block_for(timeout, &semaphore_, std::size_t{1}, make_read{&value_});
   }
-  /// A read share now, or nothing (also nothing while anybody, such as a writer, waits).
+  /// A read share now, or nothing: nothing while a writer holds the lock, or while the rwlock
+  /// starves (bounded barging) or anybody waits (strict FIFO).
   [[nodiscard]] std::optional<rwlock_read_guard<T>> try_read() { return try_lock(1, make_read{&value_}); }
 
   /// `co_await l.write()` yields an rwlock_write_guard<T>.
@@ -397,7 +431,8 @@ class rwlock {
   result<rwlock_write_guard<T>> write_timeout(std::chrono::duration<Rep, Period> timeout) {
     return write_forms::block_for(timeout, &semaphore_, max_readers_, make_write{&value_});
   }
-  /// The write lock now, or nothing.
+  /// The write lock now, or nothing (also nothing while the rwlock starves, or, with strict
+  /// FIFO, while anybody waits).
   [[nodiscard]] std::optional<rwlock_write_guard<T>> try_write() {
     return try_lock(max_readers_, make_write{&value_});
   }

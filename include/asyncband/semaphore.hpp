@@ -68,6 +68,14 @@ class source_awaiter;
 struct permit_itself;
 }  // namespace detail
 
+/// Tag of the mutex and rwlock constructors for strict FIFO hand-off (no barging at all).
+struct strict_fifo_t {
+  explicit strict_fifo_t() = default;
+};
+/// Selects strict FIFO hand-off: `mutex<int> m(asyncband::strict_fifo, 0);`,
+/// `rwlock<int> l(asyncband::strict_fifo, 0);`.
+inline constexpr strict_fifo_t strict_fifo{};
+
 /// A counting semaphore with strict FIFO hand-off, partial grants and a deficit.
 ///
 /// Contract
@@ -143,6 +151,15 @@ class semaphore {
   /// the time of the read-first CAS on `mutex/contended_K`, 2026-12-04.
   explicit semaphore(detail::barging_t /*unused*/) : word_(1, detail::varying_count_t{}, 0) {
     barging_ = true;
+  }
+  /// `permits` permits with bounded barging for any number of holders, for an rwlock (see
+  /// rwlock's contract and detail::semaphore_word's shared barging section): a take of n takes
+  /// them whenever n are available and the word does not starve; the passes are counted in
+  /// the word. No partial grants, deficit or close on such a semaphore.
+  semaphore(std::size_t permits, detail::shared_barging_t shared) : word_(checked(permits), shared) {
+    barging_ = true;
+    shared_ = true;
+    retrying_request_ = permits;
   }
   semaphore(const semaphore&) = delete;
   semaphore& operator=(const semaphore&) = delete;
@@ -241,7 +258,7 @@ class semaphore {
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
     if (barging_) {
-      give_barging(n);
+      give_any_barging(n);
       return;
     }
     const add_outcome outcome = try_add(n);  // checks n > max() too
@@ -310,6 +327,32 @@ class semaphore {
     if (!word_.try_give_barging(n)) [[unlikely]]
       serve_head(n);
   }
+  /// give() on a barging semaphore, one holder (a mutex) or shared (an rwlock).
+  void give_any_barging(std::size_t n) noexcept {
+    if (shared_) {
+      give_shared(n);
+    } else {
+      give_barging(n);
+    }
+  }
+  /// The holder's give on a shared barging semaphore: one CAS while nobody waits, or while a
+  /// retry is in flight below the pass bound; otherwise under the lock (give_shared_locked).
+  void give_shared(std::size_t n) noexcept {
+    if (!word_.try_give_shared(n, max_passes)) [[unlikely]]
+      give_shared_locked(n);
+  }
+  /// give_shared()'s locked part: adds n counting the pass (and starving at the bound), then
+  /// settles the queue. Out of line.
+  void give_shared_locked(std::size_t n) noexcept;
+  /// Under the lock, shared barging: serves the front of the queue from the available permits,
+  /// unless a retry is in flight (it takes them or queues again, and then is served here). A
+  /// covered head that retries is sent to retry (not while starving); any other covered head is
+  /// handed its permits, and so is the next, until one is not covered. An emptied queue ends
+  /// the starving.
+  void settle_shared(detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
+  /// Under the lock, shared barging: whether the waiter the bound protects (the retry in
+  /// flight, else the head) is due (semaphore_waiter::due); true if nobody waits.
+  bool passed_waiter_due(detail::wait_list& waiters) noexcept;
   /// give_barging()'s bound: hands the n permits the caller holds to the retry in flight or
   /// the head, or frees them if nobody waits. Out of line.
   void hand_over_due(std::size_t n) noexcept;
@@ -383,6 +426,12 @@ class semaphore {
   std::size_t deficit_ = 0;                         // guarded by queue_.mutex()
   bool kept_alive_ = false;                         // set once, by the constructor (detail::kept_alive_t)
   bool barging_ = false;                            // set once, by the constructor (detail::barging_t)
+  bool shared_ = false;                             // set once: barging with any number of holders
+  // Shared barging: the one request that may retry, every permit (a writer). While a giver holds
+  // some, such a retry cannot take lock-free, so the locked give may read retry_node_ (the mutex
+  // has the same guarantee from its one permit); a smaller request's retry could complete and
+  // free its node meanwhile.
+  std::size_t retrying_request_ = 0;
   unsigned passes_ = 0;                             // barging: the holder's unlocks since the last hand-over
   detail::semaphore_waiter* retry_node_ = nullptr;  // barging: the retry in flight, while `retrying`
   bool closed_ = false;                             // guarded by queue_.mutex(), as the three below

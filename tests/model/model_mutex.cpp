@@ -4,10 +4,10 @@
 #include <asyncband/block_on.hpp>
 #include <asyncband/mutex.hpp>
 #include <asyncband/runtime/task.hpp>
-#include <asyncband/scheduler.hpp>
 #include <asyncband/stop_token.hpp>
 
 #include "kept.hpp"
+#include "mailbox.hpp"
 #include "model.hpp"
 
 namespace {
@@ -25,31 +25,6 @@ int try_once(asyncband::mutex<int>& m, atomic<int>& inside) {
   ++**g;
   inside.fetch_sub(1);
   return 1;
-}
-
-/// The scheduler of one model thread, for coroutines that lock with bounded barging (their
-/// lock waits through a retry posted here): schedule() leaves the handle in a mailbox, which
-/// the owning thread empties (run_on). Each coroutine here has at most one resumption pending.
-struct mailbox {
-  atomic<void*> posted{nullptr};
-  void schedule(std::coroutine_handle<> h) noexcept {
-    void* const before = posted.exchange(h.address());
-    check(before == nullptr, "two resumptions posted at once");
-  }
-};
-
-/// Runs `t` on this model thread with `box` as its scheduler, until it ends.
-void run_on(mailbox& box, asyncband::runtime::task<void> t) {
-  t.handle().promise().set_scheduler(asyncband::scheduler_ref::of(box));
-  t.handle().resume();
-  while (!t.handle().done()) {
-    void* const posted = box.posted.exchange(nullptr);
-    if (posted == nullptr) {
-      model::ex::yield();
-    } else {
-      std::coroutine_handle<>::from_address(posted).resume();
-    }
-  }
 }
 
 /// Two threads lock `each` times with lock_blocking() while this thread barges `barges` times
@@ -180,12 +155,12 @@ TEST(ModelMutex, RetryingCoroutinesAndABargerExcludeAndAllEnd) {
       }
     };
     thread a([&] {
-      mailbox box;
-      run_on(box, worker());
+      model::mailbox box;
+      model::run_on(box, worker());
     });
     thread b([&] {
-      mailbox box;
-      run_on(box, worker());
+      model::mailbox box;
+      model::run_on(box, worker());
     });
     const int tried = try_once(m, inside);
     a.join();
@@ -214,8 +189,8 @@ TEST(ModelMutex, ARetryingWaiterDestroysTheMutexAfterItsServe) {
       done.store(true);
     };
     thread waiter([&] {
-      mailbox box;
-      run_on(box, last());
+      model::mailbox box;
+      model::run_on(box, last());
     });
     thread other([&] {
       { auto g = m->lock_blocking(); }

@@ -70,13 +70,16 @@ class semaphore_waiter : public waiter {
   }
 
   /// cancel() on a barging semaphore: nothing is granted while queued there (a grant is always
-  /// complete, and claims the waiter), so there is nothing to pass on; `queued` follows the list.
+  /// complete, and claims the waiter), so there is nothing to pass on; `queued` follows the list,
+  /// and with shared barging the waiters behind are served from what is available.
   bool cancel_barging(wait_status why) noexcept {
     semaphore_->wake(
         [this, why](wait_list& waiters, wake_batch& batch) {
           if (!waiters.unlink_if_linked(*this, why)) return;
           batch.add(*this);
           semaphore_->sync_queued(waiters);
+          // Shared: the waiter behind may be covered by the permits available now.
+          if (semaphore_->shared_) semaphore_->settle_shared(waiters, batch);
         },
         test_point::claimed_for_cancel);
     return false;
@@ -89,7 +92,11 @@ class semaphore_waiter : public waiter {
   void set_retries() noexcept { retries_ = true; }
   /// A plain thread's untimed lock without a stop token retries itself (block_wait) when the
   /// semaphore barges.
-  [[nodiscard]] bool may_retry() const noexcept { return semaphore_->barging(); }
+  /// With shared barging only a request for every permit (a writer) retries: see
+  /// semaphore::retrying_request_.
+  [[nodiscard]] bool may_retry() const noexcept {
+    return semaphore_->barging() && (!semaphore_->shared_ || needed_ == semaphore_->retrying_request_);
+  }
   /// set_retries() for a plain thread, parked between its turns since `now`: bounded in time.
   void set_retries_parked(lock_clock::time_point now) noexcept {
     retries_ = true;
@@ -513,6 +520,11 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
 [[gnu::noinline]] inline void semaphore::drop_retry(detail::semaphore_waiter& w) noexcept {
   wake([this, &w](detail::wait_list& waiters, detail::wake_batch& batch) {
     retry_node_ = nullptr;
+    if (shared_) {  // a shared retry is never handed anything: what is available serves the queue
+      word_.clear_retrying();
+      settle_shared(waiters, batch);
+      return;
+    }
     const std::size_t n = w.missing();
     bool holds = w.handed();
     if (holds) {
@@ -522,6 +534,55 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
     }
     if (holds) serve_locked(n, waiters, batch);
   });
+}
+
+[[gnu::noinline]] inline void semaphore::give_shared_locked(std::size_t n) noexcept {
+  wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+    word_.give_counting_pass(n, max_passes, [this, &waiters] { return passed_waiter_due(waiters); });
+    settle_shared(waiters, batch);
+  });
+}
+
+inline bool semaphore::passed_waiter_due(detail::wait_list& waiters) noexcept {
+  // A retry in flight needs every permit, so it cannot complete while this giver holds some:
+  // its node is alive (semaphore::retrying_request_).
+  if (detail::semaphore_word::retrying_in(word_.load())) return retry_node_->due();
+  auto* head = static_cast<detail::semaphore_waiter*>(waiters.front());
+  return head == nullptr || head->due();
+}
+
+inline void semaphore::settle_shared(detail::wait_list& waiters, detail::wake_batch& batch) noexcept {
+  for (;;) {
+    const std::uint64_t s = word_.load();
+    if (detail::semaphore_word::retrying_in(s)) return;  // it takes them, or queues and is served here
+    detail::semaphore_waiter* const head = front_not_lost(waiters, batch);
+    if (head == nullptr) return;  // the emptied queue ended the starving (sync_queued)
+    const std::size_t need = head->missing();
+    if (detail::semaphore_word::count_in(s) < need) return;
+    if (head->retries() && !detail::semaphore_word::starving_in(s)) {
+      assert(need == retrying_request_);
+      word_.set_retrying();
+      retry_node_ = head;
+      head->set_retry(true);
+      waiters.claim_front(batch);
+      sync_queued(waiters);
+      return;
+    }
+    // Taken before the head is committed: a when_any branch committed and then not served would
+    // block its other branches. A barger that took them first gives them back here (the head is
+    // queued without a retry in flight, so its give comes to this lock).
+    if (!word_.take_for_waiter(need)) return;
+    if (!head->commit()) {  // it lost its when_any meanwhile
+      word_.give_barging(need);
+      waiters.claim_front(batch, wait_status::cancelled);
+      continue;
+    }
+    head->grant(need);
+    head->set_retry(false);
+    waiters.claim_front(batch);
+    word_.clear_starving();  // the oldest waiter holds its permits
+    sync_queued(waiters);
+  }
 }
 
 inline detail::semaphore_waiter* semaphore::front_not_lost(detail::wait_list& waiters,

@@ -29,6 +29,13 @@ struct kept_alive_t {
 struct barging_t {
   explicit barging_t() = default;
 };
+/// Tag of the semaphore constructor for bounded barging with any number of holders (an rwlock:
+/// a read takes one permit, a write all): the passes are counted in the word, and a `starving`
+/// flag stops the barging once they reach the bound (see semaphore_word's shared barging
+/// section and docs/design.md).
+struct shared_barging_t {
+  explicit shared_barging_t() = default;
+};
 
 /// The one atomic word of a semaphore: bit 0 is `contended`, set while anybody is queued or a
 /// deficit is outstanding; bits 1-31 are the available count; bits 32-63 are a ticket counter,
@@ -51,15 +58,18 @@ class semaphore_word {
 
   /// `count` available, and guessed to be the usual state (see guess_before_take).
   explicit semaphore_word(std::size_t count) noexcept : idle_(encode(count)), state_(idle_) {}
+  /// As above, with shared barging: a lock-free take also fails while the word is `starving`.
+  semaphore_word(std::size_t count, shared_barging_t /*unused*/) noexcept
+      : idle_(encode(count)), take_blockers_(contended | starving), state_(idle_) {}
   /// For a count that is rarely all available: no guess. Tickets start at `first_ticket`.
   semaphore_word(std::size_t count, varying_count_t /*unused*/, std::uint32_t first_ticket) noexcept
       : idle_(0), state_(encode(count) | (std::uint64_t{first_ticket} << 32)) {}
 
   // --- lock-free --------------------------------------------------------------------------------
-  /// Takes n if nobody is queued and enough are available.
+  /// Takes n if nobody is queued (a barging word: is starving) and enough are available.
   bool try_take(std::size_t n) noexcept {
     std::uint64_t s = guess_before_take(n);
-    while ((s & contended) == 0 && count_of(s) >= n) {
+    while ((s & take_blockers_) == 0 && count_of(s) >= n) {
       if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
                                        std::memory_order_relaxed))
         return true;
@@ -214,11 +224,12 @@ class semaphore_word {
   [[nodiscard]] bool someone_waits() const noexcept {
     return (state_.load(std::memory_order_relaxed) & (queued | retrying)) != 0;
   }
-  /// The retry in flight: takes n if available, and clears `retrying` with the same CAS.
+  /// The retry in flight: takes n if available, and clears `retrying` with the same CAS (and
+  /// `starving`, which a shared word sets for the oldest waiter: this retry).
   bool try_take_retrying(std::size_t n) noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     while (count_of(s) >= n) {
-      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~retrying, std::memory_order_acquire,
+      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~(retrying | starving), std::memory_order_acquire,
                                        std::memory_order_relaxed))
         return true;
     }
@@ -226,15 +237,17 @@ class semaphore_word {
   }
   /// Under the lock, for a waiter about to queue (`retry`: the retry in flight, going back to
   /// the front): takes n if available (true), or marks the word queued (false: the caller links
-  /// it). A retry clears `retrying` in the same CAS, either way.
+  /// it). A retry clears `retrying` in the same CAS, either way. While a shared word is
+  /// `starving` only the retry takes (it is the oldest waiter), and its take clears the flag.
   bool take_or_mark_queued(std::size_t n, bool retry) noexcept {
-    const std::uint64_t clear = retry ? retrying : 0;
+    const std::uint64_t clear = retry ? (retrying | starving) : 0;
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
-      const std::uint64_t next = count_of(s) >= n ? s - encode(n) : s | queued;
-      if (state_.compare_exchange_weak(s, next & ~clear, std::memory_order_acquire,
+      const bool takes = count_of(s) >= n && (retry || (s & starving) == 0);
+      const std::uint64_t next = takes ? s - encode(n) : (s | queued) & ~(retry ? retrying : 0);
+      if (state_.compare_exchange_weak(s, takes ? next & ~clear : next, std::memory_order_acquire,
                                        std::memory_order_relaxed))
-        return count_of(s) >= n;
+        return takes;
     }
   }
   /// Under the lock, for a retry in flight whose waiter is gone: clears `retrying`, and takes n
@@ -247,13 +260,81 @@ class semaphore_word {
         return count_of(s) >= n;
     }
   }
-  /// Under the lock: the wait list became empty.
-  void clear_queued() noexcept { state_.fetch_and(~queued, std::memory_order_relaxed); }
+  /// Under the lock: the wait list became empty. A shared word stops starving too, unless a
+  /// retry is in flight (the oldest waiter, for which it starves).
+  void clear_queued() noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (!state_.compare_exchange_weak(s, s & ~(queued | ((s & retrying) != 0 ? 0 : starving)),
+                                         std::memory_order_relaxed)) {
+    }
+  }
   /// Under the lock: the head is taken out to retry.
   void set_retrying() noexcept { state_.fetch_or(retrying, std::memory_order_relaxed); }
   /// Under the lock: the retry in flight ends (it was handed the count).
   void clear_retrying() noexcept { state_.fetch_and(~retrying, std::memory_order_relaxed); }
   [[nodiscard]] static bool retrying_in(std::uint64_t state) noexcept { return (state & retrying) != 0; }
+
+  // --- shared barging (an rwlock's semaphore: any number of holders) ---------------------------
+  // The flags of the barging section, plus `starving` and a pass count in the ticket bits. A
+  // give made while anybody waits (queued, or a retry in flight) is a pass; the one that brings
+  // the count to the bound sets `starving` (under the owner's lock) and restarts it. While the
+  // word starves, lock-free takes fail and every give goes to the owner's lock, which hands the
+  // permits to the front of the queue in FIFO order until the oldest waiter holds its own; a
+  // retry in flight may take them for itself. Which waiter a give completes depends on the
+  // head's request, which the word does not know: a give with the head queued and no retry in
+  // flight goes to the owner's lock, as a strict FIFO give with anybody queued does.
+
+  /// The holder's give: adds n lock-free if nobody waits, or if a retry is in flight, the word
+  /// does not starve and this pass stays below `bound` (it is counted); false, and nothing
+  /// changed, otherwise (the caller gives under the owner's lock).
+  bool try_give_shared(std::size_t n, unsigned bound) noexcept {
+    std::uint64_t s = guess_before_give(n);
+    for (;;) {
+      std::uint64_t next = s + encode(n);
+      if ((s & (queued | retrying | starving)) != 0) {
+        if ((s & (retrying | starving)) != retrying || passes_of(s) + 1 >= bound) return false;
+        next += pass_one;
+      }
+      if (state_.compare_exchange_weak(s, next, std::memory_order_release, std::memory_order_relaxed))
+        return true;
+    }
+  }
+  /// Under the owner's lock: adds n, and counts a pass if anybody waits. At the bound the count
+  /// restarts and the word starves if `due()` says the passed waiter is due (a coroutine
+  /// always; a parked thread once it has waited long enough).
+  template <class Due>
+  void give_counting_pass(std::size_t n, unsigned bound, Due&& due) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    int starve = -1;  // asked due() yet: -1 no, else its answer
+    for (;;) {
+      std::uint64_t next = s + encode(n);
+      if ((s & (queued | retrying)) != 0) {
+        if (passes_of(s) + 1 >= bound) {
+          if (starve < 0) starve = due() ? 1 : 0;
+          next = (next & ~pass_bits) | (starve != 0 ? starving : 0);
+        } else {
+          next += pass_one;
+        }
+      }
+      if (state_.compare_exchange_weak(s, next, std::memory_order_release, std::memory_order_relaxed)) return;
+    }
+  }
+  /// Under the owner's lock, for a waiter it hands them to: takes n if available, starving or
+  /// not (true); false if fewer are.
+  bool take_for_waiter(std::size_t n) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_relaxed);
+    while (count_of(s) >= n) {
+      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
+                                       std::memory_order_relaxed))
+        return true;
+    }
+    return false;
+  }
+  /// Under the owner's lock: the oldest waiter holds its permits; barging resumes.
+  void clear_starving() noexcept { state_.fetch_and(~starving, std::memory_order_relaxed); }
+  [[nodiscard]] static bool starving_in(std::uint64_t state) noexcept { return (state & starving) != 0; }
+  [[nodiscard]] static std::size_t count_in(std::uint64_t state) noexcept { return count_of(state); }
+  [[nodiscard]] static unsigned passes_in(std::uint64_t state) noexcept { return passes_of(state); }
 
   // --- under the owner's lock ---------------------------------------------------------------------
   /// For a waiter about to queue that still misses `missing`: takes them (true), or takes every
@@ -315,6 +396,13 @@ class semaphore_word {
   static constexpr std::uint64_t ticket_bits = ~(ticket_one - 1);
   static constexpr std::uint64_t queued = ticket_one;         // barging mode only
   static constexpr std::uint64_t retrying = ticket_one << 1;  // barging mode only
+  static constexpr std::uint64_t starving = ticket_one << 2;  // shared barging only
+  static constexpr unsigned pass_shift = 35;                  // shared barging: 8 bits of passes
+  static constexpr std::uint64_t pass_one = std::uint64_t{1} << pass_shift;
+  static constexpr std::uint64_t pass_bits = std::uint64_t{0xff} << pass_shift;
+  static constexpr unsigned passes_of(std::uint64_t state) noexcept {
+    return static_cast<unsigned>((state & pass_bits) >> pass_shift);
+  }
   static constexpr std::uint64_t encode(std::size_t count) noexcept { return std::uint64_t{count} << 1; }
   static constexpr std::size_t count_of(std::uint64_t state) noexcept {
     // Through uint32_t, which holds the 31 count bits: the one conversion that narrows, and
@@ -337,6 +425,7 @@ class semaphore_word {
   }
 
   const std::uint64_t idle_;  // the word with the initial count all available (0: no guess)
+  const std::uint64_t take_blockers_ = contended;  // flags that fail a lock-free take
   asyncband::detail::atomic<std::uint64_t> state_;
 };
 
