@@ -423,10 +423,10 @@ class semaphore {
   }
 
   detail::semaphore_word word_;
-  std::size_t deficit_ = 0;                         // guarded by queue_.mutex()
-  bool kept_alive_ = false;                         // set once, by the constructor (detail::kept_alive_t)
-  bool barging_ = false;                            // set once, by the constructor (detail::barging_t)
-  bool shared_ = false;                             // set once: barging with any number of holders
+  std::size_t deficit_ = 0;  // guarded by queue_.mutex()
+  bool kept_alive_ = false;  // set once, by the constructor (detail::kept_alive_t)
+  bool barging_ = false;     // set once, by the constructor (detail::barging_t)
+  bool shared_ = false;      // set once: barging with any number of holders
   // Shared barging: the one request that may retry, every permit (a writer). While a giver holds
   // some, such a retry cannot take lock-free, so the locked give may read retry_node_ (the mutex
   // has the same guarantee from its one permit); a smaller request's retry could complete and
