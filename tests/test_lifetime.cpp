@@ -603,7 +603,9 @@ void add_rwlock_rows(std::vector<row>& rows) {
       "rwlock_stop_writer_lets_reader_in", 1, "cancelled", no_setup{},
       [](rwlock_fifo_read_held& w, stop_token t) { return w.rw.write(t); },
       [](rwlock_fifo_read_held& w, stop_token) { return w.rw.read(); },
-      [](rwlock_fifo_read_held*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
+      [](rwlock_fifo_read_held*, no_waker&, asyncband::stop_source& bystanders) {
+        bystanders.request_stop();
+      }));
   rows.push_back(thread_row<W, rwlock_waker>(
       "rwlock_write_unlock_blocked_reader_thread", "ok", hold_write,
       [](W& w, stop_token t) { return w.rw.read_blocking(t); },

@@ -282,14 +282,17 @@ class [[nodiscard]] owned_rwlock_write_guard {
 ///   asyncband::semaphore with max_readers() permits: a read takes one, a write all.
 ///   - Bounded barging: any lock takes the rwlock when it is available at that moment (a read
 ///     while no writer holds it, a write while nobody holds anything), queued waiters or not.
-///     A release that makes the head's request available sends a writer that can retry
-///     (`co_await write()` on a scheduler, an untimed `write_blocking()` without a stop token)
-///     to retry, as the mutex does (a newcomer may beat it; a retry that loses goes back to the
-///     front), and hands every other waiter its shares directly: readers, locks with a stop
-///     token or a timeout, when_any branches; as many consecutive front waiters as the
+///     A release that makes the head's request available sends a lock of every share that
+///     can retry to retry, as the mutex does (a newcomer may beat it; a retry that loses goes
+///     back to the front): `co_await write()` on a scheduler, and a plain thread's untimed
+///     `write_blocking()` or `write_owned_blocking()` without a stop token (with
+///     max_readers() == 1, reads too). It hands every other waiter its shares directly
+///     (readers, owned coroutine writes, locks with a stop token or a timeout, when_any
+///     branches, coroutines without a scheduler): as many consecutive front waiters as the
 ///     released shares cover, so the readers queued behind a writer are let in together.
-///   - The bound: every release made while anybody waits is a pass; the `max_passes`-th makes
-///     the rwlock starve (for a parked thread, only once it has waited
+///   - The bound: every release made while anybody waits is a pass, counted from zero again
+///     whenever the oldest waiter gets its lock or nobody waits. The `max_passes`-th makes the
+///     rwlock starve (for a parked thread, only once it has waited
 ///     semaphore::thread_max_wait): no lock barges any more (`try_read`, `try_write` fail; new
 ///     locks queue), and releases hand their shares to the front of the queue in FIFO order
 ///     until the oldest waiter holds its lock. A writer behind a stream of overlapping readers

@@ -304,6 +304,7 @@ class semaphore {
 #else
   static constexpr unsigned max_passes = 100;
 #endif
+  static_assert(max_passes <= detail::semaphore_word::max_pass_bound, "the word counts passes in 8 bits");
 
   /// How long a plain thread waiting for the lock may be passed (checked at every
   /// max_passes-th unlock) before an unlock hands the lock to it. Waking a parked thread takes
