@@ -39,11 +39,14 @@
 // rwlock/write_contended_threads_K and semaphore/contended_threads_K are mutex/contended_threads_K
 // with the lock taken as an rwlock's write (write_blocking(); std::shared_mutex, tbb::rw_mutex)
 // or as a semaphore's one permit (acquire_blocking(1); std::binary_semaphore): both asyncband
-// locks are strict FIFO, so these measure the hand-off to parked threads that the mutex's
-// barging replaced (issue 16, section 1). rwlock/write_contended_K is mutex/contended_K with
-// the coroutines taking the lock as an rwlock's writers (`co_await rw.write()`); beside it the
-// barging asyncband::mutex (`asyncband_mutex`) and the mutex model of the coroutine peers
-// (`cppcoro_model`; cppcoro has no rwlock) on the same workload.
+// locks were strict FIFO when these were added, so they measured the hand-off to parked threads
+// that the mutex's barging replaced (issue 16, section 1); the rwlock barges too now.
+// rwlock/write_contended_K is mutex/contended_K with the coroutines taking the lock as an
+// rwlock's writers (`co_await rw.write()`); beside it the barging asyncband::mutex
+// (`asyncband_mutex`), the mutex model of the coroutine peers (`cppcoro_model`; cppcoro has no
+// rwlock) on the same workload, and the rwlock built with strict_fifo (`asyncband_fifo`).
+// rwlock/read_mostly_K mixes reads and writes on it (one lock in 8 a write), with bounded
+// barging and with strict FIFO: what the barging costs or saves readers.
 //
 //   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
@@ -612,6 +615,26 @@ task<void> increment_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw)
   }
 }
 
+/// An rwlock's readers and writers mixed: every kWriteEvery-th of the kIncrements locks is a
+/// write that adds kWriteEvery, the others reads (so the counter ends at K * kIncrements).
+constexpr int kWriteEvery = 8;
+static_assert(kIncrements % kWriteEvery == 0);
+
+task<void> read_mostly_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw) {
+  co_await pool.schedule();
+  std::uint64_t seen = 0;
+  for (int i = 0; i < kIncrements; ++i) {
+    if (i % kWriteEvery == 0) {
+      auto guard = co_await rw.write();
+      *guard += kWriteEvery;
+    } else {
+      auto guard = co_await rw.read();
+      seen += *guard;
+    }
+  }
+  benchmark::DoNotOptimize(seen);
+}
+
 template <bool Timed>
 task<void> increment_on(thread_pool& pool, inline_handoff_mutex& m, std::uint64_t& counter,
                         wait_histogram& waits) {
@@ -681,13 +704,16 @@ void mutex_contended_asyncband(benchmark::State& state) {
   });
 }
 
-/// ... as writers of an asyncband::rwlock (strict FIFO hand-off, as asyncband_fifo's mutex).
-template <int K>
+/// ... as writers of an asyncband::rwlock (`Fifo`: built with asyncband::strict_fifo), or
+/// (`Mixed`) as its readers and writers, one lock in kWriteEvery a write.
+template <int K, bool Fifo = false, bool Mixed = false>
 void rwlock_write_contended_asyncband(benchmark::State& state) {
   mutex_contended_coroutines<K, false>(state, [](thread_pool& pool, wait_record& /*unused*/) {
-    auto rw = std::make_unique<asyncband::rwlock<std::uint64_t>>(0);
+    auto rw = Fifo ? std::make_unique<asyncband::rwlock<std::uint64_t>>(asyncband::strict_fifo, 0)
+                   : std::make_unique<asyncband::rwlock<std::uint64_t>>(0);
     std::vector<task<void>> workers;
-    for (int i = 0; i < K; ++i) workers.push_back(increment_on(pool, *rw));
+    for (int i = 0; i < K; ++i)
+      workers.push_back(Mixed ? read_mostly_on(pool, *rw) : increment_on(pool, *rw));
     return std::pair(std::move(workers), [rw = std::move(rw)] {
       const auto guard = rw->try_read();
       return guard ? **guard : 0;
@@ -932,14 +958,35 @@ BENCHMARK(mutex_contended_threads<8, std_binary_semaphore_lock>)
     ->UseManualTime();
 
 BENCHMARK(rwlock_write_contended_asyncband<2>)->Name("rwlock/write_contended_2/asyncband")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<2, true>)
+    ->Name("rwlock/write_contended_2/asyncband_fifo")
+    ->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<2>)->Name("rwlock/write_contended_2/asyncband_mutex")->UseManualTime();
 BENCHMARK(mutex_contended_model<2>)->Name("rwlock/write_contended_2/cppcoro_model")->UseManualTime();
 BENCHMARK(rwlock_write_contended_asyncband<4>)->Name("rwlock/write_contended_4/asyncband")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, true>)
+    ->Name("rwlock/write_contended_4/asyncband_fifo")
+    ->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<4>)->Name("rwlock/write_contended_4/asyncband_mutex")->UseManualTime();
 BENCHMARK(mutex_contended_model<4>)->Name("rwlock/write_contended_4/cppcoro_model")->UseManualTime();
 BENCHMARK(rwlock_write_contended_asyncband<8>)->Name("rwlock/write_contended_8/asyncband")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, true>)
+    ->Name("rwlock/write_contended_8/asyncband_fifo")
+    ->UseManualTime();
 BENCHMARK(mutex_contended_asyncband<8>)->Name("rwlock/write_contended_8/asyncband_mutex")->UseManualTime();
 BENCHMARK(mutex_contended_model<8>)->Name("rwlock/write_contended_8/cppcoro_model")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, false, true>)
+    ->Name("rwlock/read_mostly_4/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, true, true>)
+    ->Name("rwlock/read_mostly_4/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, false, true>)
+    ->Name("rwlock/read_mostly_8/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, true, true>)
+    ->Name("rwlock/read_mostly_8/asyncband_fifo")
+    ->UseManualTime();
 BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
 BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release/std");
 BENCHMARK(semaphore_acquire_release_blocking_asyncband)->Name("semaphore/acquire_release_blocking/asyncband");
