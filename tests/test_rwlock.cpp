@@ -1614,6 +1614,33 @@ TEST(RwlockBarging, PassesBeforeAWriterGotItsLockDoNotCountForTheNextWriter) {
   expect_free(l);
 }
 
+// ... and when a cancellation empties the queue: the passes a stopped writer took do not
+// shorten the bound of the next writer to queue.
+TEST(RwlockBarging, PassesOfACancelledLastWaiterDoNotCountForTheNextWriter) {
+  test_scheduler s;
+  rwlock<int> l(0, 4);
+  writers_of writers{l};
+  std::optional<rwlock_read_guard<int>> anchor = l.try_read();
+  ASSERT_TRUE(anchor.has_value());
+  asyncband::stop_source stop;
+  rw_probe stopped;
+  s.spawn(stoppable_waiter(writers, stop.get_token(), stopped));
+  s.run();
+  EXPECT_EQ(overlap_reads_while_possible(l, anchor, max_passes - 1), max_passes - 1);
+  stop.request_stop();  // the queue empties: nobody waits
+  s.run();
+  EXPECT_EQ(stopped.status, wait_status::cancelled);
+  rw_probe next;
+  s.spawn(plain_waiter(writers, next));
+  s.run();
+  EXPECT_EQ(overlap_reads_while_possible(l, anchor, 10 * max_passes), max_passes);
+  anchor.reset();
+  s.run();
+  EXPECT_EQ(next.resumed, 1);
+  EXPECT_TRUE(next.owned);
+  expect_free(l);
+}
+
 // Point 4, with the writer's retry in flight all along (a writer's unlock posted it, and writers
 // barge before it runs): every unlock passes it until the max_passes-th starves the rwlock; then
 // no lock barges, and the retry takes the lock.
@@ -1942,70 +1969,73 @@ TEST(RwlockBarging, CancellingOrDestroyingTheHeadWriterLetsTheReaderBehindItIn) 
   }
 }
 
+/// A when_any of a write and a semaphore's permit, queued at the head of a two-reader rwlock
+/// with a plain reader behind it; `queue_both()` queues them, under whatever the test holds.
+struct lost_write_branch_scene {
+  test_scheduler s;
+  rwlock<int> l{0, 2};
+  readers_of readers{l};
+  asyncband::semaphore sem{0};
+  write_or_permit_probe either;
+  rw_probe reader;
+
+  void queue_both() {
+    s.spawn(write_or_permit(l, sem, either));
+    s.spawn(plain_waiter(readers, reader));
+    s.run();
+  }
+  /// After the permit won: both ran once, the permit's branch won, the reader holds a share.
+  void expect_permit_won_and_reader_in() {
+    s.run();
+    EXPECT_EQ(either.resumed, 1);
+    EXPECT_EQ(either.index, 1U);
+    EXPECT_EQ(reader.resumed, 1);
+    EXPECT_TRUE(reader.owned);
+  }
+};
+
 // Point 5, for a when_any: its write branch is at the head, waiting for the share a reader
 // holds, with a reader behind it and a share free; a semaphore's permit wins the when_any. The
 // lost write branch is withdrawn, and the reader behind it gets the free share at once.
 TEST(RwlockBarging, AWhenAnyWriteThatLostLetsTheReaderBehindItIn) {
-  test_scheduler s;
-  rwlock<int> l(0, 2);
-  readers_of readers{l};
-  asyncband::semaphore sem(0);
-  auto r1 = l.try_read();
-  auto r2 = l.try_read();
-  write_or_permit_probe either;
-  rw_probe reader;
-  s.spawn(write_or_permit(l, sem, either));
-  s.spawn(plain_waiter(readers, reader));
-  s.run();
-  EXPECT_EQ(either.resumed, 0);
-  EXPECT_EQ(reader.resumed, 0);
+  lost_write_branch_scene scene;
+  auto r1 = scene.l.try_read();
+  auto r2 = scene.l.try_read();
+  scene.queue_both();
+  EXPECT_EQ(scene.either.resumed, 0);
+  EXPECT_EQ(scene.reader.resumed, 0);
   r1.reset();
-  EXPECT_EQ(s.ready_count(), 0U);
+  EXPECT_EQ(scene.s.ready_count(), 0U);
 
-  sem.release(1);  // the permit wins; the write branch loses
-  EXPECT_EQ(s.ready_count(), 2U) << "the reader was not let in when the write branch lost";
-  EXPECT_FALSE(l.try_read().has_value()) << "the free share was left unused";
-  s.run();
-  EXPECT_EQ(either.resumed, 1);
-  EXPECT_EQ(either.index, 1U);
-  EXPECT_EQ(reader.resumed, 1);
-  EXPECT_TRUE(reader.owned);
+  scene.sem.release(1);  // the permit wins; the write branch loses
+  EXPECT_EQ(scene.s.ready_count(), 2U) << "the reader was not let in when the write branch lost";
+  EXPECT_FALSE(scene.l.try_read().has_value()) << "the free share was left unused";
+  scene.expect_permit_won_and_reader_in();
   r2.reset();
-  expect_free(l);
+  expect_free(scene.l);
 }
 
 // Point 2 with a lost when_any branch at the head: a semaphore's release has committed the
 // when_any to its permit but not resolved it yet when the writer's unlock comes; the unlock
 // skips the lost write branch and hands a share to the reader behind it.
 TEST(RwlockBarging, AReleaseSkipsALostWhenAnyWriteAtTheHead) {
-  test_scheduler s;
-  rwlock<int> l(0, 2);
-  readers_of readers{l};
-  asyncband::semaphore sem(0);
-  auto held = l.try_write();
-  write_or_permit_probe either;
-  rw_probe reader;
-  s.spawn(write_or_permit(l, sem, either));
-  s.spawn(plain_waiter(readers, reader));
-  s.run();
+  lost_write_branch_scene scene;
+  auto held = scene.l.try_write();
+  scene.queue_both();
   std::size_t ready_after_unlock = 0;
   bool writer_beside = true;
-  s.at(test_point::claimed_for_wake, [&] {  // the permit's branch is committed, not resolved
+  scene.s.at(test_point::claimed_for_wake, [&] {  // the permit's branch is committed, not resolved
     held.reset();
-    ready_after_unlock = s.ready_count();
-    writer_beside = l.try_write().has_value();
+    ready_after_unlock = scene.s.ready_count();
+    writer_beside = scene.l.try_write().has_value();
   });
-  sem.release(1);
-  EXPECT_EQ(s.pending_actions(), 0U);
+  scene.sem.release(1);
+  EXPECT_EQ(scene.s.pending_actions(), 0U);
   EXPECT_EQ(ready_after_unlock, 1U) << "the unlock did not hand the reader a share past the lost branch";
   EXPECT_FALSE(writer_beside);
-  EXPECT_EQ(s.ready_count(), 2U);
-  s.run();
-  EXPECT_EQ(either.resumed, 1);
-  EXPECT_EQ(either.index, 1U);
-  EXPECT_EQ(reader.resumed, 1);
-  EXPECT_TRUE(reader.owned);
-  expect_free(l);
+  EXPECT_EQ(scene.s.ready_count(), 2U);
+  scene.expect_permit_won_and_reader_in();
+  expect_free(scene.l);
 }
 
 // Point 2 with downgrade(): the released shares go to the readers queued at the front (not to

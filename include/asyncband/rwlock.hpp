@@ -287,7 +287,7 @@ class [[nodiscard]] owned_rwlock_write_guard {
 ///     back to the front): `co_await write()` on a scheduler, and a plain thread's untimed
 ///     `write_blocking()` or `write_owned_blocking()` without a stop token (with
 ///     max_readers() == 1, reads too). It hands every other waiter its shares directly
-///     (readers, owned coroutine writes, locks with a stop token or a timeout, when_any
+///     (other reads, owned coroutine writes, locks with a stop token or a timeout, when_any
 ///     branches, coroutines without a scheduler): as many consecutive front waiters as the
 ///     released shares cover, so the readers queued behind a writer are let in together.
 ///   - The bound: every release made while anybody waits is a pass, counted from zero again

@@ -44,30 +44,37 @@ TEST(ModelRwlock, WriterExcludesReaders) {
   }));
 }
 
-// A writer queued behind a reader is cancelled while the reader unlocks; a reader queued behind
-// the writer must get in whichever way the race goes (the writer's cancellation lets it in, or
-// the writer's grant passes on, or the writer holds and unlocks). Otherwise it waits for good:
-// a deadlock the explorer reports.
+/// A stoppable writer queued behind a held read is cancelled while `read_behind` (on a thread
+/// of its own) reads, and the held read unlocks: the reader must get in whichever way the race
+/// goes (the writer's cancellation lets it in, the writer's grant passes on, or the writer holds
+/// and unlocks). Otherwise it waits for good: a deadlock the explorer reports.
+template <class ReadBehind>
+void cancelled_writer_with_a_reader_behind(std::size_t max_readers, ReadBehind read_behind) {
+  model::kept<asyncband::rwlock<int>> kept_l(0, max_readers);
+  auto& l = *kept_l;
+  asyncband::stop_source stop;
+  auto held = l.read_blocking();
+  thread writer([&] {
+    auto r = l.write_blocking(stop.get_token());
+    if (r.ok()) **r = 1;
+  });
+  thread reader([&] { read_behind(l); });
+  thread canceller([&] { stop.request_stop(); });
+  held.unlock();
+  canceller.join();
+  writer.join();
+  reader.join();
+  check(!l.is_locked(), "a cancelled writer kept its grant, or a share was lost");
+}
+
+// With a plain thread's read behind the writer (queued behind it if it queued first, with
+// strict FIFO or while the rwlock starves; else it barges).
 TEST(ModelRwlock, CancelledWriterLetsTheReadersBehindItIn) {
   EXPECT_TRUE(model::explored(302, [] {
-    model::kept<asyncband::rwlock<int>> kept_l(0, 4);
-    auto& l = *kept_l;
-    asyncband::stop_source stop;
-    auto held = l.read_blocking();
-    thread writer([&] {
-      auto r = l.write_blocking(stop.get_token());
-      if (r.ok()) **r = 1;
-    });
-    thread reader([&] {
-      auto g = l.read_blocking();  // behind the writer if it queued first: write-preferring
+    cancelled_writer_with_a_reader_behind(4, [](asyncband::rwlock<int>& l) {
+      auto g = l.read_blocking();
       check(*g == 0 || *g == 1, "a reader saw a torn value");
     });
-    thread canceller([&] { stop.request_stop(); });
-    held.unlock();
-    canceller.join();
-    writer.join();
-    reader.join();
-    check(!l.is_locked(), "a cancelled writer kept its grant");
   }));
 }
 
@@ -170,21 +177,11 @@ TEST(ModelRwlock, RetryingWritersAReaderAndABargerExcludeAndAllEnd) {
   }));
 }
 
-// A stoppable writer (handed its shares directly, never retrying) queued behind a reader is
-// cancelled while a coroutine reader queues behind it and the first reader unlocks: the reader
-// behind gets in whichever way the race goes (the cancellation serves it from what is free, or
-// the writer is handed the lock and unlocks).
+// The same with a coroutine reader on a scheduler of its own, and two shares, so that a
+// release or the cancellation may have to hand the reader its share past the writer.
 TEST(ModelRwlock, ACancelledWriterAtTheHeadLetsTheCoroutineReaderBehindItIn) {
   EXPECT_TRUE(model::explored(305, [] {
-    model::kept<asyncband::rwlock<int>> kept_l(0, 2);
-    auto& l = *kept_l;
-    asyncband::stop_source stop;
-    auto held = l.read_blocking();
-    thread writer([&] {
-      auto r = l.write_blocking(stop.get_token());
-      if (r.ok()) **r = 1;
-    });
-    thread reader([&] {
+    cancelled_writer_with_a_reader_behind(2, [](asyncband::rwlock<int>& l) {
       const auto read = [&l]() -> asyncband::runtime::task<void> {
         auto g = co_await l.read();
         check(*g == 0 || *g == 1, "a reader saw a torn value");
@@ -192,11 +189,6 @@ TEST(ModelRwlock, ACancelledWriterAtTheHeadLetsTheCoroutineReaderBehindItIn) {
       model::mailbox box;
       model::run_on(box, read());
     });
-    stop.request_stop();
-    held.unlock();
-    writer.join();
-    reader.join();
-    check(!l.is_locked(), "a share or the write lock was lost");
   }));
 }
 

@@ -266,12 +266,14 @@ class semaphore_word {
         return count_of(s) >= n;
     }
   }
-  /// Under the lock: the wait list became empty. A shared word stops starving too, unless a
-  /// retry is in flight (the oldest waiter, for which it starves).
+  /// Under the lock: the wait list became empty. Unless a retry is in flight (the oldest waiter,
+  /// for which they are kept), a shared word stops starving and its passes restart: nobody
+  /// waits, and the next waiter's count starts from zero.
   void clear_queued() noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
-    while (!state_.compare_exchange_weak(s, s & ~(queued | ((s & retrying) != 0 ? 0 : starving)),
-                                         std::memory_order_relaxed)) {
+    for (;;) {
+      const std::uint64_t keep = (s & retrying) != 0 ? ~queued : ~(queued | starving | pass_bits);
+      if (state_.compare_exchange_weak(s, s & keep, std::memory_order_relaxed)) return;
     }
   }
   /// Under the lock: the head is taken out to retry.
@@ -283,7 +285,9 @@ class semaphore_word {
   // --- shared barging (an rwlock's semaphore: any number of holders) ---------------------------
   // The flags of the barging section, plus `starving` and a pass count in the ticket bits. A
   // give made while anybody waits (queued, or a retry in flight) is a pass; the one that brings
-  // the count to the bound sets `starving` (under the owner's lock) and restarts it. While the
+  // the count to the bound sets `starving` (under the owner's lock) and restarts it. The count
+  // also restarts whenever the oldest waiter gets its permits (handed them, or its retry takes
+  // them) and whenever nobody waits any more (a give finds nobody, or the list empties). While the
   // word starves, lock-free takes fail and every give goes to the owner's lock, which hands the
   // permits to the front of the queue in FIFO order until the oldest waiter holds its own; a
   // retry in flight may take them for itself. Which waiter a give completes depends on the
@@ -306,9 +310,9 @@ class semaphore_word {
         return true;
     }
   }
-  /// Under the owner's lock: adds n, and counts a pass if anybody waits. At the bound the count
-  /// restarts and the word starves if `due()` says the passed waiter is due (a coroutine
-  /// always; a parked thread once it has waited long enough).
+  /// Under the owner's lock: adds n, and counts a pass if anybody waits (else the count
+  /// restarts). At the bound the count restarts and the word starves if `due()` says the passed
+  /// waiter is due (a coroutine always; a parked thread once it has waited long enough).
   template <class Due>
   void give_counting_pass(std::size_t n, unsigned bound, Due&& due) noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
