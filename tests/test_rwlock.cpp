@@ -1553,6 +1553,25 @@ TEST(RwlockBarging, AfterMaxPassesReaderReleasesTheRwlockStarvesUntilTheWriterHa
   expect_free(l);
 }
 
+/// Queues a plain writer behind the read `anchor` holds; overlapping reads must pass it exactly
+/// max_passes times before the rwlock starves and the anchor's release hands it the lock.
+void expect_the_next_writer_passed_max_passes_times(test_scheduler& s, rwlock<int>& l, writers_of& writers,
+                                                    std::optional<rwlock_read_guard<int>>& anchor) {
+  ASSERT_TRUE(anchor.has_value());
+  rw_probe w;
+  s.spawn(plain_waiter(writers, w));
+  s.run();
+  EXPECT_EQ(overlap_reads_while_possible(l, anchor, 10 * max_passes), max_passes);
+  EXPECT_FALSE(l.try_read().has_value());
+  anchor.reset();
+  EXPECT_EQ(s.ready_count(), 1U);
+  EXPECT_TRUE(l.is_locked());  // handed to it, not left free for a retry
+  s.run();
+  EXPECT_EQ(w.resumed, 1);
+  EXPECT_TRUE(w.owned);
+  expect_free(l);
+}
+
 // Point 4, again: the count restarts when the oldest waiter gets its lock, so a second writer
 // behind overlapping readers is passed exactly max_passes times again, then served.
 TEST(RwlockBarging, TheBoundHoldsAgainAfterTheStarvingWriterWasServed) {
@@ -1562,19 +1581,7 @@ TEST(RwlockBarging, TheBoundHoldsAgainAfterTheStarvingWriterWasServed) {
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(round);
     std::optional<rwlock_read_guard<int>> anchor = l.try_read();
-    ASSERT_TRUE(anchor.has_value());
-    rw_probe w;
-    s.spawn(plain_waiter(writers, w));
-    s.run();
-    EXPECT_EQ(overlap_reads_while_possible(l, anchor, 10 * max_passes), max_passes);
-    EXPECT_FALSE(l.try_read().has_value());
-    anchor.reset();
-    EXPECT_EQ(s.ready_count(), 1U);
-    EXPECT_TRUE(l.is_locked());
-    s.run();
-    EXPECT_EQ(w.resumed, 1);
-    EXPECT_TRUE(w.owned);
-    expect_free(l);
+    expect_the_next_writer_passed_max_passes_times(s, l, writers, anchor);
   }
 }
 
@@ -1584,34 +1591,19 @@ TEST(RwlockBarging, PassesBeforeAWriterGotItsLockDoNotCountForTheNextWriter) {
   test_scheduler s;
   rwlock<int> l(0, 4);
   writers_of writers{l};
-  {
-    std::optional<rwlock_read_guard<int>> anchor = l.try_read();
-    ASSERT_TRUE(anchor.has_value());
-    rw_probe first;
-    s.spawn(plain_waiter(writers, first));
-    s.run();
-    // max_passes - 2 overlapping reads: max_passes - 2 passes, below the bound.
-    for (int i = 0; i < max_passes - 2; ++i) {
-      auto next = l.try_read();
-      ASSERT_TRUE(next.has_value());
-      anchor = std::move(next);
-    }
-    anchor.reset();  // one more pass: the writer's retry is posted, the lock free
-    EXPECT_FALSE(l.is_locked());
-    s.run();
-    EXPECT_EQ(first.resumed, 1);
-    expect_free(l);
-  }
   std::optional<rwlock_read_guard<int>> anchor = l.try_read();
   ASSERT_TRUE(anchor.has_value());
-  rw_probe second;
-  s.spawn(plain_waiter(writers, second));
+  rw_probe first;
+  s.spawn(plain_waiter(writers, first));
   s.run();
-  EXPECT_EQ(overlap_reads_while_possible(l, anchor, 10 * max_passes), max_passes);
-  anchor.reset();
+  EXPECT_EQ(overlap_reads_while_possible(l, anchor, max_passes - 2), max_passes - 2);
+  anchor.reset();  // one more pass, below the bound: the writer's retry is posted, the lock free
+  EXPECT_FALSE(l.is_locked());
   s.run();
-  EXPECT_EQ(second.resumed, 1);
+  EXPECT_EQ(first.resumed, 1);
   expect_free(l);
+  anchor = l.try_read();
+  expect_the_next_writer_passed_max_passes_times(s, l, writers, anchor);
 }
 
 // ... and when a cancellation empties the queue: the passes a stopped writer took do not
@@ -1630,15 +1622,7 @@ TEST(RwlockBarging, PassesOfACancelledLastWaiterDoNotCountForTheNextWriter) {
   stop.request_stop();  // the queue empties: nobody waits
   s.run();
   EXPECT_EQ(stopped.status, wait_status::cancelled);
-  rw_probe next;
-  s.spawn(plain_waiter(writers, next));
-  s.run();
-  EXPECT_EQ(overlap_reads_while_possible(l, anchor, 10 * max_passes), max_passes);
-  anchor.reset();
-  s.run();
-  EXPECT_EQ(next.resumed, 1);
-  EXPECT_TRUE(next.owned);
-  expect_free(l);
+  expect_the_next_writer_passed_max_passes_times(s, l, writers, anchor);  // the same read held
 }
 
 // Point 4, with the writer's retry in flight all along (a writer's unlock posted it, and writers
