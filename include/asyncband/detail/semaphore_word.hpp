@@ -347,7 +347,6 @@ class semaphore_word {
   void clear_starving() noexcept { state_.fetch_and(~(starving | pass_bits), std::memory_order_relaxed); }
   [[nodiscard]] static bool starving_in(std::uint64_t state) noexcept { return (state & starving) != 0; }
   [[nodiscard]] static std::size_t count_in(std::uint64_t state) noexcept { return count_of(state); }
-  [[nodiscard]] static unsigned passes_in(std::uint64_t state) noexcept { return passes_of(state); }
 
   // --- under the owner's lock ---------------------------------------------------------------------
   /// For a waiter about to queue that still misses `missing`: takes them (true), or takes every
