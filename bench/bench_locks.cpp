@@ -47,6 +47,9 @@
 // rwlock) on the same workload, and the rwlock built with strict_fifo (`asyncband_fifo`).
 // rwlock/read_mostly_K mixes reads and writes on it (one lock in 8 a write), with bounded
 // barging and with strict FIFO: what the barging costs or saves readers.
+// rwlock/worst_wait_K and rwlock/read_mostly_worst_wait_K are those two with every lock timed,
+// as mutex/worst_wait_K times the mutex's (the same counters): the tail that the writers'
+// bounded barging trades for throughput, against the rwlock's own strict FIFO mode.
 //
 //   bench_locks --benchmark_filter='mutex|semaphore|rwlock' --benchmark_min_time=0.05
 #include <benchmark/benchmark.h>
@@ -606,11 +609,15 @@ task<void> increment_on(thread_pool& pool, asyncband::mutex<std::uint64_t>& m, w
   }
 }
 
-/// An rwlock's writers: each increment under `co_await rw.write()`.
-task<void> increment_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw) {
+/// An rwlock's writers: each increment under `co_await rw.write()`, its wait recorded when
+/// `Timed`.
+template <bool Timed>
+task<void> increment_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw, wait_histogram& waits) {
   co_await pool.schedule();
   for (int i = 0; i < kIncrements; ++i) {
+    [[maybe_unused]] const auto asked = Timed ? wait_histogram::clock::now() : wait_histogram::clock::time_point{};
     auto guard = co_await rw.write();
+    if constexpr (Timed) waits.record(wait_histogram::clock::now() - asked);
     ++*guard;
   }
 }
@@ -620,15 +627,19 @@ task<void> increment_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw)
 constexpr int kWriteEvery = 8;
 static_assert(kIncrements % kWriteEvery == 0);
 
-task<void> read_mostly_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw) {
+template <bool Timed>
+task<void> read_mostly_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw, wait_histogram& waits) {
   co_await pool.schedule();
   std::uint64_t seen = 0;
   for (int i = 0; i < kIncrements; ++i) {
+    [[maybe_unused]] const auto asked = Timed ? wait_histogram::clock::now() : wait_histogram::clock::time_point{};
     if (i % kWriteEvery == 0) {
       auto guard = co_await rw.write();
+      if constexpr (Timed) waits.record(wait_histogram::clock::now() - asked);
       *guard += kWriteEvery;
     } else {
       auto guard = co_await rw.read();
+      if constexpr (Timed) waits.record(wait_histogram::clock::now() - asked);
       seen += *guard;
     }
   }
@@ -705,15 +716,17 @@ void mutex_contended_asyncband(benchmark::State& state) {
 }
 
 /// ... as writers of an asyncband::rwlock (`Fifo`: built with asyncband::strict_fifo), or
-/// (`Mixed`) as its readers and writers, one lock in kWriteEvery a write.
-template <int K, bool Fifo = false, bool Mixed = false>
+/// (`Mixed`) as its readers and writers, one lock in kWriteEvery a write; every lock timed when
+/// `Timed`.
+template <int K, bool Fifo = false, bool Mixed = false, bool Timed = false>
 void rwlock_write_contended_asyncband(benchmark::State& state) {
-  mutex_contended_coroutines<K, false>(state, [](thread_pool& pool, wait_record& /*unused*/) {
+  mutex_contended_coroutines<K, Timed>(state, [](thread_pool& pool, wait_record& waits) {
     auto rw = Fifo ? std::make_unique<asyncband::rwlock<std::uint64_t>>(asyncband::strict_fifo, 0)
                    : std::make_unique<asyncband::rwlock<std::uint64_t>>(0);
     std::vector<task<void>> workers;
     for (int i = 0; i < K; ++i)
-      workers.push_back(Mixed ? read_mostly_on(pool, *rw) : increment_on(pool, *rw));
+      workers.push_back(Mixed ? read_mostly_on<Timed>(pool, *rw, waits.worker(i))
+                              : increment_on<Timed>(pool, *rw, waits.worker(i)));
     return std::pair(std::move(workers), [rw = std::move(rw)] {
       const auto guard = rw->try_read();
       return guard ? **guard : 0;
@@ -986,6 +999,39 @@ BENCHMARK(rwlock_write_contended_asyncband<8, false, true>)
     ->UseManualTime();
 BENCHMARK(rwlock_write_contended_asyncband<8, true, true>)
     ->Name("rwlock/read_mostly_8/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<2, false, false, true>)
+    ->Name("rwlock/worst_wait_2/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<2, true, false, true>)
+    ->Name("rwlock/worst_wait_2/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_model<2, true>)->Name("rwlock/worst_wait_2/cppcoro_model")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, false, false, true>)
+    ->Name("rwlock/worst_wait_4/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, true, false, true>)
+    ->Name("rwlock/worst_wait_4/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_model<4, true>)->Name("rwlock/worst_wait_4/cppcoro_model")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, false, false, true>)
+    ->Name("rwlock/worst_wait_8/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, true, false, true>)
+    ->Name("rwlock/worst_wait_8/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_model<8, true>)->Name("rwlock/worst_wait_8/cppcoro_model")->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, false, true, true>)
+    ->Name("rwlock/read_mostly_worst_wait_4/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<4, true, true, true>)
+    ->Name("rwlock/read_mostly_worst_wait_4/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, false, true, true>)
+    ->Name("rwlock/read_mostly_worst_wait_8/asyncband")
+    ->UseManualTime();
+BENCHMARK(rwlock_write_contended_asyncband<8, true, true, true>)
+    ->Name("rwlock/read_mostly_worst_wait_8/asyncband_fifo")
     ->UseManualTime();
 BENCHMARK(semaphore_acquire_release_asyncband<1>)->Name("semaphore/acquire_release/asyncband");
 BENCHMARK(semaphore_acquire_release_std<1>)->Name("semaphore/acquire_release/std");
