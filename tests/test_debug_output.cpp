@@ -312,7 +312,7 @@ TEST(DebugOutput, OnceMapAndSingleflight) {
 // Locks
 
 TEST(DebugOutput, SemaphoreAndPermits) {
-  semaphore sem(3);
+  semaphore sem(asyncband::strict_fifo, 3);  // partial grants
   EXPECT_EQ(str(sem), "asyncband::semaphore{available: 3, waiters: 0}");
   std::optional<semaphore_permit> held = sem.try_acquire(2);
   ASSERT_TRUE(held);

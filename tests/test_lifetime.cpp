@@ -348,6 +348,9 @@ struct sem_world {
 struct sem_one {
   asyncband::semaphore s{1};
 };
+struct sem_one_fifo {  // partial grants
+  asyncband::semaphore s{asyncband::strict_fifo, 1};
+};
 struct sem_permit_in_world {
   asyncband::semaphore s{1};
   std::optional<asyncband::semaphore_permit> held;  // in the World: a late write shows
@@ -383,12 +386,12 @@ void add_semaphore_rows(std::vector<row>& rows) {
         [](W& w, stop_token) { return w.s.acquire(); }, [](W& w, stop_token) { return w.s.acquire(); },
         [](W* w, no_waker&, asyncband::stop_source&) { w->s.release(); }));
   }
-  // A cancelled acquisition passes its partial grant on to the next waiter.
-  rows.push_back(crowd_row<sem_one, no_waker>(
+  // A cancelled acquisition passes its partial grant on to the next waiter (strict FIFO).
+  rows.push_back(crowd_row<sem_one_fifo, no_waker>(
       "semaphore_stop_passes_partial_grant_on", 1, "cancelled", no_setup{},
-      [](sem_one& w, stop_token t) { return w.s.acquire(2, t); },
-      [](sem_one& w, stop_token) { return w.s.acquire(); },
-      [](sem_one*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
+      [](sem_one_fifo& w, stop_token t) { return w.s.acquire(2, t); },
+      [](sem_one_fifo& w, stop_token) { return w.s.acquire(); },
+      [](sem_one_fifo*, no_waker&, asyncband::stop_source& bystanders) { bystanders.request_stop(); }));
   rows.push_back(thread_row<W, no_waker>(
       "semaphore_release_blocked_thread", "ok", no_setup{},
       [](W& w, stop_token t) { return w.s.acquire_blocking(1, t); }, release));

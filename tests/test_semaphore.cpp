@@ -92,6 +92,9 @@ struct queue_fixture {
 
   explicit queue_fixture(std::size_t permits, std::optional<std::uint64_t> seed = std::nullopt)
       : s(seed), sem(permits) {}
+  /// With a strict FIFO semaphore (partial grants, no barging).
+  queue_fixture(asyncband::strict_fifo_t fifo, std::size_t permits, std::optional<std::uint64_t> seed = std::nullopt)
+      : s(seed), sem(fifo, permits) {}
 
   /// Queues an acquisition of `n` to start at a later step of the scheduler.
   acquisition& start(std::size_t n, bool can_cancel = cancellable) {
@@ -234,7 +237,7 @@ TEST(Semaphore, AcquiringZeroCompletesAtOnceEvenBehindAQueuedWaiter) {
 }
 
 TEST(Semaphore, AcquireBlockingTakesAvailablePermitsOrWaitsForTheRest) {
-  semaphore sem(3);
+  semaphore sem(asyncband::strict_fifo, 3);
   {
     auto p = sem.acquire_blocking(2);
     EXPECT_EQ(p.count(), 2U);
@@ -274,7 +277,7 @@ TEST(Semaphore, AcquireTimeoutTimesOutAndReturnsItsPartialGrant) {
 }
 
 TEST(Semaphore, AcquireTimeoutCompletesWhenAnotherThreadReleases) {
-  semaphore sem(1);
+  semaphore sem(asyncband::strict_fifo, 1);
   std::optional<result<semaphore_permit>> r;
   std::thread waiter([&] { r.emplace(sem.acquire_timeout(3, 1h)); });
   wait_until_nothing_available(sem);
@@ -464,8 +467,10 @@ using shared_semaphore_ptr = std::shared_ptr<semaphore>;
 /// A semaphore shared as acquire_owned's callers share it, whose deleter records how many permits
 /// were available when it went: `available_at_end` says that every permit was back before the
 /// last reference dropped. `available_at_end` must outlive the semaphore.
-shared_semaphore_ptr shared_semaphore(std::size_t permits, std::optional<std::size_t>& available_at_end) {
-  return {new semaphore(permits), [&available_at_end](semaphore* s) {
+shared_semaphore_ptr shared_semaphore(std::size_t permits, std::optional<std::size_t>& available_at_end,
+                                      bool strict_fifo = false) {
+  return {strict_fifo ? new semaphore(asyncband::strict_fifo, permits) : new semaphore(permits),
+          [&available_at_end](semaphore* s) {
             available_at_end = s->available();
             delete s;
           }};
@@ -701,7 +706,7 @@ TEST(SemaphoreOwned, ACancelledOwnedAcquisitionDropsItsReferenceAndPassesItsPart
     SCOPED_TRACE(testing::Message() << "next waits " << next_waits);
     test_scheduler s;
     std::optional<std::size_t> available_at_end;
-    auto sem = shared_semaphore(3, available_at_end);
+    auto sem = shared_semaphore(3, available_at_end, true);
     const std::weak_ptr<semaphore> weak = sem;
     auto holder = asyncband::try_acquire_owned(sem, 1);
     ASSERT_TRUE(holder.has_value());
@@ -917,7 +922,7 @@ TEST(SemaphoreOwned, AnOwnedPermitAcquiredOnAnotherThreadKeepsTheSemaphoreAlive)
   for (const bool cancelled : {false, true}) {
     SCOPED_TRACE(testing::Message() << "cancelled " << cancelled);
     std::optional<std::size_t> available_at_end;
-    auto sem = shared_semaphore(3, available_at_end);
+    auto sem = shared_semaphore(3, available_at_end, true);
     const std::weak_ptr<semaphore> weak = sem;
     auto holder = asyncband::try_acquire_owned(sem, 2);
     ASSERT_TRUE(holder.has_value());
@@ -956,7 +961,7 @@ TEST(SemaphoreOwned, AnOwnedPermitAcquiredOnAnotherThreadKeepsTheSemaphoreAlive)
 // Strict FIFO, partial grants, no barging
 
 TEST(Semaphore, StrictFifoTheHeadKeepsPartialGrantsUntilItHasAll) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   f.add(3, plain);
   f.add(1, plain);
   f.add(1, cancellable);
@@ -976,7 +981,7 @@ TEST(Semaphore, StrictFifoTheHeadKeepsPartialGrantsUntilItHasAll) {
 }
 
 TEST(Semaphore, OneReleaseServesWaitersInOrderAndTheRestBecomesAPartialGrant) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   f.add(2);
   f.add(1, plain);
   acquisition& c = f.add(3);
@@ -996,7 +1001,7 @@ TEST(Semaphore, OneReleaseServesWaitersInOrderAndTheRestBecomesAPartialGrant) {
 }
 
 TEST(Semaphore, AWaiterTakesWhatIsAvailableAsAPartialGrantWhenItQueues) {
-  queue_fixture f(2);
+  queue_fixture f(asyncband::strict_fifo, 2);
   acquisition& a = f.add(3);
   expect_waiting(a);
   EXPECT_EQ(f.sem.available(), 0U);  // it took both
@@ -1007,7 +1012,7 @@ TEST(Semaphore, AWaiterTakesWhatIsAvailableAsAPartialGrantWhenItQueues) {
 }
 
 TEST(Semaphore, NoBargingPastAQueuedWaiter) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(2, 1);
   // One permit would do for a newcomer, but the head waits: it gets nothing.
   EXPECT_FALSE(f.sem.try_acquire(1).has_value());
@@ -1096,7 +1101,7 @@ TEST(Semaphore, ReducingPermitsWhileTheHeadHoldsAPartialGrantOwesThemAll) {
 }
 
 TEST(Semaphore, DrainPermitsTakesEveryAvailablePermitAndNothingElse) {
-  semaphore sem(4);
+  semaphore sem(asyncband::strict_fifo, 4);
   EXPECT_EQ(sem.drain_permits(), 4U);
   EXPECT_EQ(sem.available(), 0U);
   EXPECT_EQ(sem.drain_permits(), 0U);
@@ -1105,7 +1110,7 @@ TEST(Semaphore, DrainPermitsTakesEveryAvailablePermitAndNothingElse) {
   EXPECT_EQ(sem.available(), 0U);
 
   // Nothing is available while somebody waits: a queued head keeps its partial grant.
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(2, 1);
   EXPECT_EQ(f.sem.drain_permits(), 0U);
   f.sem.release(1);
@@ -1113,7 +1118,7 @@ TEST(Semaphore, DrainPermitsTakesEveryAvailablePermitAndNothingElse) {
   expect_served(a);
 
   // Nor while a deficit is owed.
-  semaphore owing(1);
+  semaphore owing(asyncband::strict_fifo, 1);
   owing.reduce_permits(2);
   EXPECT_EQ(owing.drain_permits(), 0U);
   owing.release(2);  // one repays
@@ -1139,7 +1144,7 @@ TEST(SemaphoreCancel, AlreadyStoppedTokenCancelsAtOnceWithoutTakingPermits) {
 }
 
 TEST(SemaphoreCancel, CancelledHeadPassesItsPartialGrantToTheWaitersBehind) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(3, 2);
   acquisition& b = f.add(1, plain);
   acquisition& c = f.add(1);
@@ -1154,7 +1159,7 @@ TEST(SemaphoreCancel, CancelledHeadPassesItsPartialGrantToTheWaitersBehind) {
 }
 
 TEST(SemaphoreCancel, CancelledHeadsPartialGrantBecomesAPartialGrantOfTheNext) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(3, 2);
   acquisition& b = f.add(3, plain);
   a.stop.request_stop();
@@ -1179,7 +1184,7 @@ TEST(SemaphoreCancel, CancelledOnlyWaiterReturnsItsPartialGrant) {
 }
 
 TEST(SemaphoreCancel, CancellingAWaiterBehindTheHeadLeavesTheHeadItsGrant) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(3, 2, plain);
   acquisition& b = f.add(1);
   acquisition& c = f.add(1, plain);
@@ -1306,7 +1311,7 @@ TEST(SemaphoreRace, StopAtClaimedForWakePassesTheFullGrantOn) {
 // A's cancellation hands its partial grant to B (not enough for B); a release lands while the
 // cancellation holds A claimed: it completes B and serves C. One resumption each.
 TEST(SemaphoreRace, ReleaseAtClaimedForCancelGoesToTheWaitersBehind) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(3, 2);
   acquisition& b = f.add(3, plain);
   acquisition& c = f.add(1);
@@ -1325,7 +1330,7 @@ TEST(SemaphoreRace, ReleaseAtClaimedForCancelGoesToTheWaitersBehind) {
 // A chain: A's cancellation completes B, and B's stop lands while that cancellation holds B
 // claimed: B passes everything on to C. Every waiter resumes once and nothing is lost.
 TEST(SemaphoreRace, StopAtClaimedForWakeOfAGrantPassedOnByACancellation) {
-  queue_fixture f(0);
+  queue_fixture f(asyncband::strict_fifo, 0);
   acquisition& a = f.add_with_partial_grant(3, 2);
   acquisition& b = f.add(2);
   acquisition& c = f.add(2, plain);
@@ -1353,7 +1358,7 @@ TEST(SemaphoreRace, SeededInterleavingsServeEachWaiterOnceAndConservePermits) {
 
   for (std::uint64_t seed = 1; seed <= 300; ++seed) {
     SCOPED_TRACE(testing::Message() << "seed " << seed);
-    queue_fixture f(initially, seed);
+    queue_fixture f(asyncband::strict_fifo, initially, seed);
     std::vector<semaphore_permit> tried;
     for (const std::size_t n : requests) {
       f.start(n, f.acquisitions.size() % 3 != 2 ? cancellable : plain);  // every third one plain
@@ -1413,7 +1418,7 @@ TEST(SemaphoreDestroy, DestroyingASuspendedWaiterUnlinksItAndPassesItsPartialGra
   for (const bool can_cancel : {plain, cancellable}) {
     for (const std::size_t partial : {0U, 1U, 2U}) {
       SCOPED_TRACE(testing::Message() << "cancellable " << can_cancel << ", partial " << partial);
-      queue_fixture f(0);
+      queue_fixture f(asyncband::strict_fifo, 0);
       acquisition& doomed = f.add_with_partial_grant(3, partial, can_cancel);
       acquisition& next = f.add(2, plain);
       f.task_of(doomed) = {};      // destroys the suspended frame
@@ -1615,7 +1620,7 @@ TEST(SemaphoreLifetime, TheWaiterMayDestroyTheSemaphoreWhileACancellationReturns
 // Blocking twins and block_on
 
 TEST(SemaphoreBlocking, AcquireBlockingWithAStopTokenIsCancelledFromAnotherThread) {
-  semaphore sem(1);
+  semaphore sem(asyncband::strict_fifo, 1);
   asyncband::stop_source stop;
   std::optional<result<semaphore_permit>> r;
   std::thread waiter([&] { r.emplace(sem.acquire_blocking(2, stop.get_token())); });
@@ -1639,7 +1644,7 @@ TEST(SemaphoreBlocking, AcquireBlockingWaitsWhileAnotherThreadStops) {
 }
 
 TEST(SemaphoreBlocking, BlockOnAcquisitionsFromAnotherThread) {
-  semaphore sem(0);
+  semaphore sem(asyncband::strict_fifo, 0);
   std::optional<std::size_t> plain_count;
   std::optional<wait_status> stoppable_status;
   asyncband::stop_source never;

@@ -690,8 +690,8 @@ task<void> acquire_either(asyncband::semaphore& x, asyncband::semaphore& y, seen
 }
 
 void a_waiter_served_by_the_sweep_destroys_the_when_any() {
-  asyncband::semaphore x(0);
-  asyncband::semaphore y(1);  // the second branch gets 1 of its 2 as a partial grant
+  asyncband::semaphore x(asyncband::strict_fifo, 0);
+  asyncband::semaphore y(asyncband::strict_fifo, 1);  // the second branch gets 1 of its 2 as a partial grant
   seen out;
   std::optional<task<void>> victim;
   victim.emplace(acquire_either(x, y, out));

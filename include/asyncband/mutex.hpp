@@ -343,7 +343,7 @@ class mutex {
   /// A mutex with strict FIFO hand-off instead of bounded barging, protecting `value` (see the
   /// contract): `mutex<int> m(asyncband::strict_fifo, 0);`.
   explicit mutex(strict_fifo_t /*unused*/, T value = T()) noexcept(std::is_nothrow_move_constructible_v<T>)
-      : semaphore_(1), value_(std::move(value)) {}
+      : semaphore_(strict_fifo, 1), value_(std::move(value)) {}
   mutex(const mutex&) = delete;
   mutex& operator=(const mutex&) = delete;
   /// Debug builds assert that no lock is pending (before the semaphore's check, to name the mutex).

@@ -361,7 +361,7 @@ class rwlock {
   /// An rwlock with strict FIFO hand-off instead of bounded barging (see the contract):
   /// `rwlock<int> l(asyncband::strict_fifo, 0);`.
   rwlock(strict_fifo_t /*unused*/, T value, std::size_t max_readers = default_max_readers)
-      : max_readers_(checked(max_readers)), semaphore_(max_readers_), value_(std::move(value)) {}
+      : max_readers_(checked(max_readers)), semaphore_(strict_fifo, max_readers_), value_(std::move(value)) {}
   rwlock(const rwlock&) = delete;
   rwlock& operator=(const rwlock&) = delete;
   /// Debug builds assert that no read or write lock is pending.

@@ -57,7 +57,7 @@ namespace detail {
 class semaphore_waiter;
 template <class Make, bool Fallible = false>
 class semaphore_acquire;
-template <class Make, bool Fallible = false>
+template <class Make, bool Fallible = false, bool Retries = false>
 class acquire_awaiter;
 template <class Make, bool Fallible = false>
 struct acquire_forms;
@@ -68,7 +68,8 @@ class source_awaiter;
 struct permit_itself;
 }  // namespace detail
 
-/// Tag of the mutex and rwlock constructors for strict FIFO hand-off (no barging at all).
+/// Tag of the semaphore, mutex and rwlock constructors for strict FIFO hand-off (no barging at
+/// all).
 struct strict_fifo_t {
   explicit strict_fifo_t() = default;
 };
@@ -76,26 +77,46 @@ struct strict_fifo_t {
 /// `rwlock<int> l(asyncband::strict_fifo, 0);`.
 inline constexpr strict_fifo_t strict_fifo{};
 
-/// A counting semaphore with strict FIFO hand-off, partial grants and a deficit.
+/// A counting semaphore: bounded barging (the default) or strict FIFO hand-off with partial
+/// grants (`semaphore s(asyncband::strict_fifo, n)`), and a deficit.
 ///
 /// Contract
 /// - Synchronization: returning permits (a permit's destruction, `release`) happens-before the
 ///   acquisition that receives them completes.
-/// - Fairness: strict FIFO. Released permits go first to repay a deficit, then to the waiter at
-///   the head of the queue, which keeps what it is given (a partial grant) until it has all it
-///   asked for; only then does the next waiter receive any. `try_acquire` and a new `acquire`
-///   never take permits while anybody is queued (no barging), so a large request cannot starve.
+/// - Fairness, bounded barging (the default): a request is served whole, never in part.
+///   - Any acquisition (`try_acquire` too) takes its n permits when n are available at that
+///     moment, queued waiters or not, so a small request may pass a larger one queued ahead.
+///   - A release that makes the head's request available sends a coroutine's plain
+///     `co_await acquire(n)` on a scheduler to retry, as the mutex does (a newcomer may beat it;
+///     a retry that loses goes back to the front). It hands every other waiter its permits
+///     directly (plain threads, acquisitions with a stop token or a timeout, owned ones,
+///     when_any branches, coroutines without a scheduler): as many consecutive front waiters as
+///     the available permits cover.
+///   - The bound: every release made while anybody waits is a pass, counted from zero again
+///     whenever the oldest waiter gets its permits or nobody waits. The `max_passes`-th makes
+///     the semaphore starve: no acquisition barges any more (`try_acquire` fails, new ones
+///     queue), and releases serve the queue in FIFO order until the oldest waiter holds its
+///     permits.
+///   - Waiters queued behind a retry that took its permits lock-free wait for the next release,
+///     even if what is left would cover them (the retry holds permits, so one comes).
+/// - Fairness, strict FIFO: released permits go first to repay a deficit, then to the waiter
+///   at the head of the queue, which keeps what it is given (a partial grant) until it has all
+///   it asked for; only then does the next waiter receive any. `try_acquire` and a new
+///   `acquire` never take permits while anybody is queued (no barging), so a large request
+///   cannot starve.
 /// - when_any: an acquisition that lost its when_any is never granted a permit, not even part of
 ///   one: a release commits the head before completing its grant and passes over one that lost.
 /// - Cancellation commits until the waiter resumes: a waiter cancelled while queued gives its
-///   partial grant to the next waiters; one cancelled after its grant was complete (stop
-///   observed on resumption, or its frame destroyed) returns all of it. Nothing is lost.
+///   partial grant (strict FIFO) to the next waiters; one cancelled after its grant was complete
+///   (stop observed on resumption, or its frame destroyed) returns all of it. Nothing is lost.
 /// - `reduce_permits(n)` removes n permits; what is not available now becomes a deficit that
-///   later releases repay before any waiter is served.
+///   later releases repay before anybody takes a permit (barging or not).
 /// - Programming errors throw std::invalid_argument or std::overflow_error before any change: a
 ///   request above max(), an available count pushed above max() by `release`.
 /// - Uncontended paths are lock-free: acquiring with nobody queued is one CAS, and so is
 ///   returning permits with nobody queued and no deficit.
+/// - Destroying a coroutine while its acquisition's retry is posted to its scheduler is
+///   undefined, as while its resumption is (debug builds assert).
 /// - The semaphore must outlive its pending waits and its permits (an owned permit, from
 ///   `acquire_owned` on a std::shared_ptr, keeps it alive); a waiter that acquired may destroy
 ///   it at once (the releasing call does not touch it after the hand-off).
@@ -104,7 +125,7 @@ class semaphore {
   friend class detail::semaphore_waiter;
   template <class Make, bool Fallible>
   friend class detail::semaphore_acquire;
-  template <class Make, bool Fallible>
+  template <class Make, bool Fallible, bool Retries>
   friend class detail::acquire_awaiter;
   template <class Source>
   friend class detail::source_awaiter;
@@ -130,8 +151,14 @@ class semaphore {
   /// The largest count of permits a semaphore holds, or a single request asks for: 2^31 - 1.
   [[nodiscard]] static constexpr std::size_t max() noexcept { return detail::semaphore_word::max; }
 
-  /// A semaphore holding `permits` permits. Throws std::invalid_argument if permits > max().
-  explicit semaphore(std::size_t permits) : word_(checked(permits)) {}
+  /// A semaphore holding `permits` permits, with bounded barging. Throws std::invalid_argument
+  /// if permits > max().
+  explicit semaphore(std::size_t permits) : semaphore(permits, detail::shared_barging_t{}) {
+    retrying_request_ = 0;  // any coroutine's request retries; no thread's does
+  }
+  /// A semaphore holding `permits` permits, with strict FIFO hand-off and partial grants.
+  /// Throws std::invalid_argument if permits > max().
+  semaphore(strict_fifo_t /*unused*/, std::size_t permits) : word_(checked(permits)) {}
   /// For a count that is rarely all available: no guessed first CAS (see semaphore_word).
   /// `first_ticket`: the channel's first place (tests of wrap-around start near 2^32).
   semaphore(std::size_t permits, detail::varying_count_t /*unused*/, std::uint32_t first_ticket = 0)
@@ -258,12 +285,24 @@ class semaphore {
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
     if (barging_) {
-      give_any_barging(n);
+      if (!give_any_barging(n)) [[unlikely]]
+        overflowed<Checked>();
       return;
     }
     const add_outcome outcome = try_add(n);  // checks n > max() too
     if (outcome != add_outcome::added) [[unlikely]]
       give_slowly<Checked>(n, outcome);
+  }
+
+  /// n permits would push the available count above max(): nothing changed. `Checked` (release)
+  /// throws; a permit's return cannot, so it is a fatal error there.
+  template <bool Checked>
+  [[noreturn]] static void overflowed() noexcept(!Checked) {
+    if constexpr (Checked) {
+      throw std::overflow_error("asyncband::semaphore::release: above max()");
+    } else {
+      std::terminate();
+    }
   }
 
   /// give()'s out-of-line rest, so that an uncontended unlock is inlined whole: a call would
@@ -286,13 +325,7 @@ class semaphore {
       });
       if (hook != nullptr) hook(hook_context);  // nothing of the semaphore is read after the wake-up
     }
-    if (outcome == add_outcome::overflow) {
-      if constexpr (Checked) {
-        throw std::overflow_error("asyncband::semaphore::release: above max()");
-      } else {
-        std::terminate();
-      }
-    }
+    if (outcome == add_outcome::overflow) overflowed<Checked>();
   }
 
   // --- bounded barging (a mutex's semaphore; docs/design.md, "Contended coroutine locks") -------
@@ -328,29 +361,43 @@ class semaphore {
     if (!word_.try_give_barging(n)) [[unlikely]]
       serve_head(n);
   }
-  /// give() on a barging semaphore, one holder (a mutex) or shared (an rwlock).
-  void give_any_barging(std::size_t n) noexcept {
-    if (shared_) {
-      give_shared(n);
-    } else {
-      give_barging(n);
-    }
+  /// give() on a barging semaphore, one holder (a mutex) or shared (an rwlock, a plain
+  /// semaphore). False, and nothing changed, if the available count would exceed max() (only a
+  /// plain semaphore's `release` can make it).
+  bool give_any_barging(std::size_t n) noexcept {
+    if (shared_) return give_shared(n);
+    give_barging(n);
+    return true;
   }
-  /// The holder's give on a shared barging semaphore: one CAS while nobody waits, or while a
-  /// retry is in flight below the pass bound; otherwise under the lock (give_shared_locked).
-  void give_shared(std::size_t n) noexcept {
-    if (!word_.try_give_shared(n, max_passes)) [[unlikely]]
-      give_shared_locked(n);
+  /// The holder's give on a shared barging semaphore: one CAS while nobody waits and nothing is
+  /// owed, or while a retry is in flight below the pass bound; otherwise under the lock
+  /// (give_shared_locked). False on overflow.
+  bool give_shared(std::size_t n) noexcept {
+    const add_outcome outcome = word_.try_give_shared(n, max_passes);
+    if (outcome == add_outcome::contended) [[unlikely]]
+      return give_shared_locked(n);
+    return outcome == add_outcome::added;
   }
-  /// give_shared()'s locked part: adds n counting the pass (and starving at the bound), then
-  /// settles the queue. Out of line.
-  void give_shared_locked(std::size_t n) noexcept;
+  /// give_shared()'s locked part: repays the deficit first, adds the rest counting the pass (and
+  /// starving at the bound), then settles the queue. False, and nothing changed, on overflow.
+  /// Out of line.
+  bool give_shared_locked(std::size_t n) noexcept;
   /// Under the lock, shared barging: serves the front of the queue from the available permits,
   /// unless a retry is in flight (it takes them or queues again, and then is served here). A
   /// covered head that retries is sent to retry (not while starving); any other covered head is
   /// handed its permits, and so is the next, until one is not covered. An emptied queue ends
   /// the starving.
   void settle_shared(detail::wait_list& waiters, detail::wake_batch& batch) noexcept;
+  /// After a retry took its permits (shared barging): what is left serves the waiters queued
+  /// behind it. A give made while the retry was in flight added its permits lock-free or left
+  /// them to the retry (settle_shared), so only a retry of part of the permits (a plain
+  /// semaphore's) can leave some while others wait; an rwlock writer's takes every one.
+  void serve_behind_retry() noexcept {
+    if (shared_ && word_.queued_with_some_available()) [[unlikely]]
+      settle_queue();
+  }
+  /// settle_shared under the lock. Out of line.
+  void settle_queue() noexcept;
   /// Under the lock, shared barging: whether the waiter the bound protects (the retry in
   /// flight, else the head) is due (semaphore_waiter::due); true if nobody waits.
   bool passed_waiter_due(detail::wait_list& waiters) noexcept;
@@ -428,13 +475,17 @@ class semaphore {
   bool kept_alive_ = false;  // set once, by the constructor (detail::kept_alive_t)
   bool barging_ = false;     // set once, by the constructor (detail::barging_t)
   bool shared_ = false;      // set once: barging with any number of holders
-  // Shared barging: the one request that may retry, every permit (a writer). While a giver holds
-  // some, such a retry cannot take lock-free, so the locked give may read retry_node_ (the mutex
-  // has the same guarantee from its one permit); a smaller request's retry could complete and
-  // free its node meanwhile.
+  // Shared barging: the one request of a plain thread that retries (an rwlock's: every permit, a
+  // writer; 0 on a plain semaphore, whose threads are handed their permits). A thread's retry is
+  // bounded in time, so the locked give reads its node (due()): while a giver holds some
+  // permits, a retry for every permit cannot take lock-free, so its node is alive (the mutex has
+  // the same guarantee from its one permit). A coroutine's retry of any size may retry on a plain
+  // semaphore: it could complete and free its node meanwhile, and the give never reads it
+  // (retry_timed_ says which).
   std::size_t retrying_request_ = 0;
   unsigned passes_ = 0;                             // barging: the holder's unlocks since the last hand-over
   detail::semaphore_waiter* retry_node_ = nullptr;  // barging: the retry in flight, while `retrying`
+  bool retry_timed_ = false;                        // barging: retry_node_ is a parked thread's
   bool closed_ = false;                             // guarded by queue_.mutex(), as the three below
   std::size_t closed_count_ = 0;
   return_hook on_return_ = nullptr;

@@ -288,12 +288,12 @@ struct poll_policy<asyncband::detail::wait_awaiter<Node, Cancellable>> {
 
 /// An uncontended acquisition or lock takes its permits with one CAS; the outcome made of them
 /// (a permit, a guard) releases them to the next waiter when it is dropped.
-template <class Make, bool Fallible>
-struct poll_policy<asyncband::detail::acquire_awaiter<Make, Fallible>> {
+template <class Make, bool Fallible, bool Retries>
+struct poll_policy<asyncband::detail::acquire_awaiter<Make, Fallible, Retries>> {
   static constexpr bool polls = true;
-  static void revoke(asyncband::detail::acquire_awaiter<Make, Fallible>& a) {
+  static void revoke(asyncband::detail::acquire_awaiter<Make, Fallible, Retries>& a) {
     static_cast<void>(
-        asyncband::detail::select_access<asyncband::detail::acquire_awaiter<Make, Fallible>>::win(a));
+        asyncband::detail::select_access<asyncband::detail::acquire_awaiter<Make, Fallible, Retries>>::win(a));
   }
 };
 

@@ -217,7 +217,7 @@ class unbounded_state : public handle_counts<unbounded_state<T>>, public value_t
   message_type* parked_ = nullptr;  // under head_lock_
   alignas(64) asyncband::detail::atomic<message_type*> tail_;
   alignas(64) asyncband::detail::atomic<std::size_t> pending_{0};
-  alignas(64) semaphore items_{0};
+  alignas(64) semaphore items_{asyncband::strict_fifo, 0};  // FIFO: grant_bound hands units in order
   asyncband::detail::atomic<bool> closed_{false};
 };
 

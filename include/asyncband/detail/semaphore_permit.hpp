@@ -13,7 +13,7 @@ class semaphore;
 
 namespace detail {
 class semaphore_waiter;
-template <class Make, bool Fallible>
+template <class Make, bool Fallible, bool Retries>
 class acquire_awaiter;
 template <class Source>
 class source_awaiter;
@@ -81,7 +81,7 @@ class [[nodiscard]] semaphore_permit {
  private:
   friend class asyncband::semaphore;
   friend class detail::semaphore_waiter;
-  template <class Make, bool Fallible>
+  template <class Make, bool Fallible, bool Retries>
   friend class detail::acquire_awaiter;
   template <class Source>
   friend class detail::source_awaiter;

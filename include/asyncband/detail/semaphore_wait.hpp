@@ -91,9 +91,8 @@ class semaphore_waiter : public waiter {
   /// the lock.
   void set_retries() noexcept { retries_ = true; }
   /// A plain thread's untimed lock without a stop token retries itself (block_wait) when the
-  /// semaphore barges.
-  /// With shared barging only a request for every permit (a writer) retries: see
-  /// semaphore::retrying_request_.
+  /// semaphore barges. With shared barging only a request for every permit of an rwlock (a
+  /// writer) does: see semaphore::retrying_request_ (0 on a plain semaphore: no thread retries).
   [[nodiscard]] bool may_retry() const noexcept {
     return semaphore_->barging() && (!semaphore_->shared_ || needed_ == semaphore_->retrying_request_);
   }
@@ -103,13 +102,15 @@ class semaphore_waiter : public waiter {
     parked_since_ = now;
   }
   [[nodiscard]] bool retries() const noexcept { return retries_; }
+  /// A parked thread's retry, bounded in time (else a coroutine's, bounded by the count).
+  [[nodiscard]] bool timed() const noexcept { return parked_since_ != lock_clock::time_point{}; }
   /// Under the lock, at the pass bound: whether an unlock hands it the lock now. A coroutine's
   /// retry is due at every bound; a parked thread's once it has waited semaphore::thread_max_wait
   /// (until then a hand-over would stall every locker for as long as the thread takes to wake).
   /// In a model build, where time does not pass, a thread is due at every second check, so that
   /// the explorer sees it both passed and handed the lock.
   [[nodiscard]] bool due() noexcept {
-    if (parked_since_ == lock_clock::time_point{}) return true;
+    if (!timed()) return true;
     if constexpr (model_build) return (++due_checks_ & 1U) == 0;
     return lock_clock::now() - parked_since_ >= semaphore::thread_max_wait;
   }
@@ -124,6 +125,7 @@ class semaphore_waiter : public waiter {
   bool retry_take() noexcept {
     if (!semaphore_->word_.try_take_retrying(needed_)) return false;
     retry_ = false;
+    semaphore_->serve_behind_retry();
     return true;
   }
   /// The retry lost: back to the front of the queue, continuing at `target` when resolved
@@ -133,8 +135,10 @@ class semaphore_waiter : public waiter {
     forget_resolution();
     prepare(target);
     if (semaphore_->queue_.complete_or_requeue_front(*this,
-                                                     [this] { return semaphore_->retry_locked(*this); }))
+                                                     [this] { return semaphore_->retry_locked(*this); })) {
+      semaphore_->serve_behind_retry();
       return false;
+    }
     at_test_point(test_point::published);  // queued again, not armed: a serve here is seen by arm()
     return arm();
   }
@@ -201,7 +205,58 @@ class semaphore_acquire : public semaphore_waiter {
 template <class Awaiter>
 struct lazy_acquire_access;
 
-template <class Make, bool Fallible>
+/// An awaiter's room for the retry coroutine (detail/lock_retry.hpp) of a wait on a semaphore
+/// with bounded barging: raw until publish(), so that nothing is stored before the lock-free
+/// CAS of an uncontended acquisition.
+class retry_slot {
+ public:
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init): raw room, filled by publish
+  retry_slot() noexcept {}
+  retry_slot(const retry_slot&) = delete;
+  retry_slot& operator=(const retry_slot&) = delete;
+  ~retry_slot() {}
+
+  /// Starts the retry of `wait`'s node (built, not published), which continues `waiter` on
+  /// `scheduler` once it holds the permits, and publishes the wait with it. A wait resolved to
+  /// retry before it suspended retries here, on the waiter's own thread. True if pending.
+  template <class Wait>
+  bool publish(Wait& wait, std::coroutine_handle<> waiter, scheduler_ref scheduler) noexcept {
+    semaphore_waiter& node = wait.node();
+    ::new (static_cast<void*>(&retry_))
+        std::coroutine_handle<lock_retry_promise>(run_lock_retry(room_, node, scheduler).handle);
+    retry_.promise().set_waiter(waiter);
+    node.set_retries();
+    const resume_target target(retry_, scheduler);
+    if (wait.publish(target)) return true;  // pending: nothing touches the awaiter any more
+    return retry_until_pending(node, target);
+  }
+
+  /// Destroys the built `wait` (unlinking it if pending: its retry then never runs again), and
+  /// the retry coroutine if publish() started one.
+  template <class Wait>
+  void destroy(Wait& wait) noexcept {
+    const bool retried = wait.node().retries();
+    // A retry posted to the scheduler and not run yet still holds the frame: destroying the
+    // waiting coroutine then is undefined, as with any resumption in flight.
+    // pending() first: while the wait is pending an unlock may write must_retry's flag; once it
+    // is not, its acquire load orders that write.
+    assert(!(retried && !wait.pending() && wait.node().must_retry()) &&
+           "asyncband: a lock's or acquisition's coroutine destroyed while its retry was posted to its "
+           "scheduler");
+    wait.~Wait();
+    if (retried) retry_.destroy();
+  }
+
+ private:
+  union {
+    std::coroutine_handle<lock_retry_promise> retry_;
+  };
+  lock_retry_room room_;
+};
+
+/// A Retries awaiter keeps a retry_slot: one on a barging semaphore from a coroutine with a
+/// scheduler waits through a retry (a plain semaphore's `co_await acquire(n)`).
+template <class Make, bool Fallible, bool Retries>
 class [[nodiscard("co_await it: a lock or acquisition does nothing until it is awaited")]] acquire_awaiter {
   using wait_type = pending_wait<semaphore_acquire<Make, Fallible>, false>;
 
@@ -215,7 +270,12 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
   acquire_awaiter(const acquire_awaiter&) = delete;
   acquire_awaiter& operator=(const acquire_awaiter&) = delete;
   ~acquire_awaiter() {
-    if (semaphore_ == nullptr) wait_.~wait_type();
+    if (semaphore_ != nullptr) return;
+    if constexpr (Retries) {
+      retry_.destroy(wait_);
+    } else {
+      wait_.~wait_type();
+    }
   }
 
   /// Throws std::logic_error if this awaiter suspended before (the null semaphore_ says so; a
@@ -228,7 +288,15 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
 
   template <class Promise>
   bool await_suspend(std::coroutine_handle<Promise> h) noexcept {
-    return publish(resume_target(h, scheduler_of(h)), nullptr);
+    const scheduler_ref scheduler = scheduler_of(h);
+    if constexpr (Retries) {
+      if (!scheduler.empty() && semaphore_->barging()) {
+        build();
+        return retry_.publish(wait_, h, scheduler);
+      }
+    }
+    build();
+    return wait_.publish(resume_target(h, scheduler), nothing_to_do{}, nullptr);
   }
 
   value_type await_resume() {
@@ -242,11 +310,16 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
   /// Awaited (or selected) before: its wait was built.
   [[nodiscard]] bool spent() const noexcept { return semaphore_ == nullptr; }
 
-  /// Builds the waiting operation (the awaiter's arguments move into its node) and publishes it.
-  bool publish(resume_target target, commit_point* commit) noexcept {
+  /// Builds the waiting operation: the awaiter's arguments move into its node.
+  void build() noexcept {
     ::new (static_cast<void*>(&wait_))
         wait_type(asyncband::stop_token{}, semaphore_, count_, std::move(make_));
     semaphore_ = nullptr;
+  }
+
+  /// Builds the waiting operation and publishes it (a when_any branch: `commit`).
+  bool publish(resume_target target, commit_point* commit) noexcept {
+    build();
     return wait_.publish(target, nothing_to_do{}, commit);
   }
 
@@ -256,6 +329,7 @@ class [[nodiscard("co_await it: a lock or acquisition does nothing until it is a
   union {
     wait_type wait_;  // constructed by await_suspend
   };
+  [[no_unique_address]] std::conditional_t<Retries, retry_slot, std::monostate> retry_;
 };
 
 /// A Source whose semaphore may barge (a mutex's: `static constexpr bool retries = true;`):
@@ -284,16 +358,10 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   source_awaiter& operator=(const source_awaiter&) = delete;
   ~source_awaiter() {
     if (source_) return;
-    const bool retried = retries && wait_.node().retries();
-    // A retry posted to the scheduler and not run yet still holds the frame: destroying the
-    // waiting coroutine then is undefined, as with any resumption in flight.
-    // pending() first: while the wait is pending an unlock may write must_retry's flag; once it
-    // is not, its acquire load orders that write.
-    assert(!(retried && !wait_.pending() && wait_.node().must_retry()) &&
-           "asyncband: a lock's coroutine destroyed while its retry was posted to its scheduler");
-    wait_.~wait_type();  // unlinks a pending wait first: its retry then never runs again
     if constexpr (retries) {
-      if (retried) retry_.destroy();
+      retry_.destroy(wait_);
+    } else {
+      wait_.~wait_type();
     }
   }
 
@@ -322,30 +390,25 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
  private:
   friend struct lazy_acquire_access<source_awaiter>;
 
-  /// Builds the wait with the retry coroutine as its continuation, and publishes it. A wait
-  /// resolved to retry before it suspended retries here, on the waiter's own thread.
+  /// Builds the wait with the retry coroutine as its continuation, and publishes it.
   [[gnu::noinline]] bool publish_retrying(std::coroutine_handle<> waiter, scheduler_ref scheduler) noexcept {
+    build();
+    return retry_.publish(wait_, waiter, scheduler);
+  }
+
+  /// Builds the waiting operation from the source (which empties).
+  void build() noexcept {
     const Source s = std::exchange(source_, Source{});
     ::new (static_cast<void*>(&wait_))
         wait_type(asyncband::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
-    semaphore_waiter& node = wait_.node();
-    ::new (static_cast<void*>(&retry_))
-        std::coroutine_handle<lock_retry_promise>(run_lock_retry(retry_room_, node, scheduler).handle);
-    retry_.promise().set_waiter(waiter);
-    node.set_retries();
-    const resume_target target(retry_, scheduler);
-    if (wait_.publish(target)) return true;  // pending: nothing touches the awaiter any more
-    return retry_until_pending(node, target);
   }
 
   /// Awaited (or selected) before: its wait was built.
   [[nodiscard]] bool spent() const noexcept { return !source_; }
 
-  /// Builds the waiting operation from the source (which empties) and publishes it.
+  /// Builds the waiting operation and publishes it.
   bool publish(resume_target target, commit_point* commit) noexcept {
-    const Source s = std::exchange(source_, Source{});
-    ::new (static_cast<void*>(&wait_))
-        wait_type(asyncband::stop_token{}, &s.semaphore_ref(), s.count(), s.maker());
+    build();
     return wait_.publish(target, nothing_to_do{}, commit);
   }
 
@@ -353,13 +416,7 @@ class [[nodiscard("co_await it: a lock does nothing until it is awaited")]] sour
   union {
     wait_type wait_;  // constructed by await_suspend
   };
-  // Barging only, constructed by publish_retrying (nothing is stored before the lock-free CAS).
-  union {
-    std::coroutine_handle<lock_retry_promise> retry_;
-  };
-  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init): raw room, filled by
-  // publish_retrying
-  [[no_unique_address]] std::conditional_t<retries, lock_retry_room, std::monostate> retry_room_;
+  [[no_unique_address]] std::conditional_t<retries, retry_slot, std::monostate> retry_;
 };
 
 /// when_any drives a lazily built acquisition (acquire_awaiter, source_awaiter) as the plain
@@ -386,10 +443,11 @@ struct lazy_acquire_access {
   }
 };
 
-/// A semaphore acquisition (or a channel's capacity) as a when_any branch.
-template <class Make, bool Fallible>
-struct select_access<acquire_awaiter<Make, Fallible>> : lazy_acquire_access<acquire_awaiter<Make, Fallible>> {
-};
+/// A semaphore acquisition (or a channel's capacity) as a when_any branch: handed its permits,
+/// never retrying (publish() takes no retry).
+template <class Make, bool Fallible, bool Retries>
+struct select_access<acquire_awaiter<Make, Fallible, Retries>>
+    : lazy_acquire_access<acquire_awaiter<Make, Fallible, Retries>> {};
 
 /// A mutex's or rwlock's lock as a when_any branch.
 template <class Source>
@@ -511,6 +569,7 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
   }
   word_.set_retrying();
   retry_node_ = head;
+  retry_timed_ = head->timed();
   head->set_retry(true);
   waiters.claim_front(batch);
   sync_queued(waiters);
@@ -536,17 +595,34 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
   });
 }
 
-[[gnu::noinline]] inline void semaphore::give_shared_locked(std::size_t n) noexcept {
-  wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
-    word_.give_counting_pass(n, max_passes, [this, &waiters] { return passed_waiter_due(waiters); });
+[[gnu::noinline]] inline void semaphore::settle_queue() noexcept {
+  wake([this](detail::wait_list& waiters, detail::wake_batch& batch) { settle_shared(waiters, batch); });
+}
+
+[[gnu::noinline]] inline bool semaphore::give_shared_locked(std::size_t n) noexcept {
+  return wake([this, n](detail::wait_list& waiters, detail::wake_batch& batch) {
+    // While owed, the word is `contended` with the count 0, and only this lock changes it.
+    const std::size_t repaid = std::min(n, deficit_);
+    deficit_ -= repaid;
+    if (deficit_ != 0) return true;  // still owed: nothing to add, nobody to serve
+    if (repaid == n) {
+      if (repaid != 0) word_.clear_owed();
+      return true;
+    }
+    // Overflow only with nothing owed (else the count was 0, and n <= max): nothing changed then.
+    if (!word_.give_counting_pass(n - repaid, max_passes, [this, &waiters] { return passed_waiter_due(waiters); }))
+      return false;
+    if (repaid != 0) word_.clear_owed();
     settle_shared(waiters, batch);
+    return true;
   });
 }
 
 inline bool semaphore::passed_waiter_due(detail::wait_list& waiters) noexcept {
-  // A retry in flight needs every permit, so it cannot complete while this giver holds some:
-  // its node is alive (semaphore::retrying_request_).
-  if (detail::semaphore_word::retrying_in(word_.load())) return retry_node_->due();
+  // Only a parked thread's retry is read: one needs every permit, so it cannot complete while
+  // this giver holds some, and its node is alive (semaphore::retrying_request_). A coroutine's
+  // retry is due at every bound, and may be gone.
+  if (detail::semaphore_word::retrying_in(word_.load())) return !retry_timed_ || retry_node_->due();
   auto* head = static_cast<detail::semaphore_waiter*>(waiters.front());
   return head == nullptr || head->due();
 }
@@ -560,9 +636,10 @@ inline void semaphore::settle_shared(detail::wait_list& waiters, detail::wake_ba
     const std::size_t need = head->missing();
     if (detail::semaphore_word::count_in(s) < need) return;
     if (head->retries() && !detail::semaphore_word::starving_in(s)) {
-      assert(need == retrying_request_);
+      assert(!head->timed() || need == retrying_request_);
       word_.set_retrying();
       retry_node_ = head;
+      retry_timed_ = head->timed();
       head->set_retry(true);
       waiters.claim_front(batch);
       sync_queued(waiters);
@@ -634,7 +711,7 @@ bool semaphore::grant_bound(detail::wait_list& waiters, detail::wake_batch& batc
 }
 
 inline auto semaphore::acquire(std::size_t n) {
-  return acquire_forms::await(this, checked(n), detail::permit_itself{});
+  return detail::acquire_awaiter<detail::permit_itself, false, true>(this, checked(n), detail::permit_itself{});
 }
 inline auto semaphore::acquire(std::size_t n, asyncband::stop_token stop) {
   return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});

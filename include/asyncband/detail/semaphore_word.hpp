@@ -282,7 +282,7 @@ class semaphore_word {
   void clear_retrying() noexcept { state_.fetch_and(~retrying, std::memory_order_relaxed); }
   [[nodiscard]] static bool retrying_in(std::uint64_t state) noexcept { return (state & retrying) != 0; }
 
-  // --- shared barging (an rwlock's semaphore: any number of holders) ---------------------------
+  // --- shared barging (an rwlock's or a plain semaphore's: any number of holders) --------------
   // The flags of the barging section, plus `starving` and a pass count in the ticket bits. A
   // give made while anybody waits (queued, or a retry in flight) is a pass; the one that brings
   // the count to the bound sets `starving` (under the owner's lock) and restarts it. The count
@@ -292,32 +292,47 @@ class semaphore_word {
   // permits to the front of the queue in FIFO order until the oldest waiter holds its own; a
   // retry in flight may take them for itself. Which waiter a give completes depends on the
   // head's request, which the word does not know: a give with the head queued and no retry in
-  // flight goes to the owner's lock, as a strict FIFO give with anybody queued does.
+  // flight goes to the owner's lock, as a strict FIFO give with anybody queued does. A plain
+  // semaphore's deficit (reduce_permits) sets `contended`, with the count 0 (take_up_to): takes
+  // fail on it, and so does the lock-free give, so that the owner's lock repays it first.
 
   /// The holder's give: adds n lock-free if nobody waits, or if a retry is in flight, the word
-  /// does not starve and this pass stays below `bound` (it is counted); false, and nothing
-  /// changed, otherwise (the caller gives under the owner's lock).
-  bool try_give_shared(std::size_t n, unsigned bound) noexcept {
+  /// does not starve and this pass stays below `bound` (it is counted): `added`. `contended`, and
+  /// nothing changed, otherwise, and while a deficit is owed (`contended` set: the caller gives
+  /// under the owner's lock, which repays it first); `overflow` if the count would exceed max.
+  add_outcome try_give_shared(std::size_t n, unsigned bound) noexcept {
     std::uint64_t s = guess_before_give(n);
     for (;;) {
       // Nobody waits: the count restarts (and the word is the idle guess again).
       std::uint64_t next = (s + encode(n)) & ~pass_bits;
-      if ((s & (queued | retrying | starving)) != 0) {
-        if ((s & (retrying | starving)) != retrying || passes_of(s) + 1 >= bound) return false;
+      if ((s & (queued | retrying | starving | contended)) != 0) {
+        if ((s & (retrying | starving | contended)) != retrying || passes_of(s) + 1 >= bound)
+          return add_outcome::contended;
         next = s + encode(n) + pass_one;
       }
+      if (n > max || count_of(s) > max - n) return add_outcome::overflow;
       if (state_.compare_exchange_weak(s, next, std::memory_order_release, std::memory_order_relaxed))
-        return true;
+        return add_outcome::added;
     }
   }
+  /// Somebody is queued while some count is available (a retry that took part of it).
+  [[nodiscard]] bool queued_with_some_available() const noexcept {
+    const std::uint64_t s = state_.load(std::memory_order_relaxed);
+    return (s & queued) != 0 && (s & contended) == 0 && count_of(s) != 0;
+  }
+  /// Under the owner's lock, shared barging: the deficit is repaid; gives may add lock-free
+  /// again (the count is 0 until one does).
+  void clear_owed() noexcept { state_.fetch_and(~contended, std::memory_order_relaxed); }
   /// Under the owner's lock: adds n, and counts a pass if anybody waits (else the count
   /// restarts). At the bound the count restarts and the word starves if `due()` says the passed
-  /// waiter is due (a coroutine always; a parked thread once it has waited long enough).
+  /// waiter is due (a coroutine always; a parked thread once it has waited long enough). False,
+  /// and nothing changed, if the count would exceed max.
   template <class Due>
-  void give_counting_pass(std::size_t n, unsigned bound, Due&& due) noexcept {
+  bool give_counting_pass(std::size_t n, unsigned bound, Due&& due) noexcept {
     std::uint64_t s = state_.load(std::memory_order_relaxed);
     int starve = -1;  // asked due() yet: -1 no, else its answer
     for (;;) {
+      if (n > max || count_of(s) > max - n) return false;
       std::uint64_t next = (s + encode(n)) & ~pass_bits;  // nobody waits: the count restarts
       if ((s & (queued | retrying)) != 0) {
         next = s + encode(n);
@@ -328,7 +343,8 @@ class semaphore_word {
           next += pass_one;
         }
       }
-      if (state_.compare_exchange_weak(s, next, std::memory_order_release, std::memory_order_relaxed)) return;
+      if (state_.compare_exchange_weak(s, next, std::memory_order_release, std::memory_order_relaxed))
+        return true;
     }
   }
   /// Under the owner's lock, for a waiter it hands them to: takes n if available, starving or
