@@ -51,10 +51,12 @@ MUTANTS = [
         "detail/semaphore_word.hpp",
         [("    std::uint64_t s = guess_before_take(n);",
           "    std::uint64_t s = state_.load(std::memory_order_acquire);"),
-         ("""      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
+         ("""    while ((s & take_blockers_) == 0 && count_of(s) >= n) {
+      if (state_.compare_exchange_weak(s, s - encode(n), std::memory_order_acquire,
                                        std::memory_order_relaxed))
         return true;""",
-          """      state_.store(s - encode(n), std::memory_order_relaxed);
+          """    while ((s & take_blockers_) == 0 && count_of(s) >= n) {
+      state_.store(s - encode(n), std::memory_order_relaxed);
       return true;""")],
         "ModelSemaphore.*:ModelMutex*", "semaphore"),
     Mutant(
@@ -62,8 +64,10 @@ MUTANTS = [
         "try_add loads the word, then stores count + n instead of a CAS: a queuing waiter's "
         "'contended' mark set in between is overwritten, and the release does not wake it",
         "detail/semaphore_word.hpp",
-        [("    std::uint64_t s = guess_before_give(n);",
-          "    std::uint64_t s = state_.load(std::memory_order_acquire);"),
+        [("""    std::uint64_t s = guess_before_give(n);
+    while ((s & contended) == 0) {""",
+          """    std::uint64_t s = state_.load(std::memory_order_acquire);
+    while ((s & contended) == 0) {"""),
          ("""      if (state_.compare_exchange_weak(s, s + encode(n), std::memory_order_release,
                                        std::memory_order_relaxed))
         return add_outcome::added;""",
@@ -381,8 +385,8 @@ MUTANTS = [
         "a plain thread's lock_blocking() on a barging mutex is handed the lock in FIFO order "
         "instead of retrying: every hand-off to a parked thread stalls every locker",
         "detail/semaphore_wait.hpp",
-        [("[[nodiscard]] bool may_retry() const noexcept { return semaphore_->barging(); }",
-          "[[nodiscard]] bool may_retry() const noexcept { return semaphore_->barging() && false; }")],
+        [("    return semaphore_->barging() && (!semaphore_->shared_ || needed_ == semaphore_->retrying_request_);",
+          "    return false;")],
         "ModelMutex*", "mutex"),
     Mutant(
         "mutex_thread_bound_by_count",
@@ -438,8 +442,8 @@ MUTANTS = [
         "a retry that takes the free lock lock-free leaves the word's retrying flag set: no later "
         "unlock serves the queue",
         "detail/semaphore_word.hpp",
-        [("      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~retrying, std::memory_order_acquire,",
-          "      if (state_.compare_exchange_weak(s, (s - encode(n)), std::memory_order_acquire,")],
+        [("      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~(retrying | starving | pass_bits),",
+          "      if (state_.compare_exchange_weak(s, (s - encode(n)) & ~(starving | pass_bits),")],
         "ModelMutex*", "mutex"),
 ]
 
