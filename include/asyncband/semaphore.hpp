@@ -151,6 +151,17 @@ class semaphore {
   /// The largest count of permits a semaphore holds, or a single request asks for: 2^31 - 1.
   [[nodiscard]] static constexpr std::size_t max() noexcept { return detail::semaphore_word::max; }
 
+  /// Bounded barging: how many releases made while anybody waits may pass the oldest waiter
+  /// before the semaphore starves (no acquisition barges; releases serve the queue in FIFO
+  /// order until the oldest waiter holds its permits). A mutex's and an rwlock's too. 2 in a
+  /// model build, so that the explorer's few releases reach the bound.
+#ifdef ASYNCBAND_MODEL
+  static constexpr unsigned max_passes = 2;
+#else
+  static constexpr unsigned max_passes = 100;
+#endif
+  static_assert(max_passes <= detail::semaphore_word::max_pass_bound, "the word counts passes in 8 bits");
+
   /// A semaphore holding `permits` permits, with bounded barging. Throws std::invalid_argument
   /// if permits > max().
   explicit semaphore(std::size_t permits) : semaphore(permits, detail::shared_barging_t{}) {
@@ -328,16 +339,7 @@ class semaphore {
     if (outcome == add_outcome::overflow) overflowed<Checked>();
   }
 
-  // --- bounded barging (a mutex's semaphore; docs/design.md, "Contended coroutine locks") -------
-  /// How many unlocks may pass the waiter at the head (or its retry in flight) before an unlock
-  /// hands the lock to it directly instead of freeing it. 2 in a model build, so that the
-  /// explorer's few unlocks reach the bound.
-#ifdef ASYNCBAND_MODEL
-  static constexpr unsigned max_passes = 2;
-#else
-  static constexpr unsigned max_passes = 100;
-#endif
-  static_assert(max_passes <= detail::semaphore_word::max_pass_bound, "the word counts passes in 8 bits");
+  // --- bounded barging (docs/design.md, "Contended coroutine locks" and "Shared barging") ------
 
   /// How long a plain thread waiting for the lock may be passed (checked at every
   /// max_passes-th unlock) before an unlock hands the lock to it. Waking a parked thread takes
