@@ -4,7 +4,9 @@
 // (acquire_owned), strict FIFO with partial grants and no barging, the deficit (reduce_permits,
 // drain_permits), cancellation (a partial or complete grant passes on), deterministic races at the
 // waiter core's test points, destruction of suspended waiters, "last one out", the blocking twins,
-// and a bounded multi-threaded stress test.
+// a bounded multi-threaded stress test, and bounded barging (the default: barging past a larger
+// queued request, a coroutine's retry, the pass bound and the starving semaphore, direct hand-offs
+// to waiters that cannot retry, the deficit and overflow, cancellation and when_any).
 #include "asyncband/semaphore.hpp"
 
 #include <gtest/gtest.h>
@@ -28,11 +30,14 @@
 #include <unistd.h>  // alarm
 
 #include "asyncband/block_on.hpp"
+#include "asyncband/debug.hpp"
 #include "asyncband/manual_reset_event.hpp"
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
+#include "asyncband/rwlock.hpp"
 #include "asyncband/stop_token.hpp"
+#include "asyncband/when_any.hpp"
 #include "support/awaited_twice.hpp"
 #include "support/destroyed_with_waiters.hpp"
 #include "support/last_one_out.hpp"
@@ -93,7 +98,8 @@ struct queue_fixture {
   explicit queue_fixture(std::size_t permits, std::optional<std::uint64_t> seed = std::nullopt)
       : s(seed), sem(permits) {}
   /// With a strict FIFO semaphore (partial grants, no barging).
-  queue_fixture(asyncband::strict_fifo_t fifo, std::size_t permits, std::optional<std::uint64_t> seed = std::nullopt)
+  queue_fixture(asyncband::strict_fifo_t fifo, std::size_t permits,
+                std::optional<std::uint64_t> seed = std::nullopt)
       : s(seed), sem(fifo, permits) {}
 
   /// Queues an acquisition of `n` to start at a later step of the scheduler.
@@ -1909,6 +1915,451 @@ TEST(SemaphoreDeathTest, DestroyingASemaphoreWithAPendingAcquisitionAssertsNamin
   };
   EXPECT_DEATH(destroy_while_waiting(std::make_unique<asyncband::semaphore>(0), wait_on),
                "asyncband::semaphore destroyed with waiters");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded barging (the default): any acquisition takes its n permits when n are available at that
+// moment, a release that covers the head sends a coroutine's plain acquisition on a scheduler to
+// retry and hands every other covered front waiter its permits, and every max_passes-th release
+// made while somebody waits starves barging until the oldest waiter holds its permits.
+
+// semaphore::max_passes is private; the rwlock's is the same bound of the same shared word.
+constexpr int max_passes = static_cast<int>(asyncband::rwlock<int>::max_passes);
+
+/// How many acquisitions are queued on `sem` (a retry in flight is not).
+std::size_t queued_on(const semaphore& sem) {
+  return asyncband::detail::debug_access::state(sem).waiters.counted;
+}
+
+/// Overlapping holders of one permit each: takes a new permit with try_acquire, then returns the
+/// one `held` keeps (one release per new permit, some permit held throughout), as long as
+/// try_acquire succeeds (at most `limit` times). Returns how many it took; `held` keeps the last.
+int overlap_while_possible(semaphore& sem, std::optional<semaphore_permit>& held, int limit) {
+  int barges = 0;
+  while (barges < limit) {
+    auto next = sem.try_acquire(1);
+    if (!next) break;
+    ++barges;
+    held = std::move(next);
+  }
+  return barges;
+}
+
+/// Takes one permit and returns it at once, as long as try_acquire succeeds (at most `limit`
+/// times); returns how many times it got one.
+int barge_while_possible(semaphore& sem, int limit) {
+  int barges = 0;
+  while (barges < limit && sem.try_acquire(1).has_value()) ++barges;
+  return barges;
+}
+
+/// On `f`'s semaphore of 2, one permit of which `anchor` holds: queues a plain acquisition of 2,
+/// which overlapping holders of one permit must pass exactly max_passes times before the
+/// semaphore starves and the anchor's return hands it its permits. It returns them at the end.
+void expect_the_next_waiter_passed_max_passes_times(queue_fixture& f,
+                                                    std::optional<semaphore_permit>& anchor) {
+  ASSERT_TRUE(anchor.has_value());
+  acquisition& w = f.add(2, plain);
+  expect_waiting(w);
+  EXPECT_EQ(overlap_while_possible(f.sem, anchor, 10 * max_passes), max_passes);
+  EXPECT_FALSE(f.sem.try_acquire(1).has_value());
+  anchor.reset();
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 0U) << "the permits were left free for a retry instead of handed over";
+  f.s.run();
+  expect_served(w);
+  w.permit.release();
+}
+
+/// What a coroutine awaiting when_any(sem.acquire(n), other.acquire(1)) saw: the winner's index.
+struct either_acquisition : probe {
+  std::size_t index = 99;
+};
+
+task<void> acquire_either(semaphore& sem, std::size_t n, semaphore& other, either_acquisition& p) {
+  ++p.started;
+  auto r = co_await asyncband::when_any(sem.acquire(n), other.acquire(1));
+  p.index = r.index();
+  p.finish(wait_status::ok);
+}
+
+TEST(SemaphoreBarging, SmallerAcquisitionsTakeAvailablePermitsPastALargerQueuedRequest) {
+  queue_fixture f(2);
+  acquisition& big = f.add(3);
+  expect_waiting(big);
+  EXPECT_EQ(f.sem.available(), 2U);  // no partial grant
+  auto small = f.sem.try_acquire(1);
+  EXPECT_TRUE(small.has_value()) << "try_acquire did not take a permit past the queued request for 3";
+  acquisition& coroutine = f.start(1, plain);
+  EXPECT_EQ(f.s.run(), 1U);  // one step: it never queued
+  expect_served(coroutine);
+  EXPECT_EQ(f.sem.available(), 0U);
+
+  f.sem.release(1);
+  small.reset();
+  EXPECT_EQ(f.s.ready_count(), 0U);  // two of three
+  coroutine.permit.release();        // big's three, handed to it
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 0U);
+  f.s.run();
+  expect_served(big);
+  EXPECT_EQ(f.order, (std::vector<int>{1, 0}));
+}
+
+TEST(SemaphoreBarging, AReleasePostsTheHeadsRetryWhichANewcomerMayBeatAndTheRetryGoesBackToTheFront) {
+  queue_fixture f(0);
+  acquisition& first = f.add(1, plain);
+  acquisition& second = f.add(1, plain);
+  f.sem.release(1);
+  EXPECT_EQ(f.s.ready_count(), 1U);  // first's retry only
+  EXPECT_EQ(f.sem.available(), 1U) << "the permit was handed over instead of left to the retry";
+  auto newcomer = f.sem.try_acquire(1);
+  ASSERT_TRUE(newcomer.has_value()) << "the newcomer could not take the permit left to the retry";
+  f.s.step();  // first's retry finds nothing: back to the front of the queue
+  expect_waiting(first);
+  EXPECT_EQ(f.s.ready_count(), 0U);
+  EXPECT_EQ(queued_on(f.sem), 2U);
+
+  newcomer.reset();  // posts first's retry again, not second's
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  f.s.step();
+  expect_served(first);
+  expect_waiting(second);
+  first.permit.release();
+  f.s.run();
+  expect_served(second);
+  EXPECT_EQ(f.order, (std::vector<int>{0, 1}));
+  EXPECT_EQ(f.sem.available(), 0U);
+}
+
+TEST(SemaphoreBarging, AReleaseHandsTheCoveredFrontWaitersTheirPermitsUpToTheFirstNotCovered) {
+  queue_fixture f(0);
+  acquisition& a = f.add(2);
+  acquisition& b = f.add(1);
+  acquisition& c = f.add(3);
+  acquisition& d = f.add(1);
+  f.sem.release(4);  // A's two and B's one; C's three are not there, and D waits behind C
+  EXPECT_EQ(f.s.ready_count(), 2U);
+  EXPECT_EQ(f.sem.available(), 1U);
+  f.s.run();
+  expect_served(a);
+  expect_served(b);
+  expect_waiting(c);
+  expect_waiting(d);
+
+  a.permit.release();  // C's three
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 0U);
+  f.s.run();
+  expect_served(c);
+  expect_waiting(d);
+  b.permit.release();
+  f.s.run();
+  expect_served(d);
+  EXPECT_EQ(f.order, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(SemaphoreBarging, ACoroutineWithoutASchedulerIsHandedItsPermitsAndResumedInline) {
+  semaphore sem(0);
+  acquisition a;
+  a.n = 2;
+  auto waiting = acquire_into(sem, a, plain);
+  waiting.handle().resume();  // queues, without a scheduler
+  expect_waiting(a);
+  sem.release(2);
+  expect_served(a);
+  EXPECT_TRUE(waiting.done());
+  EXPECT_EQ(sem.available(), 0U);
+}
+
+TEST(SemaphoreBarging, AfterMaxPassesReleasesTheSemaphoreStarvesUntilTheOldestWaiterHoldsItsPermits) {
+  queue_fixture f(2);
+  std::optional<semaphore_permit> anchor = f.sem.try_acquire(1);
+  ASSERT_TRUE(anchor.has_value());
+  acquisition& oldest = f.add(2, plain);
+  expect_waiting(oldest);
+  EXPECT_EQ(overlap_while_possible(f.sem, anchor, 10 * max_passes), max_passes);
+  EXPECT_EQ(f.s.ready_count(), 0U);
+
+  EXPECT_FALSE(f.sem.try_acquire(1).has_value()) << "try_acquire barged into a starving semaphore";
+  EXPECT_TRUE(f.sem.acquire_timeout(1, 0ms).timed_out());
+  acquisition& late = f.add(2, plain);
+  acquisition& late_small = f.add(1);
+  expect_waiting(late);
+  expect_waiting(late_small);
+  EXPECT_EQ(queued_on(f.sem), 3U);
+
+  anchor.reset();  // the oldest's two, handed to it, never free in between
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 0U);
+  f.s.run();
+  expect_served(oldest);
+  oldest.permit.release(1);  // not late's two
+  {
+    const auto barger = f.sem.try_acquire(1);
+    EXPECT_TRUE(barger.has_value()) << "the semaphore still starves after the oldest waiter had its permits";
+  }
+  oldest.permit.release();  // late's two: its retry
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  f.s.run();
+  expect_served(late);
+  expect_waiting(late_small);
+  late.permit.release();
+  f.s.run();
+  expect_served(late_small);
+  EXPECT_EQ(f.order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(f.sem.available(), 1U);
+}
+
+TEST(SemaphoreBarging, TheBoundHoldsAgainAfterTheStarvedWaiterWasServed) {
+  queue_fixture f(2);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    std::optional<semaphore_permit> anchor = f.sem.try_acquire(1);
+    expect_the_next_waiter_passed_max_passes_times(f, anchor);
+  }
+}
+
+TEST(SemaphoreBarging, PassesBeforeAWaitersRetryTookItsPermitsDoNotCountForTheNextWaiter) {
+  queue_fixture f(2);
+  std::optional<semaphore_permit> anchor = f.sem.try_acquire(1);
+  ASSERT_TRUE(anchor.has_value());
+  acquisition& first = f.add(2, plain);
+  EXPECT_EQ(overlap_while_possible(f.sem, anchor, max_passes - 2), max_passes - 2);
+  anchor.reset();  // one more pass, below the bound: first's retry posted, the permits free
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 2U);
+  f.s.run();
+  expect_served(first);
+  first.permit.release();
+  anchor = f.sem.try_acquire(1);
+  expect_the_next_waiter_passed_max_passes_times(f, anchor);
+}
+
+TEST(SemaphoreBarging, PassesOfACancelledLastWaiterDoNotCountForTheNextWaiter) {
+  queue_fixture f(2);
+  std::optional<semaphore_permit> anchor = f.sem.try_acquire(1);
+  ASSERT_TRUE(anchor.has_value());
+  acquisition& stopped = f.add(2);
+  EXPECT_EQ(overlap_while_possible(f.sem, anchor, max_passes - 1), max_passes - 1);
+  stopped.stop.request_stop();  // the queue empties: nobody waits
+  f.s.run();
+  expect_cancelled(stopped);
+  expect_the_next_waiter_passed_max_passes_times(f, anchor);  // the same permit held
+}
+
+TEST(SemaphoreBarging, AfterMaxPassesNoAcquisitionBargesPastARetryInFlight) {
+  queue_fixture f(0);
+  acquisition& w = f.add(1, plain);
+  f.sem.release(1);  // the first pass: w's retry posted, the permit free
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(barge_while_possible(f.sem, 10 * max_passes), max_passes - 1);
+  EXPECT_FALSE(f.sem.try_acquire(1).has_value());
+  EXPECT_TRUE(f.sem.acquire_timeout(1, 0ms).timed_out());
+  expect_waiting(w);
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  f.s.run();  // the retry takes the permit for itself
+  expect_served(w);
+  EXPECT_EQ(f.sem.available(), 0U);
+}
+
+TEST(SemaphoreBarging, AThreadIsHandedItsPermitsDirectlyByTheReleaseThatCoversIt) {
+  enum class form { blocking, stoppable, timed };
+  for (const form how : {form::blocking, form::stoppable, form::timed}) {
+    SCOPED_TRACE(static_cast<int>(how));
+    semaphore sem(0);
+    asyncband::stop_source never;
+    asyncband::manual_reset_event queued;
+    asyncband::manual_reset_event go;
+    std::optional<std::size_t> got;
+    std::thread waiter([&] {
+      const thread_hook hook(test_point::before_arm, [&] {
+        queued.set();
+        go.wait_blocking();
+      });
+      if (how == form::blocking) {
+        got = sem.acquire_blocking(2).count();
+      } else {
+        auto r =
+            how == form::stoppable ? sem.acquire_blocking(2, never.get_token()) : sem.acquire_timeout(2, 1h);
+        if (r.ok()) got = r->count();
+      }
+    });
+    queued.wait_blocking();  // queued, not parked yet
+    sem.release(2);
+    EXPECT_EQ(sem.available(), 0U)
+        << "the permits were left free for a retry instead of handed to the thread";
+    EXPECT_FALSE(sem.try_acquire(1).has_value());
+    go.set();
+    waiter.join();
+    EXPECT_EQ(got, 2U);
+    EXPECT_EQ(sem.available(), 2U);
+  }
+}
+
+TEST(SemaphoreBarging, WhatARetryLeavesServesTheWaitersQueuedBehindItAtOnce) {
+  queue_fixture f(0);
+  acquisition& retrying = f.add(1, plain);
+  acquisition& handed = f.add(2);
+  acquisition& retrying_behind = f.add(1, plain);
+  f.sem.release(1);  // retrying's retry posted
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  f.sem.release(3);  // while the retry is in flight: added, nobody served
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 4U);
+  f.s.step();  // the retry takes one; the three left serve the two behind it
+  expect_served(retrying);
+  EXPECT_EQ(f.s.ready_count(), 2U) << "the waiters behind the retry were left for another release";
+  EXPECT_EQ(queued_on(f.sem), 0U);
+  f.s.run();
+  expect_served(handed);
+  expect_served(retrying_behind);
+  EXPECT_EQ(f.order, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(f.sem.available(), 0U);
+}
+
+TEST(SemaphoreBarging, ReleasesRepayADeficitBeforeABargerAQueuedWaiterOrARetryTakesAPermit) {
+  queue_fixture f(1);
+  f.sem.reduce_permits(3);  // the one at once, two owed
+  acquisition& w = f.add(1, plain);
+  expect_waiting(w);
+  for (int i = 0; i < 2; ++i) {
+    f.sem.release(1);  // repays the deficit
+    EXPECT_EQ(f.s.ready_count(), 0U);
+    EXPECT_EQ(f.sem.available(), 0U);
+    EXPECT_FALSE(f.sem.try_acquire(1).has_value());
+  }
+  f.sem.release(1);  // nothing owed any more: w's retry
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_EQ(f.sem.available(), 1U);
+
+  f.sem.reduce_permits(2);  // the free one at once, one owed, while the retry is in flight
+  EXPECT_EQ(f.sem.available(), 0U);
+  f.sem.release(1);  // repays it: nothing for the retry
+  EXPECT_EQ(f.sem.available(), 0U);
+  EXPECT_FALSE(f.sem.try_acquire(1).has_value());
+  f.s.step();  // the retry finds nothing: back to the queue
+  expect_waiting(w);
+  EXPECT_EQ(queued_on(f.sem), 1U);
+  f.sem.release(1);
+  f.s.run();
+  expect_served(w);
+  EXPECT_EQ(f.sem.available(), 0U);
+  f.sem.release(1);
+  EXPECT_EQ(f.sem.available(), 1U);
+}
+
+TEST(SemaphoreBarging, ReleaseAboveMaxThrowsOverflowAndChangesNothingWhileSomebodyWaits) {
+  constexpr std::size_t max = semaphore::max();
+  queue_fixture f(max - 1);
+  acquisition& w = f.add(max, plain);
+  expect_waiting(w);
+  EXPECT_THROW(f.sem.release(2), std::overflow_error);  // w is queued: the locked give
+  EXPECT_EQ(f.sem.available(), max - 1);
+  EXPECT_EQ(f.s.ready_count(), 0U);
+  f.sem.release(1);  // w's request: its retry posted
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  EXPECT_THROW(f.sem.release(1), std::overflow_error);  // a retry in flight: the lock-free give
+  EXPECT_EQ(f.sem.available(), max);
+  f.s.run();
+  expect_served(w);
+  EXPECT_EQ(f.sem.available(), 0U);
+}
+
+TEST(SemaphoreBarging, CancellingOrDestroyingTheHeadLetsTheCoveredWaitersBehindItIn) {
+  for (const bool destroy : {false, true}) {
+    SCOPED_TRACE(destroy ? "destroyed" : "stopped");
+    queue_fixture f(0);
+    acquisition& head = f.add(3, destroy ? plain : cancellable);
+    acquisition& handed = f.add(1);
+    acquisition& retrying = f.add(1, plain);
+    f.sem.release(2);  // not the head's three: nobody is served
+    EXPECT_EQ(f.s.ready_count(), 0U);
+    EXPECT_EQ(f.sem.available(), 2U);
+
+    if (destroy) {
+      f.task_of(head) = {};
+    } else {
+      head.stop.request_stop();
+    }
+    EXPECT_EQ(f.s.ready_count(), destroy ? 2U : 3U) << "the waiters behind the head were not let in";
+    EXPECT_EQ(queued_on(f.sem), 0U);
+    f.s.run();
+    if (destroy) {
+      EXPECT_EQ(head.resumed, 0);
+    } else {
+      expect_cancelled(head);
+    }
+    expect_served(handed);
+    expect_served(retrying);
+    EXPECT_EQ(f.sem.available(), 0U);
+  }
+}
+
+TEST(SemaphoreBarging, AWhenAnyAcquisitionThatLostLetsTheWaiterBehindItIn) {
+  semaphore other(0);
+  queue_fixture f(0);
+  either_acquisition either;
+  f.s.spawn(acquire_either(f.sem, 2, other, either));
+  f.s.run();
+  acquisition& behind = f.add(1, plain);
+  f.sem.release(1);  // not the when_any's two
+  EXPECT_EQ(f.s.ready_count(), 0U);
+
+  other.release(1);  // the when_any wins there; its branch here lost
+  EXPECT_EQ(f.s.ready_count(), 2U) << "the waiter behind was not let in when the branch at the head lost";
+  EXPECT_EQ(queued_on(f.sem), 0U);
+  f.s.run();
+  EXPECT_EQ(either.resumed, 1);
+  EXPECT_EQ(either.index, 1U);
+  expect_served(behind);
+  EXPECT_EQ(f.sem.available(), 0U);
+  EXPECT_EQ(other.available(), 1U);  // the winner's permit went back with its result
+}
+
+TEST(SemaphoreBarging, AReleaseSkipsALostWhenAnyAcquisitionAtTheHeadAndGrantsItNothing) {
+  semaphore other(0);
+  queue_fixture f(0);
+  either_acquisition either;
+  f.s.spawn(acquire_either(f.sem, 2, other, either));
+  f.s.run();
+  acquisition& behind = f.add(1);
+  std::size_t ready_after_release = 0;
+  std::size_t available_after_release = 0;
+  f.s.at(test_point::claimed_for_wake, [&] {  // the when_any is committed to `other`, not resolved
+    f.sem.release(2);
+    ready_after_release = f.s.ready_count();
+    available_after_release = f.sem.available();
+  });
+  other.release(1);
+  EXPECT_EQ(f.s.pending_actions(), 0U);
+  EXPECT_EQ(ready_after_release, 1U) << "the release did not serve the waiter behind the lost branch";
+  EXPECT_EQ(available_after_release, 1U) << "the lost branch was granted permits";
+  f.s.run();
+  EXPECT_EQ(either.resumed, 1);
+  EXPECT_EQ(either.index, 1U);
+  expect_served(behind);
+  EXPECT_EQ(f.sem.available(), 1U);
+}
+
+TEST(SemaphoreBarging, DestroyingACoroutineWhoseRetryWentBackToTheQueueUnlinksIt) {
+  queue_fixture f(0);
+  acquisition& doomed = f.add(1, plain);
+  acquisition& next = f.add(1, plain);
+  f.sem.release(1);  // doomed's retry posted
+  auto barger = f.sem.try_acquire(1);
+  ASSERT_TRUE(barger.has_value());
+  f.s.step();  // the retry loses: doomed is queued again, at the front
+  EXPECT_EQ(f.s.ready_count(), 0U);
+  EXPECT_EQ(queued_on(f.sem), 2U);
+  f.task_of(doomed) = {};
+  EXPECT_EQ(queued_on(f.sem), 1U);
+  barger.reset();  // next's retry
+  EXPECT_EQ(f.s.ready_count(), 1U);
+  f.s.run();
+  EXPECT_EQ(doomed.resumed, 0);
+  expect_served(next);
+  EXPECT_EQ(f.sem.available(), 0U);
 }
 
 }  // namespace
