@@ -35,7 +35,6 @@
 #include "asyncband/runtime/task.hpp"
 #include "asyncband/runtime/test_scheduler.hpp"
 #include "asyncband/runtime/thread_pool.hpp"
-#include "asyncband/rwlock.hpp"
 #include "asyncband/stop_token.hpp"
 #include "asyncband/when_any.hpp"
 #include "support/awaited_twice.hpp"
@@ -1923,8 +1922,7 @@ TEST(SemaphoreDeathTest, DestroyingASemaphoreWithAPendingAcquisitionAssertsNamin
 // retry and hands every other covered front waiter its permits, and every max_passes-th release
 // made while somebody waits starves barging until the oldest waiter holds its permits.
 
-// semaphore::max_passes is private; the rwlock's is the same bound of the same shared word.
-constexpr int max_passes = static_cast<int>(asyncband::rwlock<int>::max_passes);
+constexpr int max_passes = static_cast<int>(semaphore::max_passes);
 
 /// How many acquisitions are queued on `sem` (a retry in flight is not).
 std::size_t queued_on(const semaphore& sem) {
