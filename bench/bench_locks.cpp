@@ -47,6 +47,8 @@
 // rwlock) on the same workload, and the rwlock built with strict_fifo (`asyncband_fifo`).
 // rwlock/read_mostly_K mixes reads and writes on it (one lock in 8 a write), with bounded
 // barging and with strict FIFO: what the barging costs or saves readers.
+// semaphore/contended_K is mutex/contended_K with the lock taken as one permit of a semaphore
+// (`co_await s.acquire()`), bounded barging and strict FIFO, beside the coroutine peers' model.
 // rwlock/worst_wait_K and rwlock/read_mostly_worst_wait_K are those two with every lock timed,
 // as mutex/worst_wait_K times the mutex's (the same counters): the tail that the writers'
 // bounded barging trades for throughput, against the rwlock's own strict FIFO mode.
@@ -615,7 +617,8 @@ template <bool Timed>
 task<void> increment_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& rw, wait_histogram& waits) {
   co_await pool.schedule();
   for (int i = 0; i < kIncrements; ++i) {
-    [[maybe_unused]] const auto asked = Timed ? wait_histogram::clock::now() : wait_histogram::clock::time_point{};
+    [[maybe_unused]] const auto asked =
+        Timed ? wait_histogram::clock::now() : wait_histogram::clock::time_point{};
     auto guard = co_await rw.write();
     if constexpr (Timed) waits.record(wait_histogram::clock::now() - asked);
     ++*guard;
@@ -632,7 +635,8 @@ task<void> read_mostly_on(thread_pool& pool, asyncband::rwlock<std::uint64_t>& r
   co_await pool.schedule();
   std::uint64_t seen = 0;
   for (int i = 0; i < kIncrements; ++i) {
-    [[maybe_unused]] const auto asked = Timed ? wait_histogram::clock::now() : wait_histogram::clock::time_point{};
+    [[maybe_unused]] const auto asked =
+        Timed ? wait_histogram::clock::now() : wait_histogram::clock::time_point{};
     if (i % kWriteEvery == 0) {
       auto guard = co_await rw.write();
       if constexpr (Timed) waits.record(wait_histogram::clock::now() - asked);
@@ -731,6 +735,31 @@ void rwlock_write_contended_asyncband(benchmark::State& state) {
       const auto guard = rw->try_read();
       return guard ? **guard : 0;
     });
+  });
+}
+
+/// One permit of a semaphore as the lock: each increment under `co_await s.acquire()`.
+task<void> increment_on(thread_pool& pool, asyncband::semaphore& s, std::uint64_t& counter) {
+  co_await pool.schedule();
+  for (int i = 0; i < kIncrements; ++i) {
+    const auto permit = co_await s.acquire();
+    ++counter;
+  }
+}
+
+/// ... under one permit of an asyncband::semaphore (`Fifo`: built with asyncband::strict_fifo).
+template <int K, bool Fifo = false>
+void semaphore_contended_asyncband(benchmark::State& state) {
+  mutex_contended_coroutines<K, false>(state, [](thread_pool& pool, wait_record& /*unused*/) {
+    struct shared {
+      shared() : s(Fifo ? asyncband::semaphore(asyncband::strict_fifo, 1) : asyncband::semaphore(1)) {}
+      asyncband::semaphore s;
+      std::uint64_t counter = 0;
+    };
+    auto sh = std::make_unique<shared>();
+    std::vector<task<void>> workers;
+    for (int i = 0; i < K; ++i) workers.push_back(increment_on(pool, sh->s, sh->counter));
+    return std::pair(std::move(workers), [sh = std::move(sh)] { return sh->counter; });
   });
 }
 
@@ -969,6 +998,21 @@ BENCHMARK(mutex_contended_threads<8, blocking_asyncband_semaphore>)
 BENCHMARK(mutex_contended_threads<8, std_binary_semaphore_lock>)
     ->Name("semaphore/contended_threads_8/std")
     ->UseManualTime();
+BENCHMARK(semaphore_contended_asyncband<2>)->Name("semaphore/contended_2/asyncband")->UseManualTime();
+BENCHMARK(semaphore_contended_asyncband<2, true>)
+    ->Name("semaphore/contended_2/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_model<2>)->Name("semaphore/contended_2/cppcoro_model")->UseManualTime();
+BENCHMARK(semaphore_contended_asyncband<4>)->Name("semaphore/contended_4/asyncband")->UseManualTime();
+BENCHMARK(semaphore_contended_asyncband<4, true>)
+    ->Name("semaphore/contended_4/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_model<4>)->Name("semaphore/contended_4/cppcoro_model")->UseManualTime();
+BENCHMARK(semaphore_contended_asyncband<8>)->Name("semaphore/contended_8/asyncband")->UseManualTime();
+BENCHMARK(semaphore_contended_asyncband<8, true>)
+    ->Name("semaphore/contended_8/asyncband_fifo")
+    ->UseManualTime();
+BENCHMARK(mutex_contended_model<8>)->Name("semaphore/contended_8/cppcoro_model")->UseManualTime();
 
 BENCHMARK(rwlock_write_contended_asyncband<2>)->Name("rwlock/write_contended_2/asyncband")->UseManualTime();
 BENCHMARK(rwlock_write_contended_asyncband<2, true>)

@@ -1611,7 +1611,7 @@ TEST(SemaphoreLifetime, TheWaiterMayDestroyTheSemaphoreWhileACancellationReturns
   task<void> head_task;
   waiter_destroys_while_the_waker_returns(
       [&] {
-        auto sem = std::make_unique<semaphore>(1);
+        auto sem = std::make_unique<semaphore>(asyncband::strict_fifo, 1);  // a partial grant
         head_task = acquire_into(*sem, head, cancellable);
         head_task.handle().resume();  // queues holding the one; no scheduler
         return sem;

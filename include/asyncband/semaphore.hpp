@@ -97,8 +97,8 @@ inline constexpr strict_fifo_t strict_fifo{};
 ///     the semaphore starve: no acquisition barges any more (`try_acquire` fails, new ones
 ///     queue), and releases serve the queue in FIFO order until the oldest waiter holds its
 ///     permits.
-///   - Waiters queued behind a retry that took its permits lock-free wait for the next release,
-///     even if what is left would cover them (the retry holds permits, so one comes).
+///   - A retry that took its permits serves the waiters queued behind it that what is left
+///     covers (releases made while it was in flight left the queue to it).
 /// - Fairness, strict FIFO: released permits go first to repay a deficit, then to the waiter
 ///   at the head of the queue, which keeps what it is given (a partial grant) until it has all
 ///   it asked for; only then does the next waiter receive any. `try_acquire` and a new
@@ -193,7 +193,7 @@ class semaphore {
   /// `permits` permits with bounded barging for any number of holders, for an rwlock (see
   /// rwlock's contract and detail::semaphore_word's shared barging section): a take of n takes
   /// them whenever n are available and the word does not starve; the passes are counted in
-  /// the word. No partial grants, deficit or close on such a semaphore.
+  /// the word. No partial grants or close on such a semaphore (a plain one has a deficit).
   semaphore(std::size_t permits, detail::shared_barging_t shared) : word_(checked(permits), shared) {
     barging_ = true;
     shared_ = true;
@@ -216,8 +216,8 @@ class semaphore {
   template <class Rep, class Period>
   result<semaphore_permit> acquire_timeout(std::size_t n, std::chrono::duration<Rep, Period> timeout);
 
-  /// n permits now, or nothing: fails if fewer are available or anybody is queued (n = 0
-  /// always succeeds).
+  /// n permits now, or nothing: fails if fewer are available; with strict FIFO also if anybody
+  /// is queued, with barging while the semaphore starves (n = 0 always succeeds).
   [[nodiscard]] std::optional<semaphore_permit> try_acquire(std::size_t n = 1) {
     if (checked(n) != 0 && !try_take(n)) return std::nullopt;
     return semaphore_permit(this, n);
@@ -230,7 +230,8 @@ class semaphore {
     give<true>(n);
   }
 
-  /// Permits available now (0 while anybody waits or a deficit is outstanding).
+  /// Permits available now (0 while a deficit is outstanding; with strict FIFO, also while
+  /// anybody waits).
   [[nodiscard]] std::size_t available() const noexcept { return word_.available(); }
 
   /// Takes every available permit and forgets them; returns how many.
@@ -296,8 +297,11 @@ class semaphore {
   void give(std::size_t n) noexcept(!Checked) {
     if (n == 0) return;
     if (barging_) {
-      if (!give_any_barging(n)) [[unlikely]]
-        overflowed<Checked>();
+      if (shared_) {
+        give_shared<Checked>(n);
+      } else {
+        give_barging(n);
+      }
       return;
     }
     const add_outcome outcome = try_add(n);  // checks n > max() too
@@ -363,22 +367,21 @@ class semaphore {
     if (!word_.try_give_barging(n)) [[unlikely]]
       serve_head(n);
   }
-  /// give() on a barging semaphore, one holder (a mutex) or shared (an rwlock, a plain
-  /// semaphore). False, and nothing changed, if the available count would exceed max() (only a
-  /// plain semaphore's `release` can make it).
-  bool give_any_barging(std::size_t n) noexcept {
-    if (shared_) return give_shared(n);
-    give_barging(n);
-    return true;
-  }
-  /// The holder's give on a shared barging semaphore: one CAS while nobody waits and nothing is
-  /// owed, or while a retry is in flight below the pass bound; otherwise under the lock
-  /// (give_shared_locked). False on overflow.
-  bool give_shared(std::size_t n) noexcept {
+  /// The holder's give on a shared barging semaphore (an rwlock, a plain semaphore): one CAS
+  /// while nobody waits and nothing is owed, or while a retry is in flight below the pass bound;
+  /// otherwise under the lock (give_shared_locked). Above max() (only a plain semaphore's
+  /// `release` can get there), nothing changes: overflowed().
+  template <bool Checked>
+  void give_shared(std::size_t n) noexcept(!Checked) {
     const add_outcome outcome = word_.try_give_shared(n, max_passes);
-    if (outcome == add_outcome::contended) [[unlikely]]
-      return give_shared_locked(n);
-    return outcome == add_outcome::added;
+    if (outcome != add_outcome::added) [[unlikely]]
+      give_shared_slowly<Checked>(n, outcome);
+  }
+  /// give_shared()'s out-of-line rest (as give_slowly is give()'s).
+  template <bool Checked>
+  [[gnu::noinline]] void give_shared_slowly(std::size_t n, add_outcome outcome) noexcept(!Checked) {
+    if (outcome == add_outcome::contended && give_shared_locked(n)) return;
+    overflowed<Checked>();
   }
   /// give_shared()'s locked part: repays the deficit first, adds the rest counting the pass (and
   /// starving at the bound), then settles the queue. False, and nothing changed, on overflow.

@@ -219,8 +219,11 @@ class retry_slot {
   /// Starts the retry of `wait`'s node (built, not published), which continues `waiter` on
   /// `scheduler` once it holds the permits, and publishes the wait with it. A wait resolved to
   /// retry before it suspended retries here, on the waiter's own thread. True if pending.
+  /// Out of line: nothing after the publication may be merged into the awaiting coroutine's body
+  /// (clang 14: LLVM 56301/65054).
   template <class Wait>
-  bool publish(Wait& wait, std::coroutine_handle<> waiter, scheduler_ref scheduler) noexcept {
+  [[gnu::noinline]] bool publish(Wait& wait, std::coroutine_handle<> waiter,
+                                 scheduler_ref scheduler) noexcept {
     semaphore_waiter& node = wait.node();
     ::new (static_cast<void*>(&retry_))
         std::coroutine_handle<lock_retry_promise>(run_lock_retry(room_, node, scheduler).handle);
@@ -610,7 +613,8 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
       return true;
     }
     // Overflow only with nothing owed (else the count was 0, and n <= max): nothing changed then.
-    if (!word_.give_counting_pass(n - repaid, max_passes, [this, &waiters] { return passed_waiter_due(waiters); }))
+    if (!word_.give_counting_pass(n - repaid, max_passes,
+                                  [this, &waiters] { return passed_waiter_due(waiters); }))
       return false;
     if (repaid != 0) word_.clear_owed();
     settle_shared(waiters, batch);
@@ -711,7 +715,8 @@ bool semaphore::grant_bound(detail::wait_list& waiters, detail::wake_batch& batc
 }
 
 inline auto semaphore::acquire(std::size_t n) {
-  return detail::acquire_awaiter<detail::permit_itself, false, true>(this, checked(n), detail::permit_itself{});
+  return detail::acquire_awaiter<detail::permit_itself, false, true>(this, checked(n),
+                                                                     detail::permit_itself{});
 }
 inline auto semaphore::acquire(std::size_t n, asyncband::stop_token stop) {
   return acquire_forms::await_until_stopped(std::move(stop), this, checked(n), detail::permit_itself{});
@@ -804,7 +809,8 @@ inline std::size_t checked_owned_count(std::size_t n) {
 }  // namespace detail
 
 /// `co_await acquire_owned(s, n)` yields an owned_semaphore_permit for n that keeps `*s` alive.
-/// The same FIFO, partial-grant and cancellation contract as semaphore::acquire. Precondition: s
+/// The contract of semaphore::acquire, except that on a barging semaphore it is handed its
+/// permits (no retry: its awaiter has no room for one). Precondition: s
 /// is not null. Throws std::invalid_argument if n > semaphore::max().
 inline auto acquire_owned(std::shared_ptr<semaphore> s, std::size_t n = 1) {
   semaphore* raw = s.get();
