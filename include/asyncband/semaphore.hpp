@@ -91,7 +91,7 @@ inline constexpr strict_fifo_t strict_fifo{};
 ///     a retry that loses goes back to the front). It hands every other waiter its permits
 ///     directly (plain threads, acquisitions with a stop token or a timeout, owned ones,
 ///     when_any branches, coroutines without a scheduler): as many consecutive front waiters as
-///     the available permits cover.
+///     the available permits cover, up to the first that is sent to retry.
 ///   - The bound: every release made while anybody waits is a pass, counted from zero again
 ///     whenever the oldest waiter gets its permits or nobody waits. The `max_passes`-th makes
 ///     the semaphore starve: no acquisition barges any more (`try_acquire` fails, new ones
@@ -112,7 +112,9 @@ inline constexpr strict_fifo_t strict_fifo{};
 /// - `reduce_permits(n)` removes n permits; what is not available now becomes a deficit that
 ///   later releases repay before anybody takes a permit (barging or not).
 /// - Programming errors throw std::invalid_argument or std::overflow_error before any change: a
-///   request above max(), an available count pushed above max() by `release`.
+///   request above max(), an available count pushed above max() by `release`. A permit whose
+///   return would push it above max() (only possible after `release` added permits never taken)
+///   terminates the program: a destructor cannot throw.
 /// - Uncontended paths are lock-free: acquiring with nobody queued is one CAS, and so is
 ///   returning permits with nobody queued and no deficit.
 /// - Destroying a coroutine while its acquisition's retry is posted to its scheduler is
@@ -153,8 +155,10 @@ class semaphore {
 
   /// Bounded barging: how many releases made while anybody waits may pass the oldest waiter
   /// before the semaphore starves (no acquisition barges; releases serve the queue in FIFO
-  /// order until the oldest waiter holds its permits). A mutex's and an rwlock's too. 2 in a
-  /// model build, so that the explorer's few releases reach the bound.
+  /// order until the oldest waiter holds its permits). The rwlock's bound is the same (a parked
+  /// writer thread's only once it has waited `thread_max_wait`); the mutex's is the same number
+  /// counted differently (`mutex::max_passes`: every max_passes-th unlock hands the lock over).
+  /// 2 in a model build, so that the explorer's few releases reach the bound.
 #ifdef ASYNCBAND_MODEL
   static constexpr unsigned max_passes = 2;
 #else
@@ -231,7 +235,8 @@ class semaphore {
   }
 
   /// Permits available now (0 while a deficit is outstanding; with strict FIFO, also while
-  /// anybody waits).
+  /// anybody waits; with barging, those available may be kept for the oldest waiter while the
+  /// semaphore starves).
   [[nodiscard]] std::size_t available() const noexcept { return word_.available(); }
 
   /// Takes every available permit and forgets them; returns how many.
@@ -368,7 +373,8 @@ class semaphore {
       serve_head(n);
   }
   /// The holder's give on a shared barging semaphore (an rwlock, a plain semaphore): one CAS
-  /// while nobody waits and nothing is owed, or while a retry is in flight below the pass bound;
+  /// while nobody waits and nothing is owed, or while a retry is in flight below the pass bound
+  /// and the word does not starve;
   /// otherwise under the lock (give_shared_locked). Above max() (only a plain semaphore's
   /// `release` can get there), nothing changes: overflowed().
   template <bool Checked>
