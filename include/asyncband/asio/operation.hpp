@@ -293,7 +293,8 @@ struct poll_policy<asyncband::detail::acquire_awaiter<Make, Fallible, Retries>> 
   static constexpr bool polls = true;
   static void revoke(asyncband::detail::acquire_awaiter<Make, Fallible, Retries>& a) {
     static_cast<void>(
-        asyncband::detail::select_access<asyncband::detail::acquire_awaiter<Make, Fallible, Retries>>::win(a));
+        asyncband::detail::select_access<asyncband::detail::acquire_awaiter<Make, Fallible, Retries>>::win(
+            a));
   }
 };
 
