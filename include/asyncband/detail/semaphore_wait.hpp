@@ -210,10 +210,14 @@ struct lazy_acquire_access;
 /// CAS of an uncontended acquisition.
 class retry_slot {
  public:
-  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init): raw room, filled by publish
+  // Raw room, filled by publish. Not `= default`: the union's coroutine_handle has a default
+  // member initializer, which would delete a defaulted constructor (and the handle must stay
+  // unwritten until publish).
+  // NOLINTNEXTLINE(cppcoreguidelines-pro-type-member-init,hicpp-member-init,modernize-use-equals-default)
   retry_slot() noexcept {}
   retry_slot(const retry_slot&) = delete;
   retry_slot& operator=(const retry_slot&) = delete;
+  // NOLINTNEXTLINE(modernize-use-equals-default): the union member's lifetime is publish()'s
   ~retry_slot() {}
 
   /// Starts the retry of `wait`'s node (built, not published), which continues `waiter` on
