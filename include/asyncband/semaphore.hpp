@@ -358,6 +358,8 @@ class semaphore {
   /// counts checks instead: see semaphore_waiter::due().)
   static constexpr std::chrono::microseconds thread_max_wait{1000};
 
+  /// A plain semaphore with barging: no thread's wait retries (retrying_request_).
+  [[nodiscard]] bool threads_handed() const noexcept { return shared_ && retrying_request_ == 0; }
   /// For the lock's retry coroutine (detail::source_awaiter): this semaphore barges.
   [[nodiscard]] bool barging() const noexcept { return barging_; }
 
