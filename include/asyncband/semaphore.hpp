@@ -498,7 +498,7 @@ class semaphore {
   std::size_t retrying_request_ = 0;
   unsigned passes_ = 0;                             // barging: the holder's unlocks since the last hand-over
   detail::semaphore_waiter* retry_node_ = nullptr;  // barging: the retry in flight, while `retrying`
-  bool retry_timed_ = false;                        // barging: retry_node_ is a parked thread's
+  bool retry_timed_ = false;                        // shared barging: retry_node_ is a parked thread's
   bool closed_ = false;                             // guarded by queue_.mutex(), as the three below
   std::size_t closed_count_ = 0;
   return_hook on_return_ = nullptr;

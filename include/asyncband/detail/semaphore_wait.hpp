@@ -581,7 +581,6 @@ inline void semaphore::serve_locked(std::size_t n, detail::wait_list& waiters,
   }
   word_.set_retrying();
   retry_node_ = head;
-  retry_timed_ = head->timed();
   head->set_retry(true);
   waiters.claim_front(batch);
   sync_queued(waiters);
